@@ -1,0 +1,59 @@
+# Build helpers shared by every component.
+
+# Applies CLUSTERPROF_SANITIZE to the whole build.
+macro(clusterprof_configure_sanitizers)
+  if(CLUSTERPROF_SANITIZE STREQUAL "address")
+    add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+    add_link_options(-fsanitize=address,undefined)
+  elseif(CLUSTERPROF_SANITIZE STREQUAL "thread")
+    add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+    add_link_options(-fsanitize=thread)
+  elseif(NOT CLUSTERPROF_SANITIZE STREQUAL "")
+    message(FATAL_ERROR "CLUSTERPROF_SANITIZE must be '', 'address' or 'thread', not '${CLUSTERPROF_SANITIZE}'")
+  endif()
+endmacro()
+
+# clusterprof_add_test(NAME SOURCES... [DEPS targets...] [LABELS extra...] [TIMEOUT s])
+# Builds a GoogleTest binary and registers its tests with ctest. The label comes from the name's
+# suffix: _test -> unit, _integration_test -> integration, _e2e_test -> e2e.
+function(clusterprof_add_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(name MATCHES "_e2e_test$")
+    set(label e2e)
+  elseif(name MATCHES "_integration_test$")
+    set(label integration)
+  elseif(name MATCHES "_test$")
+    set(label unit)
+  else()
+    message(FATAL_ERROR "test target '${name}' must end in _test, _integration_test or _e2e_test")
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE
+    CLUSTERPROF_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+    CLUSTERPROF_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  gtest_discover_tests(${name}
+    DISCOVERY_TIMEOUT 60
+    PROPERTIES LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+endfunction()
+
+# clusterprof_add_fuzzer(NAME SOURCES... DEPS targets... CORPUS dir)
+# With CLUSTERPROF_BUILD_FUZZERS (clang) this is a libFuzzer binary. Otherwise it links a small
+# driver that replays every file of the corpus, and ctest runs that replay under the label fuzz,
+# so the corpus stays a regression suite in every build.
+function(clusterprof_add_fuzzer name)
+  cmake_parse_arguments(ARG "" "CORPUS" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
+  if(CLUSTERPROF_BUILD_FUZZERS)
+    target_compile_options(${name} PRIVATE -fsanitize=fuzzer)
+    target_link_options(${name} PRIVATE -fsanitize=fuzzer)
+  else()
+    target_sources(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests/support/fuzz_replay_main.cc)
+  endif()
+  add_test(NAME ${name} COMMAND ${name} ${ARG_CORPUS})
+  set_tests_properties(${name} PROPERTIES LABELS fuzz TIMEOUT 300)
+endfunction()

@@ -1,0 +1,106 @@
+#include "common/clock.h"
+
+#include <time.h>
+
+#include <cerrno>
+
+#include "common/check.h"
+
+namespace clusterprof {
+namespace {
+
+int64_t ReadClock(clockid_t id) {
+  timespec ts;
+  clock_gettime(id, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * kNanosPerSecond + ts.tv_nsec;
+}
+
+timespec ToTimespec(int64_t ns) {
+  timespec ts;
+  ts.tv_sec = ns / kNanosPerSecond;
+  ts.tv_nsec = ns % kNanosPerSecond;
+  return ts;
+}
+
+}  // namespace
+
+int64_t RealClock::WallNs() const { return ReadClock(CLOCK_REALTIME); }
+
+int64_t RealClock::MonotonicNs() const { return ReadClock(CLOCK_MONOTONIC); }
+
+void RealClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
+  const timespec ts = ToTimespec(deadline_ns);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+void RealClock::SleepUntilWallNs(int64_t deadline_ns) {
+  // Sleep on CLOCK_REALTIME with an absolute deadline, so a wall-clock step during the sleep is
+  // honoured by the kernel, then spin the last stretch for precision.
+  const int64_t sleep_until = deadline_ns - kSpinWindowNs;
+  if (WallNs() < sleep_until) {
+    const timespec ts = ToTimespec(sleep_until);
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+    }
+  }
+  while (WallNs() < deadline_ns) {
+  }
+}
+
+SimulatedClock::SimulatedClock(int64_t wall_ns, int64_t monotonic_ns)
+    : wall_ns_(wall_ns), monotonic_ns_(monotonic_ns) {}
+
+int64_t SimulatedClock::WallNs() const {
+  absl::MutexLock lock(&mu_);
+  return wall_ns_;
+}
+
+int64_t SimulatedClock::MonotonicNs() const {
+  absl::MutexLock lock(&mu_);
+  return monotonic_ns_;
+}
+
+void SimulatedClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
+  absl::MutexLock lock(&mu_);
+  ++sleepers_;
+  auto reached = [this, deadline_ns]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return monotonic_ns_ >= deadline_ns;
+  };
+  mu_.Await(absl::Condition(&reached));
+  --sleepers_;
+}
+
+void SimulatedClock::SleepUntilWallNs(int64_t deadline_ns) {
+  absl::MutexLock lock(&mu_);
+  ++sleepers_;
+  auto reached = [this, deadline_ns]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return wall_ns_ >= deadline_ns;
+  };
+  mu_.Await(absl::Condition(&reached));
+  --sleepers_;
+}
+
+void SimulatedClock::AdvanceNs(int64_t delta_ns) {
+  CLUSTERPROF_CHECK(delta_ns >= 0) << "a simulated clock only moves forward";
+  absl::MutexLock lock(&mu_);
+  wall_ns_ += delta_ns;
+  monotonic_ns_ += delta_ns;
+}
+
+void SimulatedClock::StepWallNs(int64_t delta_ns) {
+  absl::MutexLock lock(&mu_);
+  wall_ns_ += delta_ns;
+}
+
+void SimulatedClock::WaitForSleepers(int count) {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleepers_ >= count; };
+  mu_.Await(absl::Condition(&enough));
+}
+
+int SimulatedClock::sleepers() const {
+  absl::MutexLock lock(&mu_);
+  return sleepers_;
+}
+
+}  // namespace clusterprof

@@ -1,0 +1,81 @@
+// Injectable time source. Only RealClock (and main()) read the system clocks; everything else
+// takes a Clock so tests can drive time with SimulatedClock instead of sleeping.
+#ifndef CLUSTERPROF_COMMON_CLOCK_H_
+#define CLUSTERPROF_COMMON_CLOCK_H_
+
+#include <cstdint>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace clusterprof {
+
+inline constexpr int64_t kNanosPerMicro = 1'000;
+inline constexpr int64_t kNanosPerMilli = 1'000'000;
+inline constexpr int64_t kNanosPerSecond = 1'000'000'000;
+
+// A wall clock (ns since the Unix epoch, can step) and a monotonic clock (ns, arbitrary origin,
+// never steps). Implementations are thread-safe.
+class Clock {
+ public:
+  virtual ~Clock() = default;
+
+  virtual int64_t WallNs() const = 0;
+  virtual int64_t MonotonicNs() const = 0;
+
+  // Blocks until MonotonicNs() >= deadline_ns.
+  virtual void SleepUntilMonotonicNs(int64_t deadline_ns) = 0;
+
+  // Blocks until WallNs() >= deadline_ns, as precisely as the implementation can (the real clock
+  // sleeps to shortly before the instant, then spins). Returns at once for a past instant.
+  virtual void SleepUntilWallNs(int64_t deadline_ns) = 0;
+
+  void SleepForNs(int64_t duration_ns) { SleepUntilMonotonicNs(MonotonicNs() + duration_ns); }
+};
+
+// The system clocks: CLOCK_REALTIME and CLOCK_MONOTONIC. Stateless and thread-safe.
+class RealClock final : public Clock {
+ public:
+  // How long before a wall-clock deadline SleepUntilWallNs stops sleeping and starts spinning.
+  // Kernel wake-up latency on a busy machine is tens to hundreds of microseconds.
+  static constexpr int64_t kSpinWindowNs = 500 * kNanosPerMicro;
+
+  int64_t WallNs() const override;
+  int64_t MonotonicNs() const override;
+  void SleepUntilMonotonicNs(int64_t deadline_ns) override;
+  void SleepUntilWallNs(int64_t deadline_ns) override;
+};
+
+// A clock that moves only when told to. Sleepers block until another thread advances the clock
+// past their deadline; tests use WaitForSleepers() to know a thread reached its sleep before
+// advancing, so no test depends on timing luck. Thread-safe.
+class SimulatedClock final : public Clock {
+ public:
+  // 2026-01-01T00:00:00Z, a recognisable instant for test output.
+  static constexpr int64_t kDefaultWallNs = 1'767'225'600LL * kNanosPerSecond;
+
+  explicit SimulatedClock(int64_t wall_ns = kDefaultWallNs, int64_t monotonic_ns = 0);
+
+  int64_t WallNs() const override;
+  int64_t MonotonicNs() const override;
+  void SleepUntilMonotonicNs(int64_t deadline_ns) override;
+  void SleepUntilWallNs(int64_t deadline_ns) override;
+
+  // Moves both clocks forward by `delta_ns` (>= 0) and wakes the sleepers whose time has come.
+  void AdvanceNs(int64_t delta_ns);
+  // Steps the wall clock only, as an NTP step would; the monotonic clock is unaffected.
+  void StepWallNs(int64_t delta_ns);
+  // Blocks until at least `count` threads are sleeping on this clock.
+  void WaitForSleepers(int count);
+  int sleepers() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  int64_t wall_ns_ ABSL_GUARDED_BY(mu_);
+  int64_t monotonic_ns_ ABSL_GUARDED_BY(mu_);
+  int sleepers_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace clusterprof
+
+#endif  // CLUSTERPROF_COMMON_CLOCK_H_

@@ -1,0 +1,84 @@
+// Logdirs and the TensorBoard/XProf run layout inside them (PROTOCOL.md, "Files that
+// TensorBoard/XProf read"):
+//
+//   <logdir>/plugins/profile/<run>/<host>.xplane.pb
+//   <logdir>/plugins/profile/<run>/<host>.trace.json.gz
+//   <logdir>/plugins/profile/<run>/clusterprof_run.json
+//
+// Run and host names become path components, so they are checked here, once, for every writer.
+#ifndef CLUSTERPROF_COMMON_STORAGE_LOGDIR_H_
+#define CLUSTERPROF_COMMON_STORAGE_LOGDIR_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace clusterprof::storage {
+
+// A parsed logdir: a local directory or a GCS bucket prefix.
+struct Logdir {
+  enum class Kind { kLocal, kGcs };
+  Kind kind = Kind::kLocal;
+  // kLocal: the absolute, normalized directory ("/data/tb"). kGcs: "gs://bucket/prefix" without
+  // a trailing slash.
+  std::string uri;
+  // kGcs only.
+  std::string bucket;
+  std::string prefix;
+
+  // `uri` joined with a relative path by '/'.
+  std::string Join(std::string_view relative) const;
+};
+
+// Parses "/abs/path", "relative/path" (made absolute against `cwd`), "file:///abs/path" and
+// "gs://bucket[/prefix]". Rejects empty strings, other schemes, bad bucket names and '..'
+// components with an InvalidArgument error that quotes the input.
+absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd = "");
+
+// Checks that `value` can be a single path component: not empty, not "." or "..", at most 255
+// bytes, and no '/', '\\', control characters or NUL. `what` names it in the error ("run name").
+absl::Status ValidatePathComponent(std::string_view what, std::string_view value);
+
+// The file stem XProf shows as the host: ':' replaced by '_' (as upstream does for
+// "10.0.0.2:8466"), then validated as a path component.
+absl::StatusOr<std::string> HostFileStem(std::string_view host_name);
+
+inline constexpr std::string_view kProfilePluginDir = "plugins/profile";
+inline constexpr std::string_view kXPlaneSuffix = ".xplane.pb";
+inline constexpr std::string_view kTraceJsonSuffix = ".trace.json.gz";
+inline constexpr std::string_view kManifestName = "clusterprof_run.json";
+
+// Where one run's files go.
+class RunLayout {
+ public:
+  // Fails if `run` is not a safe path component.
+  static absl::StatusOr<RunLayout> Create(Logdir logdir, std::string_view run);
+  // For a repository_root as the profiler protocol sends it (<logdir>/plugins/profile).
+  static absl::StatusOr<RunLayout> FromRepositoryRoot(std::string_view repository_root,
+                                                      std::string_view run);
+
+  const Logdir& logdir() const { return logdir_; }
+  const std::string& run() const { return run_; }
+  // <logdir>/plugins/profile
+  std::string RepositoryRoot() const;
+  // <logdir>/plugins/profile/<run>
+  std::string RunDir() const;
+  // Paths for a host; `host_stem` must come from HostFileStem.
+  std::string XPlanePath(std::string_view host_stem) const;
+  std::string TraceJsonPath(std::string_view host_stem) const;
+  std::string ManifestPath() const;
+
+ private:
+  RunLayout(Logdir logdir, std::string run) : logdir_(std::move(logdir)), run_(std::move(run)) {}
+  Logdir logdir_;
+  std::string run_;
+};
+
+// The default run name: the UTC instant formatted YYYY_MM_DD_HH_MM_SS, as upstream clients name
+// sessions.
+std::string DefaultRunName(int64_t wall_ns);
+
+}  // namespace clusterprof::storage
+
+#endif  // CLUSTERPROF_COMMON_STORAGE_LOGDIR_H_

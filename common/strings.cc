@@ -1,0 +1,26 @@
+#include "common/strings.h"
+
+namespace clusterprof {
+
+std::vector<std::string_view> SplitSkipEmpty(std::string_view s, char separator) {
+  std::vector<std::string_view> parts;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t end = s.find(separator, start);
+    if (end == std::string_view::npos) end = s.size();
+    if (end > start) parts.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::string_view StripAsciiWhitespace(std::string_view s) {
+  auto is_space = [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+  };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+}  // namespace clusterprof

@@ -1,0 +1,48 @@
+// XSpace -> Chrome trace JSON, the format Perfetto and chrome://tracing open and that JAX writes
+// as <host>.trace.json.gz (PROTOCOL.md, "Chrome trace JSON"). Output is streamed into a ByteSink
+// (usually a GzipSink over a storage object) through a fixed-size buffer: no DOM and no whole
+// JSON in memory, whatever the size of the trace.
+#ifndef CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_
+#define CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "common/io/byte_sink.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::xspace {
+
+struct TraceJsonOptions {
+  // Writes the top-level "metadata" key. perfetto_trace.json.gz is the same JSON without it.
+  bool include_metadata = true;
+  // One event per line: a little larger, much friendlier to grep and diff.
+  bool newline_per_event = true;
+};
+
+struct TraceJsonStats {
+  int64_t complete_events = 0;  // "ph":"X"
+  int64_t counter_events = 0;   // "ph":"C"
+  int64_t flow_events = 0;      // events that carry a bind_id
+  int64_t skipped_events = 0;   // aggregated events (num_occurrences) have no time: not written
+  uint64_t bytes = 0;           // uncompressed JSON bytes
+};
+
+// Writes `space` as Chrome trace JSON:
+// - every /host:CPU plane becomes a process (pid 701, then 702, ...), its lines threads
+//   (tid = display_id, else id; name = display_name, else name);
+// - /device:* plane n becomes pid 1 + n; any other plane with events gets a pid from 801 on;
+// - events become "ph":"X" with ts/dur in microseconds (exact decimal text of the picoseconds),
+//   their name (display_name, else name), and args from the event's and its metadata's stats as
+//   strings (stats whose names start with '_' are internal and left out);
+// - `_p` / `_c` stats become flow bindings ("bind_id" with "flow_out" / "flow_in");
+// - events on a line named "Counters" become "ph":"C" counters with a numeric "value";
+// - the array ends with an empty object, as the TSL converter writes it.
+// Returns the sink's error if it fails.
+absl::StatusOr<TraceJsonStats> WriteTraceJson(const tensorflow::profiler::XSpace& space,
+                                              io::ByteSink* out,
+                                              const TraceJsonOptions& options = {});
+
+}  // namespace clusterprof::xspace
+
+#endif  // CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_

@@ -1,0 +1,101 @@
+#include <chrono>
+#include <iostream>
+#include <memory>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/io/gzip_sink.h"
+#include "common/storage/local_storage.h"
+#include "common/storage/logdir.h"
+#include "common/xspace/trace_json.h"
+#include "common/xspace/xspace_io.h"
+#include "fmt/format.h"
+#include "operator/cli/commands.h"
+#include "common/strings.h"
+
+namespace clusterprof::cli {
+namespace {
+
+// Streams to an std::ostream (for "-o -").
+class OstreamSink final : public io::ByteSink {
+ public:
+  explicit OstreamSink(std::ostream& out) : out_(out) {}
+  absl::Status Append(std::string_view data) override {
+    out_.write(data.data(), static_cast<std::streamsize>(data.size()));
+    if (!out_) return absl::DataLossError("writing to standard output failed");
+    return absl::OkStatus();
+  }
+
+ private:
+  std::ostream& out_;
+};
+
+std::string DefaultOutput(std::string_view input) {
+  std::string_view stem = input;
+  if (!ConsumeSuffix(&stem, storage::kXPlaneSuffix)) ConsumeSuffix(&stem, ".pb");
+  return StrCat(stem, storage::kTraceJsonSuffix);
+}
+
+}  // namespace
+
+int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err) {
+  const auto started = std::chrono::steady_clock::now();
+  auto loaded = xspace::ReadXSpaceFile(options.input);
+  if (!loaded.ok()) {
+    err << "clusterprof convert: " << loaded.status().message() << "\n";
+    return kExitFailure;
+  }
+  const xspace::TraceJsonOptions json_options{.include_metadata = !options.perfetto};
+
+  if (options.output == "-") {
+    OstreamSink sink(out);
+    auto stats = xspace::WriteTraceJson((*loaded)->space(), &sink, json_options);
+    if (!stats.ok()) {
+      err << "clusterprof convert: " << stats.status().message() << "\n";
+      return kExitFailure;
+    }
+    out.flush();
+    return kExitOk;
+  }
+
+  const std::string output = options.output.empty() ? DefaultOutput(options.input) : options.output;
+  auto path = storage::ParseLogdir(output);  // makes it absolute and rejects '..'
+  if (!path.ok() || path->kind != storage::Logdir::Kind::kLocal) {
+    err << "clusterprof convert: bad output path '" << output
+        << "': " << (path.ok() ? "only local paths are supported" : path.status().message())
+        << "\n";
+    return kExitUsage;
+  }
+  auto storage = storage::NewLocalStorage();
+  auto writer = storage->NewWriter(path->uri);
+  if (!writer.ok()) {
+    err << "clusterprof convert: " << writer.status().message() << "\n";
+    return kExitFailure;
+  }
+  const bool compress = !EndsWith(output, ".json");
+  absl::StatusOr<xspace::TraceJsonStats> stats;
+  absl::Status status;
+  if (compress) {
+    io::GzipSink gzip(writer->get(), options.gzip_level);
+    stats = xspace::WriteTraceJson((*loaded)->space(), &gzip, json_options);
+    status = stats.ok() ? gzip.Finish() : stats.status();
+  } else {
+    stats = xspace::WriteTraceJson((*loaded)->space(), writer->get(), json_options);
+    status = stats.status();
+  }
+  absl::StatusOr<storage::ObjectInfo> info =
+      status.ok() ? (*writer)->Commit() : absl::StatusOr<storage::ObjectInfo>(status);
+  if (!info.ok()) {
+    err << "clusterprof convert: writing " << output << ": " << info.status().message() << "\n";
+    return kExitFailure;
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  out << fmt::format("wrote {} ({} events, {} counter samples, {:.1f} MB JSON -> {:.1f} MB) in {:.2f} s\n",
+                     info->uri, stats->complete_events, stats->counter_events,
+                     stats->bytes / 1e6, info->bytes / 1e6, seconds);
+  out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
+  return kExitOk;
+}
+
+}  // namespace clusterprof::cli

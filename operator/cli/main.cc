@@ -1,0 +1,44 @@
+// clusterprof: the command line tool. Parses flags and runs a subcommand from commands.h.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "common/logging.h"
+#include "operator/cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("clusterprof 0.1.0"));
+
+  clusterprof::cli::ConvertOptions convert;
+  CLI::App* convert_cmd =
+      app.add_subcommand("convert", "Convert an .xplane.pb into Chrome trace JSON for Perfetto");
+  convert_cmd->add_option("input", convert.input, "The .xplane.pb file")->required();
+  convert_cmd->add_option("-o,--output", convert.output,
+                          "Output file (default: <input>.trace.json.gz; *.json is written "
+                          "uncompressed; - writes JSON to stdout)");
+  convert_cmd->add_flag("--perfetto", convert.perfetto,
+                        "Leave out the top-level metadata key (perfetto_trace.json.gz shape)");
+  convert_cmd->add_option("--gzip-level", convert.gzip_level, "gzip level, 0-9")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
+
+  clusterprof::cli::InspectOptions inspect;
+  CLI::App* inspect_cmd = app.add_subcommand(
+      "inspect", "Summarize a run directory, a logdir or an .xplane.pb file");
+  inspect_cmd->add_option("path", inspect.path, "Run directory, logdir or .xplane.pb file")
+      ->required();
+  inspect_cmd->add_option("--top", inspect.top, "How many top events to list")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  inspect_cmd->add_option("--max-lines", inspect.max_lines, "Lines listed per plane")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+
+  CLI11_PARSE(app, argc, argv);
+  (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
+
+  if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
+  if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
+  return clusterprof::cli::kExitUsage;
+}
