@@ -36,6 +36,13 @@ std::string DefaultOutput(std::string_view input) {
   return StrCat(stem, storage::kTraceJsonSuffix);
 }
 
+std::string FormatBytes(uint64_t bytes) {
+  if (bytes >= 1'000'000'000) return fmt::format("{:.2f} GB", bytes / 1e9);
+  if (bytes >= 1'000'000) return fmt::format("{:.1f} MB", bytes / 1e6);
+  if (bytes >= 1'000) return fmt::format("{:.1f} kB", bytes / 1e3);
+  return fmt::format("{} B", bytes);
+}
+
 }  // namespace
 
 int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err) {
@@ -91,9 +98,9 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  out << fmt::format("wrote {} ({} events, {} counter samples, {:.1f} MB JSON -> {:.1f} MB) in {:.2f} s\n",
+  out << fmt::format("wrote {} ({} events, {} counter samples; {} of JSON, {} on disk) in {:.2f} s\n",
                      info->uri, stats->complete_events, stats->counter_events,
-                     stats->bytes / 1e6, info->bytes / 1e6, seconds);
+                     FormatBytes(stats->bytes), FormatBytes(info->bytes), seconds);
   out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
   return kExitOk;
 }

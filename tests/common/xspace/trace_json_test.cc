@@ -1,0 +1,176 @@
+#include "common/xspace/trace_json.h"
+
+#include <string>
+
+#include "common/io/byte_sink.h"
+#include "common/io/gzip_sink.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/xspace_samples.h"
+
+namespace clusterprof::xspace {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string ToJson(const XSpace& space, const TraceJsonOptions& options = {}) {
+  io::StringSink sink;
+  auto stats = WriteTraceJson(space, &sink, options);
+  EXPECT_TRUE(stats.ok()) << stats.status();
+  return sink.Release();
+}
+
+TEST(TraceJsonTest, SmallXSpaceMatchesGolden) {
+  const std::string golden = testing::ReadFileOrDie(
+      std::string(CLUSTERPROF_SOURCE_DIR) + "/tests/data/golden/small_xspace.trace.json");
+  const std::string actual = ToJson(testing::SmallXSpace());
+  if (actual != golden) {
+    testing::WriteFileOrDie(std::string(CLUSTERPROF_BINARY_DIR) + "/small_xspace.trace.json",
+                            actual);
+  }
+  EXPECT_EQ(actual, golden) << "actual output written to " CLUSTERPROF_BINARY_DIR
+                               "/small_xspace.trace.json";
+}
+
+TEST(TraceJsonTest, Stats) {
+  io::CountingSink sink;
+  auto stats = WriteTraceJson(testing::SmallXSpace(), &sink);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->complete_events, 6);
+  EXPECT_EQ(stats->counter_events, 2);
+  EXPECT_EQ(stats->flow_events, 2);
+  EXPECT_EQ(stats->bytes, sink.bytes());
+}
+
+TEST(TraceJsonTest, PerfettoShapeHasNoMetadataKey) {
+  const std::string json = ToJson(testing::SmallXSpace(), {.include_metadata = false});
+  EXPECT_THAT(json, Not(HasSubstr("\"metadata\"")));
+  EXPECT_THAT(json, HasSubstr("{\"displayTimeUnit\":\"ns\",\"traceEvents\":["));
+}
+
+TEST(TraceJsonTest, EmptySpaceIsValidJson) {
+  EXPECT_EQ(ToJson(XSpace(), {.newline_per_event = false}),
+            "{\"displayTimeUnit\":\"ns\",\"metadata\":{\"highres-ticks\":true},"
+            "\"traceEvents\":[{}]}");
+}
+
+TEST(TraceJsonTest, TimestampsAreExactMicroseconds) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  XLineBuilder line = plane.GetOrCreateLine(1);
+  line.SetTimestampNs(1'767'225'600'123'456'789);
+  XEventBuilder e = line.AddEvent(*plane.GetOrCreateEventMetadata("e"));
+  e.SetOffsetPs(1);  // one picosecond after the line start
+  e.SetDurationPs(1'000'001);
+  const std::string json = ToJson(space);
+  EXPECT_THAT(json, HasSubstr("\"ts\":1767225600123456.789001,\"dur\":1.000001,"));
+}
+
+TEST(TraceJsonTest, NegativeOffsetBorrowsFromTheLineStart) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  XLineBuilder line = plane.GetOrCreateLine(1);
+  line.SetTimestampNs(2'000);
+  XEventBuilder e = line.AddEvent(*plane.GetOrCreateEventMetadata("e"));
+  e.SetOffsetPs(-500);
+  EXPECT_THAT(ToJson(space), HasSubstr("\"ts\":1.9995,\"dur\":0,"));
+}
+
+TEST(TraceJsonTest, EscapesNamesAndReplacesInvalidUtf8) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  XLineBuilder line = plane.GetOrCreateLine(1);
+  line.SetName("tab\there");
+  line.AddEvent(*plane.GetOrCreateEventMetadata("q\"b\\s\n\x01 \xff ok \xc3\xa9"));
+  const std::string json = ToJson(space);
+  EXPECT_THAT(json, HasSubstr("\"name\":\"q\\\"b\\\\s\\n\\u0001 \\ufffd ok \xc3\xa9\""));
+  EXPECT_THAT(json, HasSubstr("\"args\":{\"name\":\"tab\\there\"}"));
+}
+
+TEST(TraceJsonTest, DisplayNameWinsAndKeepsLongName) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  XEventMetadata* md = plane.GetOrCreateEventMetadata("very/long/op/name");
+  md->set_display_name("name");
+  plane.GetOrCreateLine(1).AddEvent(*md);
+  EXPECT_THAT(ToJson(space),
+              HasSubstr("\"name\":\"name\",\"args\":{\"long_name\":\"very/long/op/name\"}"));
+}
+
+TEST(TraceJsonTest, ExtraHostPlanesGetTheirOwnPids) {
+  XSpace space;
+  for (int i = 0; i < 2; ++i) {
+    XPlaneBuilder plane(space.add_planes());
+    plane.SetName(kHostThreadsPlaneName);
+    plane.GetOrCreateLine(1).AddEvent(*plane.GetOrCreateEventMetadata("e"));
+  }
+  const std::string json = ToJson(space);
+  EXPECT_THAT(json, HasSubstr("{\"ph\":\"X\",\"pid\":701,\"tid\":1,"));
+  EXPECT_THAT(json, HasSubstr("{\"ph\":\"X\",\"pid\":702,\"tid\":1,"));
+}
+
+TEST(TraceJsonTest, AggregatedEventsAreSkipped) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  plane.GetOrCreateLine(1).AddEvent(*plane.GetOrCreateEventMetadata("agg")).SetNumOccurrences(3);
+  io::StringSink sink;
+  auto stats = WriteTraceJson(space, &sink);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->complete_events, 0);
+  EXPECT_EQ(stats->skipped_events, 1);
+}
+
+TEST(TraceJsonTest, SparseMetadataIdsResolve) {
+  XSpace space;
+  XPlane* plane = space.add_planes();
+  plane->set_name(std::string(kHostThreadsPlaneName));
+  auto& md = (*plane->mutable_event_metadata())[1'000'000'007];
+  md.set_id(1'000'000'007);
+  md.set_name("sparse");
+  XLine* line = plane->add_lines();
+  line->add_events()->set_metadata_id(1'000'000'007);
+  line->add_events()->set_metadata_id(5);  // no such metadata: empty name, no crash
+  const std::string json = ToJson(space);
+  EXPECT_THAT(json, HasSubstr("\"name\":\"sparse\""));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"\""));
+}
+
+class FailingSink final : public io::ByteSink {
+ public:
+  absl::Status Append(std::string_view) override {
+    return absl::ResourceExhaustedError("disk full");
+  }
+};
+
+TEST(TraceJsonTest, SinkErrorIsReturned) {
+  FailingSink sink;
+  auto stats = WriteTraceJson(testing::SyntheticXSpace(2, 50'000), &sink);
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(TraceJsonTest, LargeOutputStreamsThroughGzip) {
+  const XSpace space = testing::SyntheticXSpace(4, 100'000);
+  io::StringSink compressed;
+  io::GzipSink gzip(&compressed);
+  auto stats = WriteTraceJson(space, &gzip);
+  ASSERT_TRUE(stats.ok());
+  ASSERT_TRUE(gzip.Finish().ok());
+  EXPECT_EQ(stats->complete_events, 400'000);
+  std::string json;
+  ASSERT_TRUE(io::GunzipString(compressed.data(), &json).ok());
+  EXPECT_EQ(json.size(), stats->bytes);
+  EXPECT_EQ(json, ToJson(space));
+  EXPECT_LT(compressed.data().size(), json.size() / 5);
+}
+
+}  // namespace
+}  // namespace clusterprof::xspace
