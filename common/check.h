@@ -25,9 +25,9 @@ struct Voidify {
 
 }  // namespace clusterprof::internal
 
-#define CLUSTERPROF_CHECK(condition)                  \
-  (condition) ? (void)0                               \
-              : ::clusterprof::internal::Voidify() &  \
+#define CLUSTERPROF_CHECK(condition)                 \
+  (condition) ? (void)0                              \
+              : ::clusterprof::internal::Voidify() & \
                     ::clusterprof::internal::CheckFailure(__FILE__, __LINE__, #condition).stream()
 
 #endif  // CLUSTERPROF_COMMON_CHECK_H_

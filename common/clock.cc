@@ -63,9 +63,8 @@ int64_t SimulatedClock::MonotonicNs() const {
 void SimulatedClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
   absl::MutexLock lock(&mu_);
   ++sleepers_;
-  auto reached = [this, deadline_ns]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return monotonic_ns_ >= deadline_ns;
-  };
+  auto reached = [this, deadline_ns]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return monotonic_ns_ >= deadline_ns; };
   mu_.Await(absl::Condition(&reached));
   --sleepers_;
 }
@@ -73,9 +72,8 @@ void SimulatedClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
 void SimulatedClock::SleepUntilWallNs(int64_t deadline_ns) {
   absl::MutexLock lock(&mu_);
   ++sleepers_;
-  auto reached = [this, deadline_ns]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return wall_ns_ >= deadline_ns;
-  };
+  auto reached = [this, deadline_ns]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wall_ns_ >= deadline_ns; };
   mu_.Await(absl::Condition(&reached));
   --sleepers_;
 }

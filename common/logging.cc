@@ -8,10 +8,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/strings.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "common/strings.h"
 
 namespace clusterprof {
 namespace {
@@ -50,7 +50,8 @@ class JsonLogFormatter final : public spdlog::formatter {
  public:
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     const absl::Time time = absl::FromChrono(msg.time);
-    const std::string timestamp = absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", time, absl::UTCTimeZone());
+    const std::string timestamp =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", time, absl::UTCTimeZone());
     dest.append(std::string_view("{\"time\":\""));
     dest.append(timestamp);
     dest.append(std::string_view("\",\"level\":\""));
@@ -96,8 +97,8 @@ absl::Status InitLogging(LogFormat format, std::string_view level) {
   if (format == LogFormat::kAuto) {
     format = isatty(STDERR_FILENO) ? LogFormat::kText : LogFormat::kJson;
   }
-  auto logger = std::make_shared<spdlog::logger>(
-      "", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
+  auto logger =
+      std::make_shared<spdlog::logger>("", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
   if (format == LogFormat::kJson) {
     logger->set_formatter(NewJsonLogFormatter());
   } else {

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <string>
+
 #include "common/strings.h"
 
 namespace clusterprof {

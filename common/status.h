@@ -25,11 +25,11 @@ absl::Status ErrnoToStatus(int errno_value, std::string_view operation, std::str
 #define CLUSTERPROF_STATUS_CONCAT_(a, b) CLUSTERPROF_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the enclosing function when `expr` (an absl::Status) is not OK.
-#define CLUSTERPROF_RETURN_IF_ERROR(expr)                        \
-  do {                                                           \
-    if (absl::Status _cp_status = (expr); !_cp_status.ok()) {    \
-      return _cp_status;                                         \
-    }                                                            \
+#define CLUSTERPROF_RETURN_IF_ERROR(expr)                     \
+  do {                                                        \
+    if (absl::Status _cp_status = (expr); !_cp_status.ok()) { \
+      return _cp_status;                                      \
+    }                                                         \
   } while (0)
 
 // CLUSTERPROF_ASSIGN_OR_RETURN(auto x, MakeX()); assigns the value of an absl::StatusOr or

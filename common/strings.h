@@ -30,8 +30,8 @@ inline void AppendPiece(std::string& out, const char* piece) { out.append(piece)
 inline void AppendPiece(std::string& out, const std::string& piece) { out.append(piece); }
 inline void AppendPiece(std::string& out, char c) { out.push_back(c); }
 template <typename T>
-  requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char> && !std::is_same_v<T, bool>)
-void AppendPiece(std::string& out, T value) {
+requires(std::is_arithmetic_v<T> && !std::is_same_v<T, char> &&
+         !std::is_same_v<T, bool>) void AppendPiece(std::string& out, T value) {
   char buffer[32];
   out.append(buffer, std::to_chars(buffer, buffer + sizeof(buffer), value).ptr);
 }
@@ -59,7 +59,9 @@ std::vector<std::string_view> SplitSkipEmpty(std::string_view s, char separator)
 // Whitespace (ASCII) trimmed from both ends.
 std::string_view StripAsciiWhitespace(std::string_view s);
 
-inline bool StartsWith(std::string_view s, std::string_view prefix) { return s.starts_with(prefix); }
+inline bool StartsWith(std::string_view s, std::string_view prefix) {
+  return s.starts_with(prefix);
+}
 inline bool EndsWith(std::string_view s, std::string_view suffix) { return s.ends_with(suffix); }
 
 // Removes `prefix` / `suffix` when present; returns whether it did.

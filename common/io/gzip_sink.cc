@@ -1,11 +1,14 @@
 #include "common/io/gzip_sink.h"
 
+#include <isa-l/igzip_lib.h>
 #include <zlib.h>
 
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/check.h"
+#include "common/status.h"
 #include "common/strings.h"
 
 namespace clusterprof::io {
@@ -18,27 +21,78 @@ constexpr size_t kOutputChunk = 256 * 1024;
 }  // namespace
 
 struct GzipSink::State {
-  z_stream stream{};
-  bool initialized = false;
+  bool use_isal = false;
+  z_stream zlib{};
+  bool zlib_initialized = false;
+  isal_zstream isal{};
+  std::vector<uint8_t> isal_level_buffer;
 };
 
 GzipSink::GzipSink(ByteSink* out, int level) : out_(out), state_(std::make_unique<State>()) {
-  const int rc = deflateInit2(&state_->stream, level, Z_DEFLATED, kGzipWindowBits,
+  output_.resize(kOutputChunk);
+  if (level < 0 || level > 9) {
+    status_ = absl::InvalidArgumentError(StrCat("gzip level must be 0 to 9, not ", level));
+    return;
+  }
+  if (level >= 1 && level <= 3) {
+    state_->use_isal = true;
+    isal_zstream& zs = state_->isal;
+    isal_deflate_init(&zs);
+    zs.level = static_cast<uint32_t>(level);
+    const size_t buffer_size = level == 1   ? ISAL_DEF_LVL1_DEFAULT
+                               : level == 2 ? ISAL_DEF_LVL2_DEFAULT
+                                            : ISAL_DEF_LVL3_DEFAULT;
+    state_->isal_level_buffer.resize(buffer_size);
+    zs.level_buf = state_->isal_level_buffer.data();
+    zs.level_buf_size = static_cast<uint32_t>(buffer_size);
+    zs.gzip_flag = IGZIP_GZIP;
+    zs.flush = NO_FLUSH;
+    return;
+  }
+  const int rc = deflateInit2(&state_->zlib, level, Z_DEFLATED, kGzipWindowBits,
                               /*memLevel=*/8, Z_DEFAULT_STRATEGY);
   if (rc != Z_OK) {
     status_ = absl::InternalError(StrCat("zlib deflateInit2 failed with code ", rc));
     return;
   }
-  state_->initialized = true;
-  output_.resize(kOutputChunk);
+  state_->zlib_initialized = true;
 }
 
 GzipSink::~GzipSink() {
-  if (state_->initialized) deflateEnd(&state_->stream);
+  if (state_->zlib_initialized) deflateEnd(&state_->zlib);
+}
+
+absl::Status GzipSink::Emit(size_t produced) {
+  if (produced == 0) return absl::OkStatus();
+  bytes_out_ += produced;
+  return out_->Append(std::string_view(output_.data(), produced));
 }
 
 absl::Status GzipSink::Deflate(const char* data, size_t size, bool finish) {
-  z_stream& zs = state_->stream;
+  return state_->use_isal ? DeflateIsal(data, size, finish) : DeflateZlib(data, size, finish);
+}
+
+absl::Status GzipSink::DeflateIsal(const char* data, size_t size, bool finish) {
+  isal_zstream& zs = state_->isal;
+  zs.next_in = reinterpret_cast<uint8_t*>(const_cast<char*>(data));
+  zs.avail_in = static_cast<uint32_t>(size);
+  zs.end_of_stream = finish ? 1 : 0;
+  while (true) {
+    zs.next_out = reinterpret_cast<uint8_t*>(output_.data());
+    zs.avail_out = static_cast<uint32_t>(output_.size());
+    const int rc = isal_deflate(&zs);
+    if (rc != COMP_OK) return absl::InternalError(StrCat("isa-l deflate failed with code ", rc));
+    CLUSTERPROF_RETURN_IF_ERROR(Emit(output_.size() - zs.avail_out));
+    if (finish) {
+      if (zs.internal_state.state == ZSTATE_END) return absl::OkStatus();
+    } else if (zs.avail_in == 0) {
+      return absl::OkStatus();
+    }
+  }
+}
+
+absl::Status GzipSink::DeflateZlib(const char* data, size_t size, bool finish) {
+  z_stream& zs = state_->zlib;
   zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
   zs.avail_in = static_cast<uInt>(size);
   const int flush = finish ? Z_FINISH : Z_NO_FLUSH;
@@ -47,13 +101,7 @@ absl::Status GzipSink::Deflate(const char* data, size_t size, bool finish) {
     zs.avail_out = static_cast<uInt>(output_.size());
     const int rc = deflate(&zs, flush);
     if (rc == Z_STREAM_ERROR) return absl::InternalError("zlib deflate failed: stream error");
-    const size_t produced = output_.size() - zs.avail_out;
-    if (produced > 0) {
-      bytes_out_ += produced;
-      if (absl::Status s = out_->Append(std::string_view(output_.data(), produced)); !s.ok()) {
-        return s;
-      }
-    }
+    CLUSTERPROF_RETURN_IF_ERROR(Emit(output_.size() - zs.avail_out));
     if (finish) {
       if (rc == Z_STREAM_END) return absl::OkStatus();
     } else if (zs.avail_in == 0 && zs.avail_out != 0) {
@@ -105,7 +153,7 @@ absl::Status GunzipString(std::string_view compressed, std::string* out) {
     }
     if (rc != Z_OK) {
       status = absl::DataLossError(StrCat("gzip data is corrupt or truncated (zlib code ", rc,
-                                                zs.msg ? StrCat(": ", zs.msg) : "", ")"));
+                                          zs.msg ? StrCat(": ", zs.msg) : "", ")"));
       break;
     }
     if (zs.avail_in == 0 && zs.avail_out != 0) {

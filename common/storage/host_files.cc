@@ -3,10 +3,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/io/gzip_sink.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"
-#include "common/strings.h"
 
 namespace clusterprof::storage {
 
@@ -20,8 +20,8 @@ absl::StatusOr<HostFiles> WriteHostFiles(Storage& storage, const RunLayout& layo
   {
     const std::string path = layout.XPlanePath(stem);
     CLUSTERPROF_ASSIGN_OR_RETURN(auto writer, storage.NewWriter(path));
-    CLUSTERPROF_RETURN_IF_ERROR(Annotate(xspace::WriteXSpace(space, writer.get()),
-                                         StrCat("writing ", path)));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Annotate(xspace::WriteXSpace(space, writer.get()), StrCat("writing ", path)));
     CLUSTERPROF_ASSIGN_OR_RETURN(files.xplane, writer->Commit());
   }
   if (options.write_trace_json) {

@@ -99,8 +99,10 @@ class LocalObjectWriter final : public ObjectWriter {
     if (status_.ok() && options_.sync && fsync(fd_) != 0) {
       status_ = ErrnoToStatus(errno, "cannot fsync", temp_path_);
     }
-    if (status_.ok() && close(fd_) != 0) status_ = ErrnoToStatus(errno, "cannot close", temp_path_);
-    else if (!status_.ok()) close(fd_);
+    if (status_.ok() && close(fd_) != 0)
+      status_ = ErrnoToStatus(errno, "cannot close", temp_path_);
+    else if (!status_.ok())
+      close(fd_);
     fd_ = -1;
     if (status_.ok() && rename(temp_path_.c_str(), path_.c_str()) != 0) {
       status_ = ErrnoToStatus(errno, StrCat("cannot rename ", temp_path_, " to"), path_);
@@ -257,9 +259,9 @@ absl::StatusOr<std::unique_ptr<Storage>> NewStorageForLogdir(const Logdir& logdi
     case Logdir::Kind::kLocal:
       return NewLocalStorage();
     case Logdir::Kind::kGcs:
-      return absl::UnimplementedError(StrCat(
-          "logdir ", logdir.uri, ": gs:// logdirs are not supported by this build yet; "
-          "use a local directory"));
+      return absl::UnimplementedError(StrCat("logdir ", logdir.uri,
+                                             ": gs:// logdirs are not supported by this build yet; "
+                                             "use a local directory"));
   }
   return absl::InternalError("unknown logdir kind");
 }

@@ -4,12 +4,12 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/escaping.h"
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -64,16 +64,16 @@ absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd) 
     const size_t slash = text.find('/');
     logdir.bucket = std::string(text.substr(0, slash));
     if (!IsValidBucketName(logdir.bucket)) {
-      return absl::InvalidArgumentError(StrCat(
-          "logdir '", original, "' has an invalid bucket name '", logdir.bucket,
-          "': bucket names are 3-63 lowercase letters, digits, '-', '_' or '.'"));
+      return absl::InvalidArgumentError(
+          StrCat("logdir '", original, "' has an invalid bucket name '", logdir.bucket,
+                 "': bucket names are 3-63 lowercase letters, digits, '-', '_' or '.'"));
     }
     std::vector<std::string> parts;
     if (slash != std::string_view::npos) {
       for (std::string_view part : SplitSkipEmpty(text.substr(slash + 1), '/')) {
         if (part == "." || part == "..") {
-          return absl::InvalidArgumentError(StrCat(
-              "logdir '", original, "' contains a '", part, "' component, which GCS does not resolve"));
+          return absl::InvalidArgumentError(StrCat("logdir '", original, "' contains a '", part,
+                                                   "' component, which GCS does not resolve"));
         }
         parts.emplace_back(part);
       }
@@ -89,9 +89,9 @@ absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd) 
           "logdir '", original, "' is a file:// URI without an absolute path (use file:///dir)"));
     }
   } else if (const size_t scheme = text.find("://"); scheme != std::string_view::npos) {
-    return absl::InvalidArgumentError(StrCat(
-        "logdir '", original, "' has an unsupported scheme '", text.substr(0, scheme),
-        "': use a local path, file:// or gs://"));
+    return absl::InvalidArgumentError(StrCat("logdir '", original, "' has an unsupported scheme '",
+                                             text.substr(0, scheme),
+                                             "': use a local path, file:// or gs://"));
   }
   std::string absolute;
   if (StartsWith(text, "/")) {
@@ -101,7 +101,8 @@ absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd) 
     if (base.empty()) {
       std::error_code ec;
       base = std::filesystem::current_path(ec).string();
-      if (ec) return absl::InternalError(StrCat("cannot read the current directory: ", ec.message()));
+      if (ec)
+        return absl::InternalError(StrCat("cannot read the current directory: ", ec.message()));
     }
     absolute = StrCat(base, "/", text);
   }
@@ -121,13 +122,13 @@ absl::Status ValidatePathComponent(std::string_view what, std::string_view value
   }
   for (unsigned char c : value) {
     if (c == '/' || c == '\\') {
-      return absl::InvalidArgumentError(StrCat(
-          what, " '", absl::CHexEscape(AbslView(value)),
-          "' contains a path separator; it must be a single path component"));
+      return absl::InvalidArgumentError(
+          StrCat(what, " '", absl::CHexEscape(AbslView(value)),
+                 "' contains a path separator; it must be a single path component"));
     }
     if (c < 0x20 || c == 0x7f) {
-      return absl::InvalidArgumentError(StrCat(
-          what, " '", absl::CHexEscape(AbslView(value)), "' contains a control character"));
+      return absl::InvalidArgumentError(
+          StrCat(what, " '", absl::CHexEscape(AbslView(value)), "' contains a control character"));
     }
   }
   return absl::OkStatus();
@@ -152,9 +153,9 @@ absl::StatusOr<RunLayout> RunLayout::FromRepositoryRoot(std::string_view reposit
   CLUSTERPROF_ASSIGN_OR_RETURN(Logdir root, ParseLogdir(repository_root));
   std::string_view uri = root.uri;
   if (!ConsumeSuffix(&uri, StrCat("/", kProfilePluginDir))) {
-    return absl::InvalidArgumentError(StrCat(
-        "repository_root '", repository_root, "' does not end in /", kProfilePluginDir,
-        ": TensorBoard and XProf only find runs under <logdir>/", kProfilePluginDir));
+    return absl::InvalidArgumentError(
+        StrCat("repository_root '", repository_root, "' does not end in /", kProfilePluginDir,
+               ": TensorBoard and XProf only find runs under <logdir>/", kProfilePluginDir));
   }
   CLUSTERPROF_ASSIGN_OR_RETURN(Logdir logdir, ParseLogdir(uri));
   return Create(std::move(logdir), run);
@@ -162,9 +163,7 @@ absl::StatusOr<RunLayout> RunLayout::FromRepositoryRoot(std::string_view reposit
 
 std::string RunLayout::RepositoryRoot() const { return logdir_.Join(kProfilePluginDir); }
 
-std::string RunLayout::RunDir() const {
-  return StrCat(RepositoryRoot(), "/", run_);
-}
+std::string RunLayout::RunDir() const { return StrCat(RepositoryRoot(), "/", run_); }
 
 std::string RunLayout::XPlanePath(std::string_view host_stem) const {
   return StrCat(RunDir(), "/", host_stem, kXPlaneSuffix);

@@ -1,4 +1,4 @@
-// Logdirs and the TensorBoard/XProf run layout inside them (PROTOCOL.md, "Files that
+// Logdirs and the TensorBoard/XProf run layout inside them (docs/protocol.md, "Files that
 // TensorBoard/XProf read"):
 //
 //   <logdir>/plugins/profile/<run>/<host>.xplane.pb

@@ -80,7 +80,8 @@ class Storage {
 };
 
 // Writes `data` to `uri` and commits it.
-absl::StatusOr<ObjectInfo> WriteObject(Storage& storage, std::string_view uri, std::string_view data);
+absl::StatusOr<ObjectInfo> WriteObject(Storage& storage, std::string_view uri,
+                                       std::string_view data);
 // Reads the whole object; for small files (manifests, tests).
 absl::StatusOr<std::string> ReadObject(Storage& storage, std::string_view uri);
 

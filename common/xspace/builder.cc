@@ -112,7 +112,8 @@ void SortXSpace(XSpace* space) {
       auto* events = line.mutable_events();
       std::stable_sort(events->pointer_begin(), events->pointer_end(),
                        [](const XEvent* a, const XEvent* b) {
-                         if (a->offset_ps() != b->offset_ps()) return a->offset_ps() < b->offset_ps();
+                         if (a->offset_ps() != b->offset_ps())
+                           return a->offset_ps() < b->offset_ps();
                          return a->duration_ps() > b->duration_ps();
                        });
     }

@@ -10,7 +10,6 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
-
 #include <variant>
 
 #include "absl/container/flat_hash_map.h"
@@ -98,9 +97,7 @@ class XEventBuilder : public XStatsBuilder<XEvent> {
   void SetNumOccurrences(int64_t count) { owner_->set_num_occurrences(count); }
   void SetDurationPs(int64_t duration_ps) { owner_->set_duration_ps(duration_ps); }
   void SetDurationNs(int64_t duration_ns) { owner_->set_duration_ps(duration_ns * 1000); }
-  void SetEndTimestampNs(int64_t end_ns) {
-    owner_->set_duration_ps(end_ns * 1000 - TimestampPs());
-  }
+  void SetEndTimestampNs(int64_t end_ns) { owner_->set_duration_ps(end_ns * 1000 - TimestampPs()); }
   XEvent* proto() { return owner_; }
 
  private:
@@ -118,9 +115,7 @@ class XLineBuilder {
   void SetNameIfEmpty(std::string_view name) {
     if (line_->name().empty()) SetName(name);
   }
-  void SetDisplayName(std::string_view name) {
-    line_->set_display_name(name.data(), name.size());
-  }
+  void SetDisplayName(std::string_view name) { line_->set_display_name(name.data(), name.size()); }
   void SetDisplayId(int64_t id) { line_->set_display_id(id); }
   void SetTimestampNs(int64_t timestamp_ns) { line_->set_timestamp_ns(timestamp_ns); }
   void SetDurationPs(int64_t duration_ps) { line_->set_duration_ps(duration_ps); }

@@ -1,4 +1,4 @@
-// Names that give an XSpace its meaning to XProf, TensorBoard and Perfetto (PROTOCOL.md).
+// Names that give an XSpace its meaning to XProf, TensorBoard and Perfetto (docs/protocol.md).
 #ifndef CLUSTERPROF_COMMON_XSPACE_SCHEMA_H_
 #define CLUSTERPROF_COMMON_XSPACE_SCHEMA_H_
 
@@ -59,7 +59,7 @@ inline constexpr std::string_view kDeviceVendorNvidia = "Nvidia";
 inline constexpr std::string_view kCounterLineName = "Counters";
 inline constexpr std::string_view kCounterValue = "value";
 
-// Trace JSON process ids (PROTOCOL.md): host threads use a fixed pid; device plane n uses 1 + n.
+// Trace JSON process ids (docs/protocol.md): host threads use a fixed pid; device plane n uses 1 + n.
 inline constexpr int kHostThreadsPid = 701;
 inline constexpr int kFirstDevicePid = 1;
 // Further /host:CPU planes (e.g. a framework's own, merged beside ours) and other planes with
@@ -67,7 +67,7 @@ inline constexpr int kFirstDevicePid = 1;
 inline constexpr int kFirstExtraHostPid = 702;
 inline constexpr int kFirstOtherPlanePid = 801;
 
-// Upstream caps (PROTOCOL.md); beyond them events are dropped and counted.
+// Upstream caps (docs/protocol.md); beyond them events are dropped and counted.
 inline constexpr long kMaxTraceViewerEvents = 1'000'000;
 
 }  // namespace clusterprof::xspace

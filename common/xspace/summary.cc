@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "common/xspace/schema.h"
 #include "common/strings.h"
+#include "common/xspace/schema.h"
 
 namespace clusterprof::xspace {
 
@@ -82,11 +82,11 @@ SpaceSummary Summarize(const XSpace& space, int top_n) {
         end_ns = std::max(end_ns, stop_ns);
         if (line.name() == kCounterLineName) continue;
         auto md = plane.event_metadata().find(event.metadata_id());
-        const std::string& name = md == plane.event_metadata().end()
-                                      ? std::string()
-                                      : (md->second.display_name().empty()
-                                             ? md->second.name()
-                                             : md->second.display_name());
+        const std::string& name =
+            md == plane.event_metadata().end()
+                ? std::string()
+                : (md->second.display_name().empty() ? md->second.name()
+                                                     : md->second.display_name());
         EventTotal& total = totals[StrCat(plane.name(), "\t", name)];
         if (total.count == 0) total.name = name;
         ++total.count;
@@ -121,45 +121,42 @@ std::string FormatSummary(const SpaceSummary& s, const std::string& source,
   StrAppend(&out, "\n  events:   ", s.events, "\n");
   if (s.events > 0) {
     StrAppend(&out, "  span:     ", FormatInstant(s.begin_ns), " + ",
-                    FormatDurationPs((s.end_ns - s.begin_ns) * 1000), "\n");
+              FormatDurationPs((s.end_ns - s.begin_ns) * 1000), "\n");
   }
   if (s.profile_start_ns != 0) {
     StrAppend(&out, "  capture:  ", FormatInstant(s.profile_start_ns), " + ",
-                    FormatDurationPs((s.profile_stop_ns - s.profile_start_ns) * 1000), "\n");
+              FormatDurationPs((s.profile_stop_ns - s.profile_start_ns) * 1000), "\n");
   }
   for (const std::string& w : s.warnings) StrAppend(&out, "  warning:  ", w, "\n");
   for (const std::string& e : s.errors) StrAppend(&out, "  error:    ", e, "\n");
 
-  StrAppend(&out, "\n  ", absl::StrFormat("%-6s %-32s %8s %10s", "plane", "name", "lines",
-                                                 "events"),
-                  "\n");
+  StrAppend(&out, "\n  ",
+            absl::StrFormat("%-6s %-32s %8s %10s", "plane", "name", "lines", "events"), "\n");
   for (const PlaneSummary& p : s.planes) {
-    StrAppend(&out, "  ", absl::StrFormat("%-6d %-32s %8d %10d", p.id, p.name,
-                                                 p.lines.size(), p.events),
-                    "\n");
+    StrAppend(&out, "  ",
+              absl::StrFormat("%-6d %-32s %8d %10d", p.id, p.name, p.lines.size(), p.events), "\n");
     int shown = 0;
     for (const LineSummary& l : p.lines) {
       if (shown++ == max_lines_per_plane) {
-        StrAppend(&out, "           ... ", p.lines.size() - max_lines_per_plane,
-                        " more lines\n");
+        StrAppend(&out, "           ... ", p.lines.size() - max_lines_per_plane, " more lines\n");
         break;
       }
-      StrAppend(&out, "    ", absl::StrFormat("line %-10d %-30s %10d", l.id,
-                                                     l.name.empty() ? "-" : l.name, l.events),
-                      "\n");
+      StrAppend(
+          &out, "    ",
+          absl::StrFormat("line %-10d %-30s %10d", l.id, l.name.empty() ? "-" : l.name, l.events),
+          "\n");
     }
   }
   if (!s.top_events.empty()) {
     StrAppend(&out, "\n  top events by total time\n  ",
-                    absl::StrFormat("%-40s %10s %14s %14s", "name", "count", "total", "average"),
-                    "\n");
+              absl::StrFormat("%-40s %10s %14s %14s", "name", "count", "total", "average"), "\n");
     for (const EventTotal& e : s.top_events) {
       std::string name = e.name.size() > 40 ? e.name.substr(0, 37) + "..." : e.name;
       StrAppend(&out, "  ",
-                      absl::StrFormat("%-40s %10d %14s %14s", name.empty() ? "-" : name, e.count,
-                                      FormatDurationPs(e.total_ps),
-                                      FormatDurationPs(e.count ? e.total_ps / e.count : 0)),
-                      "\n");
+                absl::StrFormat("%-40s %10d %14s %14s", name.empty() ? "-" : name, e.count,
+                                FormatDurationPs(e.total_ps),
+                                FormatDurationPs(e.count ? e.total_ps / e.count : 0)),
+                "\n");
     }
   }
   return out;

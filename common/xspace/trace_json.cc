@@ -10,9 +10,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "common/xspace/json_escape.h"
 #include "common/xspace/schema.h"
-#include "common/strings.h"
 
 namespace clusterprof::xspace {
 namespace {
@@ -125,11 +125,11 @@ void PutDuration(Output& out, int64_t duration_ps) {
 
 // Per-plane lookup tables, built once so the event loop does no hashing or escaping of names.
 struct StatInfo {
-  std::string key_json;   // "\"name\":" escaped
-  std::string name_json;  // "\"name\"" escaped, for ref values
-  bool internal = false;  // name starts with '_'
-  bool producer = false;  // "_p"
-  bool consumer = false;  // "_c"
+  std::string key_json;     // "\"name\":" escaped
+  std::string name_json;    // "\"name\"" escaped, for ref values
+  bool internal = false;    // name starts with '_'
+  bool producer = false;    // "_p"
+  bool consumer = false;    // "_c"
   bool value_stat = false;  // "value", for counters
 };
 
@@ -240,8 +240,7 @@ class PlaneWriter {
   void AppendStatArg(const XStat& stat, std::string* args) {
     StatInfoEntry* info = stat_table_.Find(stat.metadata_id());
     if (info == nullptr || info->internal) return;
-    if (stat.value_case() == XStat::kBytesValue ||
-        stat.value_case() == XStat::VALUE_NOT_SET) {
+    if (stat.value_case() == XStat::kBytesValue || stat.value_case() == XStat::VALUE_NOT_SET) {
       return;
     }
     if (!args->empty()) args->push_back(',');
@@ -318,8 +317,8 @@ class PlaneWriter {
     WriteMetadataEvent("thread_sort_index", "\"sort_index\":" + tid_text, &tid_text);
 
     // {"ph":"X","pid":P,"tid":T,"ts":
-    const std::string prefix = "{\"ph\":\"X\",\"pid\":" + pid_text_ + ",\"tid\":" + tid_text +
-                               ",\"ts\":";
+    const std::string prefix =
+        "{\"ph\":\"X\",\"pid\":" + pid_text_ + ",\"tid\":" + tid_text + ",\"ts\":";
     const std::string_view suffix = options_.newline_per_event ? "},\n" : "},";
     const int64_t line_ns = line.timestamp_ns();
     std::string args;
@@ -329,8 +328,8 @@ class PlaneWriter {
         continue;
       }
       const EventInfo* info = event_table_.Find(event.metadata_id());
-      const std::string_view name_json = info != nullptr ? std::string_view(info->name_json)
-                                                         : std::string_view(",\"name\":\"\"");
+      const std::string_view name_json =
+          info != nullptr ? std::string_view(info->name_json) : std::string_view(",\"name\":\"\"");
       // Args and the flow binding, from the event's own stats.
       args.clear();
       if (info != nullptr) args = info->args_json;
@@ -343,7 +342,8 @@ class PlaneWriter {
         if (stat_info->producer || stat_info->consumer) {
           uint64_t id = 0;
           if (stat.value_case() == XStat::kUint64Value) id = stat.uint64_value();
-          if (stat.value_case() == XStat::kInt64Value) id = static_cast<uint64_t>(stat.int64_value());
+          if (stat.value_case() == XStat::kInt64Value)
+            id = static_cast<uint64_t>(stat.int64_value());
           if (flow_id == 0 || flow_id == id) {
             flow_id = id;
             (stat_info->producer ? flow_out : flow_in) = true;

@@ -1,5 +1,5 @@
 // XSpace -> Chrome trace JSON, the format Perfetto and chrome://tracing open and that JAX writes
-// as <host>.trace.json.gz (PROTOCOL.md, "Chrome trace JSON"). Output is streamed into a ByteSink
+// as <host>.trace.json.gz (docs/protocol.md, "Chrome trace JSON"). Output is streamed into a ByteSink
 // (usually a GzipSink over a storage object) through a fixed-size buffer: no DOM and no whole
 // JSON in memory, whatever the size of the trace.
 #ifndef CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_

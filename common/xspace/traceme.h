@@ -1,4 +1,4 @@
-// The TraceMe name codec: how annotation metadata rides in an event name (PROTOCOL.md).
+// The TraceMe name codec: how annotation metadata rides in an event name (docs/protocol.md).
 //
 //   Encode("train", {{"step_num", 3}, {"_r", 1}})  ->  "train#step_num=3,_r=1#"
 //   AppendMetadata("train#step_num=3#", {{"loss", 0.5}})  ->  "train#step_num=3,loss=0.5#"
@@ -27,18 +27,18 @@ namespace clusterprof::traceme {
 // decode as integers; doubles use the shortest text that reads back to the same value.
 class ArgValue {
  public:
-  ArgValue(bool v) : value_(static_cast<int64_t>(v ? 1 : 0)) {}  // NOLINT
-  ArgValue(int v) : value_(static_cast<int64_t>(v)) {}             // NOLINT
-  ArgValue(long v) : value_(static_cast<int64_t>(v)) {}            // NOLINT
-  ArgValue(long long v) : value_(static_cast<int64_t>(v)) {}       // NOLINT
-  ArgValue(unsigned v) : value_(static_cast<uint64_t>(v)) {}       // NOLINT
-  ArgValue(unsigned long v) : value_(static_cast<uint64_t>(v)) {}  // NOLINT
+  ArgValue(bool v) : value_(static_cast<int64_t>(v ? 1 : 0)) {}         // NOLINT
+  ArgValue(int v) : value_(static_cast<int64_t>(v)) {}                  // NOLINT
+  ArgValue(long v) : value_(static_cast<int64_t>(v)) {}                 // NOLINT
+  ArgValue(long long v) : value_(static_cast<int64_t>(v)) {}            // NOLINT
+  ArgValue(unsigned v) : value_(static_cast<uint64_t>(v)) {}            // NOLINT
+  ArgValue(unsigned long v) : value_(static_cast<uint64_t>(v)) {}       // NOLINT
   ArgValue(unsigned long long v) : value_(static_cast<uint64_t>(v)) {}  // NOLINT
-  ArgValue(double v) : value_(v) {}                                // NOLINT
-  ArgValue(float v) : value_(static_cast<double>(v)) {}            // NOLINT
-  ArgValue(std::string_view v) : value_(v) {}                      // NOLINT
-  ArgValue(const char* v) : value_(std::string_view(v)) {}         // NOLINT
-  ArgValue(const std::string& v) : value_(std::string_view(v)) {}  // NOLINT
+  ArgValue(double v) : value_(v) {}                                     // NOLINT
+  ArgValue(float v) : value_(static_cast<double>(v)) {}                 // NOLINT
+  ArgValue(std::string_view v) : value_(v) {}                           // NOLINT
+  ArgValue(const char* v) : value_(std::string_view(v)) {}              // NOLINT
+  ArgValue(const std::string& v) : value_(std::string_view(v)) {}       // NOLINT
 
   // Appends the value's text to `out`.
   void AppendTo(std::string* out) const;

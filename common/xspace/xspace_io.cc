@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "google/protobuf/unknown_field_set.h"
-#include "common/strings.h"
 
 namespace clusterprof::xspace {
 namespace {
@@ -47,10 +47,10 @@ absl::Status CheckUnknownFields(const UnknownFieldSet& unknown, int max_known_fi
   for (int i = 0; i < unknown.field_count(); ++i) {
     const UnknownField& field = unknown.field(i);
     if (field.number() >= 1 && field.number() <= max_known_field) {
-      return absl::InvalidArgumentError(StrCat(
-          source, " is not an XSpace (.xplane.pb): field ", field.number(), " of ", message,
-          " has wire type ", WireTypeName(field.type()),
-          ", which XSpace does not use; is this some other protobuf message?"));
+      return absl::InvalidArgumentError(
+          StrCat(source, " is not an XSpace (.xplane.pb): field ", field.number(), " of ", message,
+                 " has wire type ", WireTypeName(field.type()),
+                 ", which XSpace does not use; is this some other protobuf message?"));
     }
   }
   return absl::OkStatus();
@@ -61,8 +61,8 @@ absl::Status Validate(const XSpace& space, std::string_view source) {
   const UnknownFieldSet& unknown = reflection->GetUnknownFields(space);
   CLUSTERPROF_RETURN_IF_ERROR(CheckUnknownFields(unknown, 4, "XSpace", source));
   for (const XPlane& plane : space.planes()) {
-    CLUSTERPROF_RETURN_IF_ERROR(CheckUnknownFields(plane.GetReflection()->GetUnknownFields(plane),
-                                                   6, "XPlane", source));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        CheckUnknownFields(plane.GetReflection()->GetUnknownFields(plane), 6, "XPlane", source));
   }
   if (!unknown.empty() && space.planes_size() == 0 && space.hostnames_size() == 0) {
     return absl::InvalidArgumentError(StrCat(
@@ -100,14 +100,15 @@ absl::StatusOr<std::unique_ptr<LoadedXSpace>> ParseXSpace(
   google::protobuf::io::CodedInputStream coded(input);
   coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
   if (!loaded->space_->MergeFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
-    return absl::InvalidArgumentError(StrCat(
-        source, " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt "
-                "(parsing stopped near byte ", coded.CurrentPosition(), ")"));
+    return absl::InvalidArgumentError(
+        StrCat(source,
+               " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt "
+               "(parsing stopped near byte ",
+               coded.CurrentPosition(), ")"));
   }
   loaded->serialized_bytes_ = static_cast<uint64_t>(coded.CurrentPosition());
   if (loaded->serialized_bytes_ == 0) {
-    return absl::InvalidArgumentError(
-        StrCat(source, " is empty (0 bytes): it holds no XSpace"));
+    return absl::InvalidArgumentError(StrCat(source, " is empty (0 bytes): it holds no XSpace"));
   }
   CLUSTERPROF_RETURN_IF_ERROR(Validate(*loaded->space_, source));
   return loaded;
@@ -139,9 +140,10 @@ absl::StatusOr<std::unique_ptr<LoadedXSpace>> ReadXSpaceFile(const std::string& 
 absl::Status WriteXSpace(const XSpace& space, io::ByteSink* out) {
   const size_t size = space.ByteSizeLong();
   if (size > static_cast<size_t>(std::numeric_limits<int>::max())) {
-    return absl::InvalidArgumentError(StrCat(
-        "the XSpace is ", size, " bytes, over protobuf's 2 GiB message limit; capture a shorter "
-        "window or fewer events (max_events)"));
+    return absl::InvalidArgumentError(
+        StrCat("the XSpace is ", size,
+               " bytes, over protobuf's 2 GiB message limit; capture a shorter "
+               "window or fewer events (max_events)"));
   }
   SinkOutputStream sink_stream(out);
   google::protobuf::io::CopyingOutputStreamAdaptor adaptor(&sink_stream, /*block_size=*/1 << 20);

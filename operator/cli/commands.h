@@ -32,6 +32,8 @@ struct InspectOptions {
   std::string path;
   int top = 10;
   int max_lines = 20;
+  // Only the per-host table for a run directory; no per-host details.
+  bool brief = false;
 };
 
 // clusterprof inspect <run dir or file>

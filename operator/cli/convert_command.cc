@@ -7,11 +7,11 @@
 #include "common/io/gzip_sink.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
+#include "common/strings.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"
 #include "fmt/format.h"
 #include "operator/cli/commands.h"
-#include "common/strings.h"
 
 namespace clusterprof::cli {
 namespace {
@@ -98,9 +98,10 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  out << fmt::format("wrote {} ({} events, {} counter samples; {} of JSON, {} on disk) in {:.2f} s\n",
-                     info->uri, stats->complete_events, stats->counter_events,
-                     FormatBytes(stats->bytes), FormatBytes(info->bytes), seconds);
+  out << fmt::format(
+      "wrote {} ({} events, {} counter samples; {} of JSON, {} on disk) in {:.2f} s\n", info->uri,
+      stats->complete_events, stats->counter_events, FormatBytes(stats->bytes),
+      FormatBytes(info->bytes), seconds);
   out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
   return kExitOk;
 }

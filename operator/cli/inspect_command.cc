@@ -7,11 +7,11 @@
 #include "absl/time/time.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
+#include "common/strings.h"
 #include "common/xspace/summary.h"
 #include "common/xspace/xspace_io.h"
 #include "fmt/format.h"
 #include "operator/cli/commands.h"
-#include "common/strings.h"
 
 namespace clusterprof::cli {
 namespace {
@@ -64,7 +64,8 @@ int InspectRun(const std::string& dir, const std::vector<storage::Entry>& entrie
   for (const HostResult& host : hosts) {
     if (!host.summary.ok()) {
       ++failures;
-      out << fmt::format("  {:<28} unreadable: {}\n", host.host, StdView(host.summary.status().message()));
+      out << fmt::format("  {:<28} unreadable: {}\n", host.host,
+                         StdView(host.summary.status().message()));
       continue;
     }
     const xspace::SpaceSummary& s = *host.summary;
@@ -74,7 +75,7 @@ int InspectRun(const std::string& dir, const std::vector<storage::Entry>& entrie
                        host.bytes / 1024.0);
   }
   for (const HostResult& host : hosts) {
-    if (!host.summary.ok()) continue;
+    if (options.brief || !host.summary.ok()) continue;
     out << "\n" << xspace::FormatSummary(*host.summary, host.path, options.max_lines);
   }
   if (failures > 0) {

@@ -24,13 +24,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   clusterprof::cli::InspectOptions inspect;
-  CLI::App* inspect_cmd = app.add_subcommand(
-      "inspect", "Summarize a run directory, a logdir or an .xplane.pb file");
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Summarize a run directory, a logdir or an .xplane.pb file");
   inspect_cmd->add_option("path", inspect.path, "Run directory, logdir or .xplane.pb file")
       ->required();
   inspect_cmd->add_option("--top", inspect.top, "How many top events to list")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
+  inspect_cmd->add_flag("--brief", inspect.brief, "For a run directory, only the table of hosts");
   inspect_cmd->add_option("--max-lines", inspect.max_lines, "Lines listed per plane")
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();

@@ -1,4 +1,4 @@
-// Wire compatibility with the TensorFlow/JAX profiler protocol (docs: /work/shared/PROTOCOL.md).
+// Wire compatibility with the TensorFlow/JAX profiler protocol (docs: /work/shared/docs/protocol.md).
 //
 // The bytes here are built by hand from the contract's field numbers and wire types, never by our
 // own serializer, so a wrong number, a wrong scalar type (int64 vs sint64, double vs float) or a
@@ -148,9 +148,7 @@ TEST(WireEncoderTest, MatchesTheProtobufEncodingGuide) {
 // ---------------------------------------------------------------------------------------------
 // Service messages (package tensorflow).
 
-std::string ToolRequestOptionsBytes() {
-  return Cat({BytesField(2, "json,pb"), VarintField(3, 1)});
-}
+std::string ToolRequestOptionsBytes() { return Cat({BytesField(2, "json,pb"), VarintField(3, 1)}); }
 
 TEST(WireCompatTest, ToolRequestOptions) {
   const auto options = ParseOrDie<ToolRequestOptions>(ToolRequestOptionsBytes());
@@ -165,24 +163,24 @@ std::string TraceOptionsBytes() { return VarintField(1, 0xffff'0000'0000'0001ULL
 // kinds of advanced configuration value, with map keys in ascending order.
 std::string ProfileOptionsBytes() {
   return Cat({
-      VarintField(1, 1),                            // include_dataset_ops
-      VarintField(2, 2),                            // host_tracer_level
-      VarintField(3, 1),                            // device_tracer_level
-      VarintField(4, 1),                            // python_tracer_level
-      VarintField(5, 1),                            // version
-      VarintField(6, 2),                            // device_type GPU
-      VarintField(7, 1),                            // enable_hlo_proto
+      VarintField(1, 1),                             // include_dataset_ops
+      VarintField(2, 2),                             // host_tracer_level
+      VarintField(3, 1),                             // device_tracer_level
+      VarintField(4, 1),                             // python_tracer_level
+      VarintField(5, 1),                             // version
+      VarintField(6, 2),                             // device_type GPU
+      VarintField(7, 1),                             // enable_hlo_proto
       VarintField(8, 1'778'042'856'123'456'789ULL),  // start_timestamp_ns
-      VarintField(9, 2000),                         // duration_ms
+      VarintField(9, 2000),                          // duration_ms
       BytesField(10, "/logs/plugins/profile"),       // repository_path
-      BytesField(11, TraceOptionsBytes()),          // trace_options
+      BytesField(11, TraceOptionsBytes()),           // trace_options
       MapEntry(12, BytesField(1, "delay_ms"), BytesField(2, Int64Field(3, -7))),
       MapEntry(12, BytesField(1, "gpu_max_events"), BytesField(2, Int64Field(3, 4'000'000))),
       MapEntry(12, BytesField(1, "override_hostname"), BytesField(2, BytesField(1, "worker-0"))),
       MapEntry(12, BytesField(1, "trace_python"), BytesField(2, VarintField(2, 1))),
-      VarintField(13, 1),              // raise_error_on_start_failure
+      VarintField(13, 1),                     // raise_error_on_start_failure
       BytesField(14, "2026_05_06_04_47_36"),  // session_id
-      BytesField(15, "host-a"),       // override_hostname
+      BytesField(15, "host-a"),               // override_hostname
   });
 }
 
@@ -227,8 +225,10 @@ TEST(WireCompatTest, ProfileOptionsAllFields) {
 
 TEST(WireCompatTest, ProfileOptionsDeviceTypes) {
   const std::pair<uint64_t, ProfileOptions::DeviceType> kTypes[] = {
-      {0, ProfileOptions::UNSPECIFIED}, {1, ProfileOptions::CPU},
-      {2, ProfileOptions::GPU},         {3, ProfileOptions::TPU},
+      {0, ProfileOptions::UNSPECIFIED},
+      {1, ProfileOptions::CPU},
+      {2, ProfileOptions::GPU},
+      {3, ProfileOptions::TPU},
       {4, ProfileOptions::PLUGGABLE_DEVICE},
   };
   for (const auto& [number, type] : kTypes) {
@@ -247,14 +247,14 @@ TEST(WireCompatTest, AdvancedConfigValueOneofLastWins) {
 
 std::string ProfileRequestBytes() {
   return Cat({
-      VarintField(1, 1500),                   // duration_ms
-      VarintField(2, 1'000'000),              // max_events
-      BytesField(3, "trace_viewer"),          // tools
-      BytesField(3, "xplane.pb"),             //
-      BytesField(4, ProfileOptionsBytes()),   // opts
+      VarintField(1, 1500),                    // duration_ms
+      VarintField(2, 1'000'000),               // max_events
+      BytesField(3, "trace_viewer"),           // tools
+      BytesField(3, "xplane.pb"),              //
+      BytesField(4, ProfileOptionsBytes()),    // opts
       BytesField(5, "/logs/plugins/profile"),  // repository_root
-      BytesField(6, "2026_05_06_04_47_36"),   // session_id
-      BytesField(7, "10.0.0.2:8466"),         // host_name
+      BytesField(6, "2026_05_06_04_47_36"),    // session_id
+      BytesField(7, "10.0.0.2:8466"),          // host_name
       MapEntry(8, BytesField(1, "trace_viewer"), BytesField(2, ToolRequestOptionsBytes())),
       VarintField(9, 1),  // emit_xspace
   });
@@ -290,7 +290,8 @@ TEST(WireCompatTest, ProfileRequestToleratesUnknownFields) {
 }
 
 TEST(WireCompatTest, ProfileToolData) {
-  const std::string bytes = Cat({BytesField(1, "trace.json.gz"), BytesField(2, {"\x1f\x8b\0\xff", 4})});
+  const std::string bytes =
+      Cat({BytesField(1, "trace.json.gz"), BytesField(2, {"\x1f\x8b\0\xff", 4})});
   const auto data = ParseOrDie<ProfileToolData>(bytes);
   EXPECT_EQ(data.name(), "trace.json.gz");
   EXPECT_EQ(data.data(), std::string("\x1f\x8b\0\xff", 4));
@@ -506,8 +507,8 @@ TEST(WireCompatTest, XEventMetadataAcceptsUnpackedChildIds) {
 
 std::string XEventBytes() {
   return Cat({
-      Int64Field(1, 11),        // metadata_id
-      Int64Field(2, 250'000),   // offset_ps
+      Int64Field(1, 11),         // metadata_id
+      Int64Field(2, 250'000),    // offset_ps
       Int64Field(3, 1'500'000),  // duration_ps
       BytesField(4, Cat({Int64Field(1, 1), DoubleField(2, 0.5)})),
       BytesField(4, Cat({Int64Field(1, 3), Int64Field(4, -42)})),
@@ -544,14 +545,14 @@ TEST(WireCompatTest, XEventWithNumOccurrences) {
 
 std::string XLineBytes() {
   return Cat({
-      Int64Field(1, 4242),                     // id
-      BytesField(2, "python3"),                // name
+      Int64Field(1, 4242),                       // id
+      BytesField(2, "python3"),                  // name
       Int64Field(3, 1'778'042'856'000'000'000),  // timestamp_ns
-      BytesField(4, XEventBytes()),            // events
+      BytesField(4, XEventBytes()),              // events
       BytesField(4, Cat({Int64Field(1, 12), Int64Field(2, 0), Int64Field(3, 1)})),
-      Int64Field(9, 5'000'000),                // duration_ps
-      Int64Field(10, 7),                       // display_id
-      BytesField(11, "Stream #7(Kernel)"),     // display_name
+      Int64Field(9, 5'000'000),             // duration_ps
+      Int64Field(10, 7),                    // display_id
+      BytesField(11, "Stream #7(Kernel)"),  // display_name
   });
 }
 
@@ -573,9 +574,9 @@ TEST(WireCompatTest, XLine) {
 
 std::string XPlaneBytes() {
   return Cat({
-      Int64Field(1, 3),                  // id
-      BytesField(2, "/device:GPU:0"),   // name
-      BytesField(3, XLineBytes()),       // lines
+      Int64Field(1, 3),                // id
+      BytesField(2, "/device:GPU:0"),  // name
+      BytesField(3, XLineBytes()),     // lines
       // map<int64, XEventMetadata>: key field 1 (int64), value field 2.
       MapEntry(4, Int64Field(1, -2), BytesField(2, Cat({Int64Field(1, -2), BytesField(2, "neg")}))),
       MapEntry(4, Int64Field(1, 11), BytesField(2, XEventMetadataBytes())),
@@ -708,8 +709,7 @@ TEST(ProtocolNamesTest, ProfilerServiceMethods) {
 }
 
 TEST(ProtocolNamesTest, SidecarServiceMethods) {
-  EXPECT_STREQ(clusterprof::v1alpha1::Sidecar::service_full_name(),
-               "clusterprof.v1alpha1.Sidecar");
+  EXPECT_STREQ(clusterprof::v1alpha1::Sidecar::service_full_name(), "clusterprof.v1alpha1.Sidecar");
   const google::protobuf::ServiceDescriptor* service =
       clusterprof::v1alpha1::GetInfoRequest::descriptor()->file()->FindServiceByName("Sidecar");
   ASSERT_NE(service, nullptr);
@@ -766,9 +766,9 @@ TEST(ProtocolNamesTest, UpstreamPathsReachTheGeneratedService) {
   ProfileRequest profile_request;
   profile_request.set_session_id("empty");
   ProfileResponse profile_response;
-  ASSERT_TRUE(CallByPath(channel, "/tensorflow.ProfilerService/Profile", profile_request,
-                         &profile_response)
-                  .ok());
+  ASSERT_TRUE(
+      CallByPath(channel, "/tensorflow.ProfilerService/Profile", profile_request, &profile_response)
+          .ok());
   EXPECT_TRUE(profile_response.empty_trace());
 
   TerminateRequest terminate_request;
@@ -781,9 +781,9 @@ TEST(ProtocolNamesTest, UpstreamPathsReachTheGeneratedService) {
   MonitorRequest monitor_request;
   monitor_request.set_duration_ms(123);
   MonitorResponse monitor_response;
-  ASSERT_TRUE(CallByPath(channel, "/tensorflow.ProfilerService/Monitor", monitor_request,
-                         &monitor_response)
-                  .ok());
+  ASSERT_TRUE(
+      CallByPath(channel, "/tensorflow.ProfilerService/Monitor", monitor_request, &monitor_response)
+          .ok());
   EXPECT_EQ(monitor_response.data(), "123");
 
   // A path in another package is not ours.

@@ -58,7 +58,8 @@ bool Replay(const fs::path& path) {
     std::fprintf(stderr, "fuzz_replay: cannot read %s\n", path.c_str());
     return false;
   }
-  const std::string contents((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string contents((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   if (in.bad()) {
     std::fprintf(stderr, "fuzz_replay: error reading %s\n", path.c_str());
     return false;

@@ -11,8 +11,8 @@ namespace clusterprof::testing {
 
 TempDir::TempDir() {
   const char* base = getenv("TMPDIR");
-  std::string pattern = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                        "/clusterprof-test-XXXXXX";
+  std::string pattern =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/clusterprof-test-XXXXXX";
   if (mkdtemp(pattern.data()) == nullptr) std::abort();
   path_ = pattern;
 }

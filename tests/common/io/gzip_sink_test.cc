@@ -8,9 +8,12 @@
 namespace clusterprof::io {
 namespace {
 
-TEST(GzipSinkTest, RoundTrip) {
+// Levels 1-3 go through ISA-L, the others through zlib; every one must produce standard gzip.
+class GzipSinkLevelTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GzipSinkLevelTest, RoundTrip) {
   StringSink compressed;
-  GzipSink gzip(&compressed);
+  GzipSink gzip(&compressed, GetParam());
   std::string input;
   std::mt19937 rng(7);
   for (int i = 0; i < 20000; ++i) {
@@ -30,13 +33,21 @@ TEST(GzipSinkTest, RoundTrip) {
   EXPECT_EQ(output, input);
 }
 
-TEST(GzipSinkTest, EmptyStreamIsValidGzip) {
+INSTANTIATE_TEST_SUITE_P(Levels, GzipSinkLevelTest, ::testing::Values(0, 1, 2, 3, 6, 9));
+
+TEST_P(GzipSinkLevelTest, EmptyStreamIsValidGzip) {
   StringSink compressed;
-  GzipSink gzip(&compressed);
+  GzipSink gzip(&compressed, GetParam());
   ASSERT_TRUE(gzip.Finish().ok());
   std::string output;
   ASSERT_TRUE(GunzipString(compressed.data(), &output).ok());
   EXPECT_EQ(output, "");
+}
+
+TEST(GzipSinkTest, BadLevelIsRejected) {
+  StringSink compressed;
+  GzipSink gzip(&compressed, 12);
+  EXPECT_EQ(gzip.Append("x").code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(GzipSinkTest, AppendAfterFinishFails) {
@@ -53,9 +64,13 @@ class FailingSink final : public ByteSink {
 
 TEST(GzipSinkTest, DownstreamErrorsStick) {
   FailingSink failing;
-  GzipSink gzip(&failing, 0);
+  GzipSink gzip(&failing, 1);
+  // Incompressible input, so compressed output reaches the failing sink before Finish.
+  std::mt19937 rng(1);
+  std::string noise(64 << 10, '\0');
+  for (char& c : noise) c = static_cast<char>(rng());
   absl::Status status;
-  for (int i = 0; i < 100 && status.ok(); ++i) status = gzip.Append(std::string(64 << 10, 'x'));
+  for (int i = 0; i < 100 && status.ok(); ++i) status = gzip.Append(noise);
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(gzip.Finish().code(), absl::StatusCode::kUnavailable);
 }

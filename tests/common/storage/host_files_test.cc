@@ -54,8 +54,8 @@ TEST(HostFilesTest, TraceJsonCanBeSkipped) {
   testing::TempDir dir;
   auto storage = NewLocalStorage();
   auto layout = RunLayout::Create(*ParseLogdir(dir.path()), "run");
-  auto files = WriteHostFiles(*storage, *layout, "h", testing::SmallXSpace(),
-                              {.write_trace_json = false});
+  auto files =
+      WriteHostFiles(*storage, *layout, "h", testing::SmallXSpace(), {.write_trace_json = false});
   ASSERT_TRUE(files.ok());
   EXPECT_TRUE(files->trace_json.uri.empty());
   EXPECT_THAT(testing::ListFilesRecursively(dir.path()),

@@ -35,11 +35,11 @@ TEST(ParseLogdirTest, Rejections) {
     const char* input;
     const char* message;
   };
-  for (const Case& c : {Case{"", "empty"}, Case{"   ", "empty"},
-                        Case{"s3://bucket/x", "unsupported scheme 's3'"},
-                        Case{"/data/../etc", "'..'"}, Case{"gs://Bad_Bucket/x", "invalid bucket"},
-                        Case{"gs://ab", "invalid bucket"}, Case{"gs://bucket/a/../b", "'..'"},
-                        Case{"file://relative", "absolute path"}}) {
+  for (const Case& c :
+       {Case{"", "empty"}, Case{"   ", "empty"}, Case{"s3://bucket/x", "unsupported scheme 's3'"},
+        Case{"/data/../etc", "'..'"}, Case{"gs://Bad_Bucket/x", "invalid bucket"},
+        Case{"gs://ab", "invalid bucket"}, Case{"gs://bucket/a/../b", "'..'"},
+        Case{"file://relative", "absolute path"}}) {
     auto result = ParseLogdir(c.input, "/cwd");
     EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << c.input;
     EXPECT_THAT(result.status().message(), HasSubstr(c.message)) << c.input;
@@ -73,10 +73,8 @@ TEST(RunLayoutTest, Paths) {
   EXPECT_EQ(layout->RepositoryRoot(), "/tb/plugins/profile");
   EXPECT_EQ(layout->RunDir(), "/tb/plugins/profile/2026_01_01_00_00_00");
   EXPECT_EQ(layout->XPlanePath("h"), "/tb/plugins/profile/2026_01_01_00_00_00/h.xplane.pb");
-  EXPECT_EQ(layout->TraceJsonPath("h"),
-            "/tb/plugins/profile/2026_01_01_00_00_00/h.trace.json.gz");
-  EXPECT_EQ(layout->ManifestPath(),
-            "/tb/plugins/profile/2026_01_01_00_00_00/clusterprof_run.json");
+  EXPECT_EQ(layout->TraceJsonPath("h"), "/tb/plugins/profile/2026_01_01_00_00_00/h.trace.json.gz");
+  EXPECT_EQ(layout->ManifestPath(), "/tb/plugins/profile/2026_01_01_00_00_00/clusterprof_run.json");
   EXPECT_FALSE(RunLayout::Create(*ParseLogdir("/tb"), "../x").ok());
 }
 

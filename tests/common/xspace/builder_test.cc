@@ -89,8 +89,7 @@ TEST(XPlaneBuilderTest, ParseAndAddStatValueTypesLikeTraceMe) {
   EXPECT_EQ(e.stats(1).value_case(), XStat::kUint64Value);
   EXPECT_EQ(e.stats(2).value_case(), XStat::kDoubleValue);
   ASSERT_EQ(e.stats(3).value_case(), XStat::kRefValue);
-  EXPECT_EQ(plane.stat_metadata().at(static_cast<int64_t>(e.stats(3).ref_value())).name(),
-            "[1,2]");
+  EXPECT_EQ(plane.stat_metadata().at(static_cast<int64_t>(e.stats(3).ref_value())).name(), "[1,2]");
 }
 
 TEST(XSpaceUtilTest, FindOrAddPlaneAndEmptiness) {

@@ -25,8 +25,8 @@ std::string ToJson(const XSpace& space, const TraceJsonOptions& options = {}) {
 }
 
 TEST(TraceJsonTest, SmallXSpaceMatchesGolden) {
-  const std::string golden = testing::ReadFileOrDie(
-      std::string(CLUSTERPROF_SOURCE_DIR) + "/tests/data/golden/small_xspace.trace.json");
+  const std::string golden = testing::ReadFileOrDie(std::string(CLUSTERPROF_SOURCE_DIR) +
+                                                    "/tests/data/golden/small_xspace.trace.json");
   const std::string actual = ToJson(testing::SmallXSpace());
   if (actual != golden) {
     testing::WriteFileOrDie(std::string(CLUSTERPROF_BINARY_DIR) + "/small_xspace.trace.json",

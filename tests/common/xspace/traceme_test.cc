@@ -20,15 +20,14 @@ std::vector<std::string> Describe(const Annotation& annotation) {
     if (const auto* i = std::get_if<int64_t>(&stat.value)) value = "int64:" + std::to_string(*i);
     if (const auto* u = std::get_if<uint64_t>(&stat.value)) value = "uint64:" + std::to_string(*u);
     if (const auto* d = std::get_if<double>(&stat.value)) value = "double:" + std::to_string(*d);
-    if (const auto* s = std::get_if<std::string_view>(&stat.value)) value = "str:" + std::string(*s);
+    if (const auto* s = std::get_if<std::string_view>(&stat.value))
+      value = "str:" + std::string(*s);
     out.push_back(std::string(stat.key) + "=" + value);
   }
   return out;
 }
 
-TEST(TraceMeEncodeTest, NameWithoutArgsIsUnchanged) {
-  EXPECT_EQ(Encode("train", {}), "train");
-}
+TEST(TraceMeEncodeTest, NameWithoutArgsIsUnchanged) { EXPECT_EQ(Encode("train", {}), "train"); }
 
 TEST(TraceMeEncodeTest, ArgsLikePythonTraceWrapper) {
   // tf.profiler.experimental.Trace("train", step_num=3, _r=1)
@@ -36,8 +35,12 @@ TEST(TraceMeEncodeTest, ArgsLikePythonTraceWrapper) {
 }
 
 TEST(TraceMeEncodeTest, ValueTypes) {
-  EXPECT_EQ(Encode("e", {{"i", -5}, {"u", uint64_t{18446744073709551615u}}, {"d", 0.1},
-                         {"s", "text"}, {"b", true}, {"f", false}}),
+  EXPECT_EQ(Encode("e", {{"i", -5},
+                         {"u", uint64_t{18446744073709551615u}},
+                         {"d", 0.1},
+                         {"s", "text"},
+                         {"b", true},
+                         {"f", false}}),
             "e#i=-5,u=18446744073709551615,d=0.1,s=text,b=1,f=0#");
 }
 
@@ -87,13 +90,12 @@ TEST(TraceMeDecodeTest, EmptyAndHashOnly) {
 }
 
 TEST(TraceMeDecodeTest, TypedValues) {
-  const Annotation a = Decode(
-      "op#i=-5,u=18446744073709551615,d=0.5,e=1e3,s=abc,big=-9223372036854775809,plus=+7#");
+  const Annotation a =
+      Decode("op#i=-5,u=18446744073709551615,d=0.5,e=1e3,s=abc,big=-9223372036854775809,plus=+7#");
   EXPECT_EQ(a.name, "op");
-  EXPECT_THAT(Describe(a),
-              ElementsAre("i=int64:-5", "u=uint64:18446744073709551615", "d=double:0.500000",
-                          "e=double:1000.000000", "s=str:abc",
-                          "big=double:-9223372036854775808.000000", "plus=int64:7"));
+  EXPECT_THAT(Describe(a), ElementsAre("i=int64:-5", "u=uint64:18446744073709551615",
+                                       "d=double:0.500000", "e=double:1000.000000", "s=str:abc",
+                                       "big=double:-9223372036854775808.000000", "plus=int64:7"));
 }
 
 TEST(TraceMeDecodeTest, OnlyFirstTwoPartsCount) {
@@ -103,8 +105,7 @@ TEST(TraceMeDecodeTest, OnlyFirstTwoPartsCount) {
 }
 
 TEST(TraceMeDecodeTest, CommasInsideQuotesAndBracketsDoNotSplit) {
-  const Annotation a =
-      Decode("op#shape=[1,2],d={a:1,b:[2,3]},t=(3,4),s=\"x,y\",q='p,q',last=1#");
+  const Annotation a = Decode("op#shape=[1,2],d={a:1,b:[2,3]},t=(3,4),s=\"x,y\",q='p,q',last=1#");
   EXPECT_THAT(Describe(a), ElementsAre("shape=str:[1,2]", "d=str:{a:1,b:[2,3]}", "t=str:(3,4)",
                                        "s=str:\"x,y\"", "q=str:'p,q'", "last=int64:1"));
 }

@@ -32,14 +32,17 @@ Result RunShell(const std::string& command) {
   if (pipe == nullptr) return result;
   std::array<char, 4096> buffer;
   size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
   const int status = pclose(pipe);
   result.signaled = WIFSIGNALED(status);
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return result;
 }
 
-Result Cli(const std::string& args) { return RunShell(std::string(CLUSTERPROF_CLI_PATH) + " " + args); }
+Result Cli(const std::string& args) {
+  return RunShell(std::string(CLUSTERPROF_CLI_PATH) + " " + args);
+}
 
 std::string Golden() {
   return testing::ReadFileOrDie(std::string(CLUSTERPROF_SOURCE_DIR) +
@@ -77,7 +80,8 @@ TEST(CliConvertTest, UncompressedAndStdoutAndPerfettoShape) {
   ASSERT_EQ(r.exit_code, 0);
   EXPECT_EQ(r.output, Golden());
 
-  const Result p = RunShell(std::string(CLUSTERPROF_CLI_PATH) + " convert --perfetto " + input + " -o -");
+  const Result p =
+      RunShell(std::string(CLUSTERPROF_CLI_PATH) + " convert --perfetto " + input + " -o -");
   ASSERT_EQ(p.exit_code, 0);
   EXPECT_THAT(p.output, Not(HasSubstr("\"metadata\"")));
 }
@@ -88,8 +92,8 @@ TEST(CliConvertTest, OutputIsValidJsonForPython) {
   WriteSmallXSpace(input);
   ASSERT_EQ(Cli("convert " + input).exit_code, 0);
   const Result r = RunShell("/usr/bin/python3 -c \"import gzip,json,sys; d=json.load(gzip.open('" +
-                       dir.Join("h.trace.json.gz") +
-                       "')); print(len(d['traceEvents']), d['displayTimeUnit'])\"");
+                            dir.Join("h.trace.json.gz") +
+                            "')); print(len(d['traceEvents']), d['displayTimeUnit'])\"");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "19 ns\n");
 }
@@ -106,7 +110,8 @@ TEST(CliBadInputTest, ClearErrorsAndNoCrash) {
   ASSERT_TRUE(xspace::WriteXSpace(testing::SmallXSpace(), &good).ok());
   const std::vector<BadInput> cases = {
       {"empty.xplane.pb", "", "is empty"},
-      {"truncated.xplane.pb", good.data().substr(0, good.data().size() - 7), "truncated or corrupt"},
+      {"truncated.xplane.pb", good.data().substr(0, good.data().size() - 7),
+       "truncated or corrupt"},
       {"garbage.xplane.pb", std::string("\xff\xfe\x00\x01garbage", 11), "truncated or corrupt"},
       {"json.xplane.pb", "{\"traceEvents\":[]}", "not"},
       // A ProfileRequest: duration_ms=2000, session_id="run".
@@ -182,14 +187,15 @@ TEST(CliInspectTest, RunWithOneBadHostStillShowsTheOthers) {
 TEST(CliInteropTest, ReadsXSpaceWrittenByPythonProtobuf) {
   TempDir dir;
   const std::string proto_dir = std::string(CLUSTERPROF_SOURCE_DIR) + "/proto";
-  const Result gen = RunShell(std::string(CLUSTERPROF_PROTOC) + " -I" + proto_dir + " --python_out=" +
-                         dir.path() + " " + proto_dir + "/tsl/profiler/protos/xplane.proto");
+  const Result gen =
+      RunShell(std::string(CLUSTERPROF_PROTOC) + " -I" + proto_dir + " --python_out=" + dir.path() +
+               " " + proto_dir + "/tsl/profiler/protos/xplane.proto");
   ASSERT_EQ(gen.exit_code, 0) << gen.output;
   const std::string file = dir.Join("py/py-writer.xplane.pb");
   testing::WriteFileOrDie(file, "");
   const Result py = RunShell("PROTOCOL_BUFFERS_PYTHON_IMPLEMENTATION=python /usr/bin/python3 " +
-                        std::string(CLUSTERPROF_SOURCE_DIR) +
-                        "/tests/operator/cli/write_xspace.py " + dir.path() + " " + file);
+                             std::string(CLUSTERPROF_SOURCE_DIR) +
+                             "/tests/operator/cli/write_xspace.py " + dir.path() + " " + file);
   ASSERT_EQ(py.exit_code, 0) << py.output;
   EXPECT_THAT(py.output, HasSubstr("implementation=python"));
 
