@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
   int64_t events = 1'000'000;
   int threads = 16;
   std::string output;
-  app.add_option("--events", events, "Total events")->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
+  app.add_option("--events", events, "Total events")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 34));
   app.add_option("--threads", threads, "Host threads (lines)")->check(CLI::Range(1, 4096));
   app.add_option("-o,--output", output, "Output file")->required();
   CLI11_PARSE(app, argc, argv);
@@ -27,7 +28,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   absl::Status status = clusterprof::xspace::WriteXSpace(space, writer->get());
-  auto info = status.ok() ? (*writer)->Commit() : absl::StatusOr<clusterprof::storage::ObjectInfo>(status);
+  auto info =
+      status.ok() ? (*writer)->Commit() : absl::StatusOr<clusterprof::storage::ObjectInfo>(status);
   if (!info.ok()) {
     std::fprintf(stderr, "make_xspace: %s\n", std::string(info.status().message()).c_str());
     return 1;

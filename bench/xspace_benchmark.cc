@@ -5,6 +5,7 @@
 
 #include "common/io/byte_sink.h"
 #include "common/io/gzip_sink.h"
+#include "common/storage/host_files.h"
 #include "common/storage/local_storage.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/trace_json.h"
@@ -59,23 +60,38 @@ void BM_TraceJsonGzip(benchmark::State& state) {
 }
 BENCHMARK(BM_TraceJsonGzip)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 
-// Serialize + write + fsync + rename, the way the sidecar commits a host file.
+// The xplane.pb as the sidecar commits it: serialize (this thread) while a background thread
+// writes, then fsync, rename and fsync the directory.
 void BM_WriteXPlaneFile(benchmark::State& state) {
   const auto& space = Space();
   testing::TempDir dir;
   auto storage = storage::NewLocalStorage({.sync = state.range(0) != 0});
-  const std::string path = dir.Join("h.xplane.pb");
+  auto layout = storage::RunLayout::Create(*storage::ParseLogdir(dir.path()), "run");
   uint64_t bytes = 0;
   for (auto _ : state) {
-    auto writer = storage->NewWriter(path);
-    (void)xspace::WriteXSpace(space, writer->get());
-    auto info = (*writer)->Commit();
-    bytes += info->bytes;
+    auto files =
+        storage::WriteHostFiles(*storage, *layout, "h", space, {.write_trace_json = false});
+    bytes += files->xplane.bytes;
   }
   state.SetBytesProcessed(static_cast<int64_t>(bytes));
   state.SetLabel(state.range(0) ? "fsync" : "no fsync");
 }
 BENCHMARK(BM_WriteXPlaneFile)->Arg(1)->Arg(0)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Both host files, as a capture writes them: xplane.pb, then trace.json.gz (JSON generated on
+// this thread, gzip level 1 and writing on a background thread).
+void BM_WriteHostFiles(benchmark::State& state) {
+  const auto& space = Space();
+  testing::TempDir dir;
+  auto storage = storage::NewLocalStorage();
+  auto layout = storage::RunLayout::Create(*storage::ParseLogdir(dir.path()), "run");
+  for (auto _ : state) {
+    auto files = storage::WriteHostFiles(*storage, *layout, "h", space);
+    benchmark::DoNotOptimize(files);
+  }
+  state.SetItemsProcessed(state.iterations() * kThreads * kEventsPerThread);
+}
+BENCHMARK(BM_WriteHostFiles)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 void BM_ParseXSpace(benchmark::State& state) {
   const std::string bytes = Space().SerializeAsString();

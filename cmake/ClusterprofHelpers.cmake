@@ -53,7 +53,9 @@ function(clusterprof_add_fuzzer name)
     target_link_options(${name} PRIVATE -fsanitize=fuzzer)
     # libFuzzer only sees the code built with coverage instrumentation, and the code under test is
     # in the libraries: instrument every project library the fuzzer links, transitively (imported
-    # targets such as protobuf and abseil are prebuilt and stay as they are).
+    # targets such as protobuf and abseil are prebuilt and stay as they are). The link option
+    # gives any other executable that links an instrumented library (tests, the CLI) the runtime
+    # that defines the coverage callbacks.
     set(pending ${ARG_DEPS})
     set(instrumented)
     while(pending)
@@ -68,6 +70,7 @@ function(clusterprof_add_fuzzer name)
       endif()
       list(APPEND instrumented ${dep})
       target_compile_options(${dep} PRIVATE -fsanitize=fuzzer-no-link)
+      target_link_options(${dep} INTERFACE -fsanitize=fuzzer-no-link)
       get_target_property(links ${dep} LINK_LIBRARIES)
       if(links)
         list(APPEND pending ${links})

@@ -95,8 +95,8 @@ tensorflow::profiler::XSpace MakeHost(int host, int steps, int64_t start_ns, std
       XEventBuilder launch = AddAnnotated(cpu, train, "cudaLaunchKernel", launch_at, 12'000);
       launch.AddStatValue(*cpu.GetOrCreateStatMetadata(xspace::kProducerId), correlation_id);
       launch.AddStatValue(*cpu.GetOrCreateStatMetadata(xspace::kCorrelationId), correlation_id);
-      XEventBuilder kernel =
-          stream.AddEvent(*gpu.GetOrCreateEventMetadata(k % 2 ? "sm90_xmma_gemm_bf16" : "flash_fwd"));
+      XEventBuilder kernel = stream.AddEvent(
+          *gpu.GetOrCreateEventMetadata(k % 2 ? "sm90_xmma_gemm_bf16" : "flash_fwd"));
       kernel.SetTimestampNs(launch_at + 30'000);
       kernel.SetDurationNs(1'200'000);
       kernel.AddStatValue(consumer, correlation_id);
@@ -108,8 +108,9 @@ tensorflow::profiler::XSpace MakeHost(int host, int steps, int64_t start_ns, std
     AddAnnotated(cpu, train, traceme::Encode("backward", {{"grad_accum", false}}), t, backward);
     t += backward;
     const int64_t allreduce = 2'500'000 + jitter(rng) * 4;
-    AddAnnotated(cpu, train, traceme::Encode("all_reduce", {{"bytes", 268435456}, {"algo", "ring"}}),
-                 t, allreduce);
+    AddAnnotated(cpu, train,
+                 traceme::Encode("all_reduce", {{"bytes", 268435456}, {"algo", "ring"}}), t,
+                 allreduce);
     t += allreduce;
     // The step spans what came before it on the training thread; add it last and sort.
     AddAnnotated(cpu, train, traceme::Encode("train_step", {{"step_num", step}, {"_r", 1}}),

@@ -3,10 +3,12 @@
 #ifndef CLUSTERPROF_COMMON_IO_BYTE_SINK_H_
 #define CLUSTERPROF_COMMON_IO_BYTE_SINK_H_
 
+#include <span>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace clusterprof::io {
 
@@ -16,6 +18,14 @@ class ByteSink {
  public:
   virtual ~ByteSink() = default;
   virtual absl::Status Append(std::string_view data) = 0;
+
+  // Optional zero-copy path for serializers. NextWritable() returns a region owned by the sink
+  // (at least one byte) that counts as appended; BackUp(n) returns the last n bytes of the most
+  // recent region unused. Sinks without it return Unimplemented, and callers fall back to Append.
+  virtual absl::StatusOr<std::span<char>> NextWritable() {
+    return absl::UnimplementedError("this sink has no zero-copy path");
+  }
+  virtual void BackUp(size_t count) {}
 };
 
 // Collects everything in a string; for tests and small outputs.

@@ -1,6 +1,7 @@
 #include "common/storage/host_files.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/io/background_sink.h"
 #include "common/io/gzip_sink.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -27,8 +28,12 @@ absl::StatusOr<HostFiles> WriteHostFiles(Storage& storage, const RunLayout& layo
   if (options.write_trace_json) {
     const std::string path = layout.TraceJsonPath(stem);
     CLUSTERPROF_ASSIGN_OR_RETURN(auto writer, storage.NewWriter(path));
+    // Generate JSON on this thread; compress and write on the background thread.
     io::GzipSink gzip(writer.get(), options.gzip_level);
-    absl::Status status = xspace::WriteTraceJson(space, &gzip).status();
+    io::BackgroundSink background(&gzip);
+    absl::Status status = xspace::WriteTraceJson(space, &background).status();
+    const absl::Status finished = background.Finish();
+    if (status.ok()) status = finished;
     if (status.ok()) status = gzip.Finish();
     CLUSTERPROF_RETURN_IF_ERROR(Annotate(status, StrCat("writing ", path)));
     CLUSTERPROF_ASSIGN_OR_RETURN(files.trace_json, writer->Commit());

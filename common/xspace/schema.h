@@ -59,7 +59,8 @@ inline constexpr std::string_view kDeviceVendorNvidia = "Nvidia";
 inline constexpr std::string_view kCounterLineName = "Counters";
 inline constexpr std::string_view kCounterValue = "value";
 
-// Trace JSON process ids (docs/protocol.md): host threads use a fixed pid; device plane n uses 1 + n.
+// Trace JSON process ids (docs/protocol.md): host threads use a fixed pid; device plane n uses 1 +
+// n.
 inline constexpr int kHostThreadsPid = 701;
 inline constexpr int kFirstDevicePid = 1;
 // Further /host:CPU planes (e.g. a framework's own, merged beside ours) and other planes with

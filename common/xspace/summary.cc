@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
+#include "common/saturating.h"
 #include "common/strings.h"
 #include "common/xspace/schema.h"
 
@@ -27,7 +28,7 @@ int64_t StatAsInt(const XStat& stat) {
     case XStat::kUint64Value:
       return static_cast<int64_t>(stat.uint64_value());
     case XStat::kDoubleValue:
-      return static_cast<int64_t>(stat.double_value());
+      return SaturatingCast(stat.double_value());
     default:
       return 0;
   }
@@ -76,8 +77,8 @@ SpaceSummary Summarize(const XSpace& space, int top_n) {
       ps.events += ls.events;
       for (const XEvent& event : line.events()) {
         if (event.data_case() == XEvent::kNumOccurrences) continue;
-        const int64_t start_ns = line.timestamp_ns() + event.offset_ps() / 1000;
-        const int64_t stop_ns = start_ns + event.duration_ps() / 1000;
+        const int64_t start_ns = SaturatingAdd(line.timestamp_ns(), event.offset_ps() / 1000);
+        const int64_t stop_ns = SaturatingAdd(start_ns, event.duration_ps() / 1000);
         begin_ps_line_ns = std::min(begin_ps_line_ns, start_ns);
         end_ns = std::max(end_ns, stop_ns);
         if (line.name() == kCounterLineName) continue;
@@ -90,7 +91,7 @@ SpaceSummary Summarize(const XSpace& space, int top_n) {
         EventTotal& total = totals[StrCat(plane.name(), "\t", name)];
         if (total.count == 0) total.name = name;
         ++total.count;
-        total.total_ps += std::max<int64_t>(0, event.duration_ps());
+        total.total_ps = SaturatingAdd(total.total_ps, std::max<int64_t>(0, event.duration_ps()));
       }
       ps.lines.push_back(std::move(ls));
     }
@@ -121,11 +122,13 @@ std::string FormatSummary(const SpaceSummary& s, const std::string& source,
   StrAppend(&out, "\n  events:   ", s.events, "\n");
   if (s.events > 0) {
     StrAppend(&out, "  span:     ", FormatInstant(s.begin_ns), " + ",
-              FormatDurationPs((s.end_ns - s.begin_ns) * 1000), "\n");
+              FormatDurationPs(SaturatingMul(SaturatingSub(s.end_ns, s.begin_ns), 1000)), "\n");
   }
   if (s.profile_start_ns != 0) {
-    StrAppend(&out, "  capture:  ", FormatInstant(s.profile_start_ns), " + ",
-              FormatDurationPs((s.profile_stop_ns - s.profile_start_ns) * 1000), "\n");
+    StrAppend(
+        &out, "  capture:  ", FormatInstant(s.profile_start_ns), " + ",
+        FormatDurationPs(SaturatingMul(SaturatingSub(s.profile_stop_ns, s.profile_start_ns), 1000)),
+        "\n");
   }
   for (const std::string& w : s.warnings) StrAppend(&out, "  warning:  ", w, "\n");
   for (const std::string& e : s.errors) StrAppend(&out, "  error:    ", e, "\n");

@@ -4,6 +4,8 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -61,7 +63,8 @@ class Output {
     pos_ = std::to_chars(pos_, end_, value).ptr;
   }
 
-  // Writes `value_ps` as microseconds with up to six decimals, exactly. `value_ps` >= 0.
+  // Writes whole_micros.frac_ps (frac_ps in [0, 999999] picoseconds) with up to six decimals,
+  // exactly.
   void PutMicrosFromPicos(int64_t whole_micros, int64_t frac_ps) {
     PutInt(whole_micros);
     if (frac_ps == 0) return;
@@ -98,21 +101,16 @@ class Output {
   uint64_t bytes_ = 0;
 };
 
-// Writes a timestamp given as line.timestamp_ns + offset_ps, without overflowing int64 for
-// epoch-scale values.
+// Writes a timestamp given as line.timestamp_ns + offset_ps, exactly, for any int64 inputs
+// (the sum is computed in 128 bits; epoch-scale picoseconds do not fit in 64).
 void PutTimestamp(Output& out, int64_t line_ns, int64_t offset_ps) {
-  int64_t ns = line_ns + offset_ps / 1000;
-  int64_t rem_ps = offset_ps % 1000;
-  if (rem_ps < 0) {
-    rem_ps += 1000;
-    ns -= 1;
+  __int128 ps = static_cast<__int128>(line_ns) * 1000 + offset_ps;
+  if (ps < 0) {
+    out.Put('-');
+    ps = -ps;
   }
-  if (ns < 0) {
-    // Not a real capture time; keep it readable rather than exact.
-    out.PutInt(ns / 1000);
-    return;
-  }
-  out.PutMicrosFromPicos(ns / 1000, (ns % 1000) * 1000 + rem_ps);
+  out.PutMicrosFromPicos(static_cast<int64_t>(ps / 1'000'000),
+                         static_cast<int64_t>(ps % 1'000'000));
 }
 
 void PutDuration(Output& out, int64_t duration_ps) {
@@ -188,16 +186,57 @@ class PlaneWriter {
     BuildEventTable();
   }
 
+  // Writes the whole plane from memory.
   bool Write() {
     WriteProcessMetadata();
     for (const XLine& line : plane_.lines()) {
-      if (line.name() == kCounterLineName) {
-        if (!WriteCounterLine(line)) return false;
-      } else if (!WriteLine(line)) {
-        return false;
+      const LineContext context = BeginLine(line);
+      for (const XEvent& event : line.events()) {
+        if (!WriteEvent(context, event)) return false;
       }
     }
     return out_.status().ok();
+  }
+
+  // What the event loop needs of a line; built once per line.
+  struct LineContext {
+    std::string prefix;  // {"ph":"X","pid":P,"tid":T,"ts":   or   {"ph":"C","pid":P,"ts":
+    int64_t timestamp_ns = 0;
+    bool counters = false;
+  };
+
+  void WriteProcessMetadata() {
+    WriteMetadataEvent("process_name", "\"name\":" + QuotedJson(plane_.name()), nullptr);
+    WriteMetadataEvent("process_sort_index", "\"sort_index\":" + pid_text_, nullptr);
+  }
+
+  // Writes the thread metadata of `line` (its fields other than events).
+  LineContext BeginLine(const XLine& line) {
+    LineContext context;
+    context.timestamp_ns = line.timestamp_ns();
+    if (line.name() == kCounterLineName) {
+      context.counters = true;
+      context.prefix = "{\"ph\":\"C\",\"pid\":" + pid_text_ + ",\"ts\":";
+      return context;
+    }
+    const int64_t tid = line.display_id() != 0 ? line.display_id() : line.id();
+    char buf[32];
+    const std::string tid_text(buf, std::to_chars(buf, buf + sizeof(buf), tid).ptr);
+    const std::string& line_name = line.display_name().empty() ? line.name() : line.display_name();
+    if (!line_name.empty()) {
+      WriteMetadataEvent("thread_name", "\"name\":" + QuotedJson(line_name), &tid_text);
+    }
+    WriteMetadataEvent("thread_sort_index", "\"sort_index\":" + tid_text, &tid_text);
+    context.prefix = "{\"ph\":\"X\",\"pid\":" + pid_text_ + ",\"tid\":" + tid_text + ",\"ts\":";
+    return context;
+  }
+
+  bool WriteEvent(const LineContext& context, const XEvent& event) {
+    if (event.data_case() == XEvent::kNumOccurrences) {
+      ++stats_.skipped_events;
+      return true;
+    }
+    return context.counters ? WriteCounter(context, event) : WriteComplete(context, event);
   }
 
  private:
@@ -301,130 +340,97 @@ class PlaneWriter {
     if (options_.newline_per_event) out_.Put('\n');
   }
 
-  void WriteProcessMetadata() {
-    WriteMetadataEvent("process_name", "\"name\":" + QuotedJson(plane_.name()), nullptr);
-    WriteMetadataEvent("process_sort_index", "\"sort_index\":" + pid_text_, nullptr);
+  bool WriteComplete(const LineContext& context, const XEvent& event) {
+    const EventInfo* info = event_table_.Find(event.metadata_id());
+    const std::string_view name_json =
+        info != nullptr ? std::string_view(info->name_json) : std::string_view(",\"name\":\"\"");
+    // Args and the flow binding, from the event's own stats.
+    args_.clear();
+    if (info != nullptr) args_ = info->args_json;
+    uint64_t flow_id = 0;
+    bool flow_out = false;
+    bool flow_in = false;
+    for (const XStat& stat : event.stats()) {
+      StatInfoEntry* stat_info = stat_table_.Find(stat.metadata_id());
+      if (stat_info == nullptr) continue;
+      if (stat_info->producer || stat_info->consumer) {
+        uint64_t id = 0;
+        if (stat.value_case() == XStat::kUint64Value) id = stat.uint64_value();
+        if (stat.value_case() == XStat::kInt64Value) id = static_cast<uint64_t>(stat.int64_value());
+        if (flow_id == 0 || flow_id == id) {
+          flow_id = id;
+          (stat_info->producer ? flow_out : flow_in) = true;
+        }
+        continue;
+      }
+      AppendStatArg(stat, &args_);
+    }
+
+    if (!out_.Reserve(context.prefix.size() + name_json.size() + args_.size() + kEventOverhead)) {
+      return false;
+    }
+    out_.Put(context.prefix);
+    PutTimestamp(out_, context.timestamp_ns, event.offset_ps());
+    out_.Put(",\"dur\":");
+    PutDuration(out_, event.duration_ps());
+    out_.Put(name_json);
+    if (flow_id != 0) {
+      out_.Put(",\"bind_id\":");
+      out_.PutInt(flow_id);
+      if (flow_out) out_.Put(",\"flow_out\":true");
+      if (flow_in) out_.Put(",\"flow_in\":true");
+      ++stats_.flow_events;
+    }
+    if (!args_.empty()) {
+      out_.Put(",\"args\":{");
+      out_.Put(args_);
+      out_.Put('}');
+    }
+    out_.Put(options_.newline_per_event ? std::string_view("},\n") : std::string_view("},"));
+    ++stats_.complete_events;
+    return true;
   }
 
-  bool WriteLine(const XLine& line) {
-    const int64_t tid = line.display_id() != 0 ? line.display_id() : line.id();
-    char buf[32];
-    const std::string tid_text(buf, std::to_chars(buf, buf + sizeof(buf), tid).ptr);
-    const std::string& line_name = line.display_name().empty() ? line.name() : line.display_name();
-    if (!line_name.empty()) {
-      WriteMetadataEvent("thread_name", "\"name\":" + QuotedJson(line_name), &tid_text);
+  bool WriteCounter(const LineContext& context, const XEvent& event) {
+    const EventInfo* info = event_table_.Find(event.metadata_id());
+    std::string& value = args_;
+    value.clear();
+    for (const XStat& stat : event.stats()) {
+      StatInfoEntry* stat_info = stat_table_.Find(stat.metadata_id());
+      if (stat_info == nullptr || !stat_info->value_stat) continue;
+      char buf[32];
+      switch (stat.value_case()) {
+        case XStat::kInt64Value:
+          value.assign(buf, std::to_chars(buf, buf + sizeof(buf), stat.int64_value()).ptr);
+          break;
+        case XStat::kUint64Value:
+          value.assign(buf, std::to_chars(buf, buf + sizeof(buf), stat.uint64_value()).ptr);
+          break;
+        case XStat::kDoubleValue:
+          // JSON has no NaN or infinity; such a sample is skipped.
+          value.clear();
+          if (std::isfinite(stat.double_value())) AppendJsonDouble(stat.double_value(), &value);
+          break;
+        default:
+          break;
+      }
     }
-    WriteMetadataEvent("thread_sort_index", "\"sort_index\":" + tid_text, &tid_text);
-
-    // {"ph":"X","pid":P,"tid":T,"ts":
-    const std::string prefix =
-        "{\"ph\":\"X\",\"pid\":" + pid_text_ + ",\"tid\":" + tid_text + ",\"ts\":";
-    const std::string_view suffix = options_.newline_per_event ? "},\n" : "},";
-    const int64_t line_ns = line.timestamp_ns();
-    std::string args;
-    for (const XEvent& event : line.events()) {
-      if (event.data_case() == XEvent::kNumOccurrences) {
-        ++stats_.skipped_events;
-        continue;
-      }
-      const EventInfo* info = event_table_.Find(event.metadata_id());
-      const std::string_view name_json =
-          info != nullptr ? std::string_view(info->name_json) : std::string_view(",\"name\":\"\"");
-      // Args and the flow binding, from the event's own stats.
-      args.clear();
-      if (info != nullptr) args = info->args_json;
-      uint64_t flow_id = 0;
-      bool flow_out = false;
-      bool flow_in = false;
-      for (const XStat& stat : event.stats()) {
-        StatInfoEntry* stat_info = stat_table_.Find(stat.metadata_id());
-        if (stat_info == nullptr) continue;
-        if (stat_info->producer || stat_info->consumer) {
-          uint64_t id = 0;
-          if (stat.value_case() == XStat::kUint64Value) id = stat.uint64_value();
-          if (stat.value_case() == XStat::kInt64Value)
-            id = static_cast<uint64_t>(stat.int64_value());
-          if (flow_id == 0 || flow_id == id) {
-            flow_id = id;
-            (stat_info->producer ? flow_out : flow_in) = true;
-          }
-          continue;
-        }
-        AppendStatArg(stat, &args);
-      }
-
-      if (!out_.Reserve(prefix.size() + name_json.size() + args.size() + kEventOverhead)) {
-        return false;
-      }
-      out_.Put(prefix);
-      PutTimestamp(out_, line_ns, event.offset_ps());
-      out_.Put(",\"dur\":");
-      PutDuration(out_, event.duration_ps());
-      out_.Put(name_json);
-      if (flow_id != 0) {
-        out_.Put(",\"bind_id\":");
-        out_.PutInt(flow_id);
-        if (flow_out) out_.Put(",\"flow_out\":true");
-        if (flow_in) out_.Put(",\"flow_in\":true");
-        ++stats_.flow_events;
-      }
-      if (!args.empty()) {
-        out_.Put(",\"args\":{");
-        out_.Put(args);
-        out_.Put('}');
-      }
-      out_.Put(suffix);
-      ++stats_.complete_events;
+    if (info == nullptr || value.empty()) {
+      ++stats_.skipped_events;
+      return true;
     }
-    return out_.status().ok();
-  }
-
-  bool WriteCounterLine(const XLine& line) {
-    const std::string prefix = "{\"ph\":\"C\",\"pid\":" + pid_text_ + ",\"ts\":";
-    const std::string_view suffix = options_.newline_per_event ? "}},\n" : "}},";
-    std::string value;
-    for (const XEvent& event : line.events()) {
-      if (event.data_case() == XEvent::kNumOccurrences) {
-        ++stats_.skipped_events;
-        continue;
-      }
-      const EventInfo* info = event_table_.Find(event.metadata_id());
-      value.clear();
-      for (const XStat& stat : event.stats()) {
-        StatInfoEntry* stat_info = stat_table_.Find(stat.metadata_id());
-        if (stat_info == nullptr || !stat_info->value_stat) continue;
-        char buf[32];
-        switch (stat.value_case()) {
-          case XStat::kInt64Value:
-            value.assign(buf, std::to_chars(buf, buf + sizeof(buf), stat.int64_value()).ptr);
-            break;
-          case XStat::kUint64Value:
-            value.assign(buf, std::to_chars(buf, buf + sizeof(buf), stat.uint64_value()).ptr);
-            break;
-          case XStat::kDoubleValue:
-            // JSON has no NaN or infinity; such a sample is skipped.
-            if (std::isfinite(stat.double_value())) AppendJsonDouble(stat.double_value(), &value);
-            break;
-          default:
-            break;
-        }
-      }
-      if (info == nullptr || value.empty()) {
-        ++stats_.skipped_events;
-        continue;
-      }
-      if (!out_.Reserve(prefix.size() + info->name_json.size() + value.size() + kEventOverhead)) {
-        return false;
-      }
-      out_.Put(prefix);
-      PutTimestamp(out_, line.timestamp_ns(), event.offset_ps());
-      out_.Put(info->name_json);
-      out_.Put(",\"args\":{\"value\":");
-      out_.Put(value);
-      out_.Put(suffix);
-      ++stats_.counter_events;
+    if (!out_.Reserve(context.prefix.size() + info->name_json.size() + value.size() +
+                      kEventOverhead)) {
+      return false;
     }
-    return out_.status().ok();
+    out_.Put(context.prefix);
+    PutTimestamp(out_, context.timestamp_ns, event.offset_ps());
+    out_.Put(info->name_json);
+    out_.Put(",\"args\":{\"value\":");
+    out_.Put(value);
+    out_.Put(options_.newline_per_event ? std::string_view("}},\n") : std::string_view("}},"));
+    ++stats_.counter_events;
+    return true;
   }
 
   const XPlane& plane_;
@@ -435,11 +441,174 @@ class PlaneWriter {
   std::string pid_text_;
   IdTable<StatInfoEntry> stat_table_;
   IdTable<EventInfo> event_table_;
+  std::string args_;  // scratch, reused across events
 };
 
 bool HasEvents(const XPlane& plane) {
   for (const XLine& line : plane.lines()) {
     if (line.events_size() > 0) return true;
+  }
+  return false;
+}
+
+// Chooses each plane's pid (docs/trace-format.md); nullopt for planes left out.
+class PidAllocator {
+ public:
+  std::optional<int> Next(const XPlane& plane, bool has_events) {
+    const bool device = StartsWith(plane.name(), kDevicePlanePrefix);
+    if (plane.name() == kHostThreadsPlaneName) {
+      const int pid = host_planes_ == 0 ? kHostThreadsPid : kFirstExtraHostPid + host_planes_ - 1;
+      ++host_planes_;
+      return pid;
+    }
+    if (device && plane.id() >= 0 && plane.id() < kHostThreadsPid - kFirstDevicePid) {
+      return kFirstDevicePid + static_cast<int>(plane.id());
+    }
+    if (has_events || device) return next_other_pid_++;
+    return std::nullopt;  // Task Environment, /host:metadata and other event-less helper planes.
+  }
+
+ private:
+  int host_planes_ = 0;
+  int next_other_pid_ = kFirstOtherPlanePid;
+};
+
+void WriteHeader(Output& out, const TraceJsonOptions& options) {
+  out.Reserve(128);
+  out.Put("{\"displayTimeUnit\":\"ns\",");
+  if (options.include_metadata) out.Put("\"metadata\":{\"highres-ticks\":true},");
+  out.Put("\"traceEvents\":[");
+  if (options.newline_per_event) out.Put('\n');
+}
+
+absl::StatusOr<TraceJsonStats> Finish(Output& out, const TraceJsonOptions& options,
+                                      TraceJsonStats& stats) {
+  out.Reserve(16);
+  out.Put("{}]}");
+  if (options.newline_per_event) out.Put('\n');
+  if (!out.Flush()) return out.status();
+  stats.bytes = out.bytes();
+  return stats;
+}
+
+// Iterates the fields of one serialized protobuf message without parsing it.
+class WireReader {
+ public:
+  enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+  struct Field {
+    uint32_t number = 0;
+    int wire_type = 0;
+    std::string_view value;  // the payload of length-delimited fields
+    std::string_view raw;    // the whole field, tag included
+  };
+
+  // `base` is the offset of `data` in the whole input, for error messages.
+  WireReader(std::string_view data, size_t base) : data_(data), base_(base) {}
+
+  // Returns false at the end of the data or at malformed data (then failed() is true).
+  bool Next(Field* field) {
+    if (pos_ >= data_.size() || failed_) return false;
+    const size_t start = pos_;
+    uint64_t tag;
+    if (!ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1FFFFFFF) return Fail(start);
+    field->number = static_cast<uint32_t>(tag >> 3);
+    field->wire_type = static_cast<int>(tag & 7);
+    field->value = {};
+    switch (field->wire_type) {
+      case kVarint: {
+        uint64_t ignored;
+        if (!ReadVarint(&ignored)) return Fail(start);
+        break;
+      }
+      case kFixed64:
+        if (data_.size() - pos_ < 8) return Fail(start);
+        pos_ += 8;
+        break;
+      case kFixed32:
+        if (data_.size() - pos_ < 4) return Fail(start);
+        pos_ += 4;
+        break;
+      case kLengthDelimited: {
+        uint64_t length;
+        if (!ReadVarint(&length) || length > data_.size() - pos_) return Fail(start);
+        field->value = data_.substr(pos_, length);
+        pos_ += length;
+        break;
+      }
+      default:  // groups: not used by any profiler message
+        return Fail(start);
+    }
+    field->raw = data_.substr(start, pos_ - start);
+    return true;
+  }
+
+  bool failed() const { return failed_; }
+  // Absolute offset where reading stopped.
+  size_t offset() const { return base_ + pos_; }
+  size_t base() const { return base_; }
+
+ private:
+  bool ReadVarint(uint64_t* value) {
+    uint64_t result = 0;
+    for (int shift = 0; shift < 70 && pos_ < data_.size(); shift += 7) {
+      const uint8_t byte = static_cast<uint8_t>(data_[pos_++]);
+      result |= static_cast<uint64_t>(byte & 0x7F) << shift;
+      if ((byte & 0x80) == 0) {
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+  bool Fail(size_t at) {
+    failed_ = true;
+    pos_ = at;
+    return false;
+  }
+
+  std::string_view data_;
+  size_t base_;
+  size_t pos_ = 0;
+  bool failed_ = false;
+};
+
+const char* WireTypeName(int wire_type) {
+  switch (wire_type) {
+    case WireReader::kVarint:
+      return "varint";
+    case WireReader::kFixed64:
+      return "fixed64";
+    case WireReader::kLengthDelimited:
+      return "length-delimited";
+    case WireReader::kFixed32:
+      return "fixed32";
+    default:
+      return "group";
+  }
+}
+
+absl::Status Corrupt(std::string_view source, size_t offset) {
+  return absl::InvalidArgumentError(
+      StrCat(source,
+             " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt, or "
+             "holds a string that is not valid UTF-8 (parsing stopped near byte ",
+             offset, ")"));
+}
+
+absl::Status WrongType(std::string_view source, const WireReader::Field& field,
+                       std::string_view message) {
+  return absl::InvalidArgumentError(
+      StrCat(source, " is not an XSpace (.xplane.pb): field ", field.number, " of ", message,
+             " has wire type ", WireTypeName(field.wire_type),
+             ", which XSpace does not use; is this some other protobuf message?"));
+}
+
+// Whether a serialized XLine holds at least one event (field 4).
+bool LineHasEvents(std::string_view line) {
+  WireReader reader(line, 0);
+  WireReader::Field field;
+  while (reader.Next(&field)) {
+    if (field.number == 4 && field.wire_type == WireReader::kLengthDelimited) return true;
   }
   return false;
 }
@@ -450,36 +619,117 @@ absl::StatusOr<TraceJsonStats> WriteTraceJson(const XSpace& space, io::ByteSink*
                                               const TraceJsonOptions& options) {
   TraceJsonStats stats;
   Output out(sink);
-  out.Reserve(128);
-  out.Put("{\"displayTimeUnit\":\"ns\",");
-  if (options.include_metadata) out.Put("\"metadata\":{\"highres-ticks\":true},");
-  out.Put("\"traceEvents\":[");
-  if (options.newline_per_event) out.Put('\n');
+  WriteHeader(out, options);
 
-  int host_planes = 0;
-  int next_other_pid = kFirstOtherPlanePid;
+  PidAllocator pids;
   for (const XPlane& plane : space.planes()) {
-    int pid;
-    if (plane.name() == kHostThreadsPlaneName) {
-      pid = host_planes == 0 ? kHostThreadsPid : kFirstExtraHostPid + host_planes - 1;
-      ++host_planes;
-    } else if (StartsWith(plane.name(), kDevicePlanePrefix)) {
-      pid = kFirstDevicePid + static_cast<int>(plane.id());
-    } else if (HasEvents(plane)) {
-      pid = next_other_pid++;
-    } else {
-      continue;  // Task Environment, /host:metadata and other event-less helper planes.
-    }
-    PlaneWriter writer(plane, pid, options, out, stats);
+    const std::optional<int> pid = pids.Next(plane, HasEvents(plane));
+    if (!pid.has_value()) continue;
+    PlaneWriter writer(plane, *pid, options, out, stats);
     if (!writer.Write()) break;
   }
 
-  out.Reserve(16);
-  out.Put("{}]}");
-  if (options.newline_per_event) out.Put('\n');
-  if (!out.Flush()) return out.status();
-  stats.bytes = out.bytes();
-  return stats;
+  return Finish(out, options, stats);
+}
+
+absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
+    std::string_view serialized, std::string_view source, io::ByteSink* sink,
+    const TraceJsonOptions& options, const std::function<void(size_t)>& release) {
+  if (serialized.empty()) {
+    return absl::InvalidArgumentError(StrCat(source, " is empty (0 bytes): it holds no XSpace"));
+  }
+  // Top level: validate, and find the planes.
+  std::vector<WireReader::Field> planes;
+  bool has_hostnames = false;
+  bool has_unknown = false;
+  {
+    WireReader reader(serialized, 0);
+    WireReader::Field field;
+    while (reader.Next(&field)) {
+      if (field.number >= 1 && field.number <= 4) {
+        if (field.wire_type != WireReader::kLengthDelimited) {
+          return WrongType(source, field, "XSpace");
+        }
+        if (field.number == 1) planes.push_back(field);
+        if (field.number == 4) has_hostnames = true;
+      } else {
+        has_unknown = true;
+      }
+    }
+    if (reader.failed()) return Corrupt(source, reader.offset());
+  }
+  if (has_unknown && planes.empty() && !has_hostnames) {
+    return absl::InvalidArgumentError(StrCat(
+        source, " is not an XSpace (.xplane.pb): it holds only fields XSpace does not define"));
+  }
+
+  TraceJsonStats stats;
+  Output out(sink);
+  WriteHeader(out, options);
+  PidAllocator pids;
+  XPlane skeleton;
+  XLine header;
+  XEvent event;
+  std::string buffer;
+  for (const WireReader::Field& plane_field : planes) {
+    const size_t plane_base = static_cast<size_t>(plane_field.value.data() - serialized.data());
+    // The plane without its lines: id, name, metadata and stats, parsed as an XPlane.
+    std::vector<WireReader::Field> lines;
+    buffer.clear();
+    bool has_events = false;
+    {
+      WireReader reader(plane_field.value, plane_base);
+      WireReader::Field field;
+      while (reader.Next(&field)) {
+        if (field.number >= 1 && field.number <= 6) {
+          const bool scalar = field.number == 1;
+          if ((field.wire_type == WireReader::kVarint) != scalar ||
+              (!scalar && field.wire_type != WireReader::kLengthDelimited)) {
+            return WrongType(source, field, "XPlane");
+          }
+        }
+        if (field.number == 3) {
+          lines.push_back(field);
+          has_events = has_events || LineHasEvents(field.value);
+        } else {
+          buffer.append(field.raw);
+        }
+      }
+      if (reader.failed()) return Corrupt(source, reader.offset());
+    }
+    skeleton.Clear();
+    if (!skeleton.ParseFromString(buffer)) return Corrupt(source, plane_base);
+    const std::optional<int> pid = pids.Next(skeleton, has_events);
+    if (!pid.has_value()) continue;
+    PlaneWriter writer(skeleton, *pid, options, out, stats);
+    writer.WriteProcessMetadata();
+    for (const WireReader::Field& line_field : lines) {
+      const size_t line_base = static_cast<size_t>(line_field.value.data() - serialized.data());
+      // Pass 1: the line's own fields. Pass 2: its events, one at a time.
+      buffer.clear();
+      WireReader header_reader(line_field.value, line_base);
+      WireReader::Field field;
+      while (header_reader.Next(&field)) {
+        if (field.number != 4) buffer.append(field.raw);
+      }
+      if (header_reader.failed()) return Corrupt(source, header_reader.offset());
+      header.Clear();
+      if (!header.ParseFromString(buffer)) return Corrupt(source, line_base);
+      const auto context = writer.BeginLine(header);
+      WireReader event_reader(line_field.value, line_base);
+      while (event_reader.Next(&field)) {
+        if (field.number != 4 || field.wire_type != WireReader::kLengthDelimited) continue;
+        event.Clear();
+        if (!event.ParseFromArray(field.value.data(), static_cast<int>(field.value.size()))) {
+          return Corrupt(source, static_cast<size_t>(field.value.data() - serialized.data()));
+        }
+        if (!writer.WriteEvent(context, event)) return out.status();
+      }
+      if (release) release(line_base + line_field.value.size());
+    }
+    if (!out.status().ok()) return out.status();
+  }
+  return Finish(out, options, stats);
 }
 
 }  // namespace clusterprof::xspace

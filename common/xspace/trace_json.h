@@ -1,11 +1,13 @@
 // XSpace -> Chrome trace JSON, the format Perfetto and chrome://tracing open and that JAX writes
-// as <host>.trace.json.gz (docs/protocol.md, "Chrome trace JSON"). Output is streamed into a ByteSink
-// (usually a GzipSink over a storage object) through a fixed-size buffer: no DOM and no whole
-// JSON in memory, whatever the size of the trace.
+// as <host>.trace.json.gz (docs/protocol.md, "Chrome trace JSON"). Output is streamed into a
+// ByteSink (usually a GzipSink over a storage object) through a fixed-size buffer: no DOM and no
+// whole JSON in memory, whatever the size of the trace.
 #ifndef CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_
 #define CLUSTERPROF_COMMON_XSPACE_TRACE_JSON_H_
 
 #include <cstdint>
+#include <functional>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/io/byte_sink.h"
@@ -42,6 +44,17 @@ struct TraceJsonStats {
 absl::StatusOr<TraceJsonStats> WriteTraceJson(const tensorflow::profiler::XSpace& space,
                                               io::ByteSink* out,
                                               const TraceJsonOptions& options = {});
+
+// The same output as WriteTraceJson for the XSpace serialized in `serialized`, without parsing it
+// whole: memory holds one plane's metadata, one line's own fields and one event at a time, so a
+// multi-gigabyte trace converts in a few megabytes. Errors name `source` and match ParseXSpace's
+// (empty, truncated or corrupt, not an XSpace); an error after output has started leaves the
+// output partial, so callers abort what they were writing. `release(offset)`, when given, is
+// called as conversion moves on with an offset below which `serialized` will not be read again
+// (a caller that mapped the file can drop those pages).
+absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
+    std::string_view serialized, std::string_view source, io::ByteSink* out,
+    const TraceJsonOptions& options = {}, const std::function<void(size_t)>& release = nullptr);
 
 }  // namespace clusterprof::xspace
 

@@ -71,18 +71,79 @@ absl::Status Validate(const XSpace& space, std::string_view source) {
   return absl::OkStatus();
 }
 
-// Adapts a ByteSink to protobuf's output streams.
-class SinkOutputStream final : public google::protobuf::io::CopyingOutputStream {
+// Adapts a ByteSink to protobuf's output streams: straight into the sink's own buffers when it
+// has a zero-copy path, through a buffer and Append otherwise.
+class SinkOutputStream final : public google::protobuf::io::ZeroCopyOutputStream {
  public:
-  explicit SinkOutputStream(io::ByteSink* sink) : sink_(sink) {}
-  bool Write(const void* buffer, int size) override {
-    status_ = sink_->Append(std::string_view(static_cast<const char*>(buffer), size));
-    return status_.ok();
+  explicit SinkOutputStream(io::ByteSink* sink) : sink_(sink) {
+    auto probe = sink_->NextWritable();
+    if (probe.ok()) {
+      zero_copy_ = true;
+      pending_ = *probe;
+    } else {
+      buffer_.resize(1 << 20);
+    }
   }
-  const absl::Status& status() const { return status_; }
+
+  bool Next(void** data, int* size) override {
+    if (!status_.ok()) return false;
+    if (zero_copy_) {
+      if (pending_.empty()) {
+        auto next = sink_->NextWritable();
+        if (!next.ok()) {
+          status_ = next.status();
+          return false;
+        }
+        pending_ = *next;
+      }
+      *data = pending_.data();
+      *size = static_cast<int>(pending_.size());
+      byte_count_ += static_cast<int64_t>(pending_.size());
+      pending_ = {};
+      return true;
+    }
+    if (!FlushBuffer()) return false;
+    *data = buffer_.data();
+    *size = static_cast<int>(buffer_.size());
+    used_ = buffer_.size();
+    byte_count_ += static_cast<int64_t>(buffer_.size());
+    return true;
+  }
+
+  void BackUp(int count) override {
+    byte_count_ -= count;
+    if (zero_copy_) {
+      sink_->BackUp(static_cast<size_t>(count));
+    } else {
+      used_ -= static_cast<size_t>(count);
+    }
+  }
+
+  int64_t ByteCount() const override { return byte_count_; }
+
+  // Hands over what is buffered; returns the first error.
+  absl::Status Close() {
+    if (zero_copy_ && !pending_.empty()) {
+      sink_->BackUp(pending_.size());  // the probe region was never used
+      pending_ = {};
+    }
+    if (!zero_copy_) FlushBuffer();
+    return status_;
+  }
 
  private:
+  bool FlushBuffer() {
+    if (used_ > 0) status_ = sink_->Append(std::string_view(buffer_.data(), used_));
+    used_ = 0;
+    return status_.ok();
+  }
+
   io::ByteSink* sink_;
+  bool zero_copy_ = false;
+  std::span<char> pending_;
+  std::string buffer_;
+  size_t used_ = 0;
+  int64_t byte_count_ = 0;
   absl::Status status_;
 };
 
@@ -102,8 +163,8 @@ absl::StatusOr<std::unique_ptr<LoadedXSpace>> ParseXSpace(
   if (!loaded->space_->MergeFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
     return absl::InvalidArgumentError(
         StrCat(source,
-               " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt "
-               "(parsing stopped near byte ",
+               " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt, "
+               "or holds a string that is not valid UTF-8 (parsing stopped near byte ",
                coded.CurrentPosition(), ")"));
   }
   loaded->serialized_bytes_ = static_cast<uint64_t>(coded.CurrentPosition());
@@ -145,18 +206,16 @@ absl::Status WriteXSpace(const XSpace& space, io::ByteSink* out) {
                " bytes, over protobuf's 2 GiB message limit; capture a shorter "
                "window or fewer events (max_events)"));
   }
-  SinkOutputStream sink_stream(out);
-  google::protobuf::io::CopyingOutputStreamAdaptor adaptor(&sink_stream, /*block_size=*/1 << 20);
+  SinkOutputStream stream(out);
   bool serialized;
   {
-    google::protobuf::io::CodedOutputStream coded(&adaptor);
+    google::protobuf::io::CodedOutputStream coded(&stream);
     space.SerializeWithCachedSizes(&coded);
     serialized = !coded.HadError();
   }
-  if (!serialized || !adaptor.Flush()) {
-    return sink_stream.status().ok() ? absl::InternalError("serializing the XSpace failed")
-                                     : sink_stream.status();
-  }
+  const absl::Status status = stream.Close();
+  if (!status.ok()) return status;
+  if (!serialized) return absl::InternalError("serializing the XSpace failed");
   return absl::OkStatus();
 }
 

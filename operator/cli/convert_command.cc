@@ -4,7 +4,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/io/background_sink.h"
 #include "common/io/gzip_sink.h"
+#include "common/io/mapped_file.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
 #include "common/strings.h"
@@ -47,16 +49,23 @@ std::string FormatBytes(uint64_t bytes) {
 
 int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err) {
   const auto started = std::chrono::steady_clock::now();
-  auto loaded = xspace::ReadXSpaceFile(options.input);
-  if (!loaded.ok()) {
-    err << "clusterprof convert: " << loaded.status().message() << "\n";
+  // Convert straight from the mapped file, one event at a time: memory stays small whatever the
+  // size of the trace, and pages already converted are dropped as conversion moves on.
+  auto file = io::MappedFile::Open(options.input);
+  if (!file.ok()) {
+    err << "clusterprof convert: " << file.status().message() << "\n";
     return kExitFailure;
   }
-  const xspace::TraceJsonOptions json_options{.include_metadata = !options.perfetto};
+  io::MappedFile& mapped = **file;
+  const auto release = [&mapped](size_t offset) { mapped.ReleaseBelow(offset); };
+  const auto convert = [&](io::ByteSink* sink) {
+    return xspace::WriteTraceJsonFromSerialized(mapped.data(), options.input, sink,
+                                                {.include_metadata = !options.perfetto}, release);
+  };
 
   if (options.output == "-") {
     OstreamSink sink(out);
-    auto stats = xspace::WriteTraceJson((*loaded)->space(), &sink, json_options);
+    auto stats = convert(&sink);
     if (!stats.ok()) {
       err << "clusterprof convert: " << stats.status().message() << "\n";
       return kExitFailure;
@@ -83,11 +92,15 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   absl::StatusOr<xspace::TraceJsonStats> stats;
   absl::Status status;
   if (compress) {
+    // JSON on this thread; gzip and write(2) on a background thread.
     io::GzipSink gzip(writer->get(), options.gzip_level);
-    stats = xspace::WriteTraceJson((*loaded)->space(), &gzip, json_options);
-    status = stats.ok() ? gzip.Finish() : stats.status();
+    io::BackgroundSink background(&gzip);
+    stats = convert(&background);
+    status = background.Finish();
+    if (!stats.ok()) status = stats.status();
+    if (status.ok()) status = gzip.Finish();
   } else {
-    stats = xspace::WriteTraceJson((*loaded)->space(), writer->get(), json_options);
+    stats = convert(writer->get());
     status = stats.status();
   }
   absl::StatusOr<storage::ObjectInfo> info =

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/saturating.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
 #include "common/strings.h"
@@ -71,7 +72,9 @@ int InspectRun(const std::string& dir, const std::vector<storage::Entry>& entrie
     const xspace::SpaceSummary& s = *host.summary;
     out << fmt::format("  {:<28} {:>7} {:>10} {:>16} {:>14} {:>8.1f}KB\n", host.host,
                        s.planes.size(), s.events, FormatInstant(s.begin_ns),
-                       s.events ? xspace::FormatDurationPs((s.end_ns - s.begin_ns) * 1000) : "-",
+                       s.events ? xspace::FormatDurationPs(
+                                      SaturatingMul(SaturatingSub(s.end_ns, s.begin_ns), 1000))
+                                : "-",
                        host.bytes / 1024.0);
   }
   for (const HostResult& host : hosts) {

@@ -3,7 +3,9 @@
 
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "google/protobuf/stubs/logging.h"
 #include "operator/cli/commands.h"
+#include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
@@ -38,6 +40,12 @@ int main(int argc, char** argv) {
 
   CLI11_PARSE(app, argc, argv);
   (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
+  // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;
+  // show that as a warning next to our own error instead of a raw "[libprotobuf ERROR ...]".
+  google::protobuf::SetLogHandler(
+      +[](google::protobuf::LogLevel level, const char* file, int line, const std::string& msg) {
+        spdlog::warn("protobuf: {}", msg);
+      });
 
   if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
   if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);

@@ -1,4 +1,4 @@
-// Wire compatibility with the TensorFlow/JAX profiler protocol (docs: /work/shared/docs/protocol.md).
+// Wire compatibility with the TensorFlow/JAX profiler protocol (docs/protocol.md, "Messages").
 //
 // The bytes here are built by hand from the contract's field numbers and wire types, never by our
 // own serializer, so a wrong number, a wrong scalar type (int64 vs sint64, double vs float) or a

@@ -1,5 +1,9 @@
 #include "common/xspace/summary.h"
 
+#include <limits>
+
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/xspace_samples.h"
@@ -44,6 +48,38 @@ TEST(SummaryTest, FormatDuration) {
   EXPECT_EQ(FormatDurationPs(500), "500 ps");
   EXPECT_EQ(FormatDurationPs(1'500), "1.500 ns");
   EXPECT_EQ(FormatDurationPs(2'000'000'000'000), "2.000 s");
+}
+
+}  // namespace
+}  // namespace clusterprof::xspace
+
+namespace clusterprof::xspace {
+namespace {
+
+// Found by the xspace_reader fuzzer: sums and spans of extreme values saturate.
+TEST(SummaryTest, ExtremeValuesSaturate) {
+  XSpace space;
+  XPlaneBuilder host(space.add_planes());
+  host.SetName(kHostThreadsPlaneName);
+  XLineBuilder line = host.GetOrCreateLine(1);
+  line.SetTimestampNs(std::numeric_limits<int64_t>::max());
+  for (int i = 0; i < 2; ++i) {
+    XEventBuilder e = line.AddEvent(*host.GetOrCreateEventMetadata("long"));
+    e.SetOffsetPs(std::numeric_limits<int64_t>::max());
+    e.SetDurationPs(std::numeric_limits<int64_t>::max());
+  }
+  XLineBuilder early = host.GetOrCreateLine(2);
+  early.SetTimestampNs(std::numeric_limits<int64_t>::min());
+  early.AddEvent(*host.GetOrCreateEventMetadata("early"));
+  XPlaneBuilder env(space.add_planes());
+  env.SetName(kTaskEnvPlaneName);
+  env.AddStatValue(*env.GetOrCreateStatMetadata(kProfileStartTime), 1e300);
+  const SpaceSummary s = Summarize(space);
+  ASSERT_FALSE(s.top_events.empty());
+  EXPECT_EQ(s.top_events[0].total_ps, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(s.profile_start_ns, std::numeric_limits<int64_t>::max());
+  const std::string text = FormatSummary(s, "extreme");
+  EXPECT_THAT(text, HasSubstr("extreme"));
 }
 
 }  // namespace

@@ -1,11 +1,14 @@
 #include "common/xspace/trace_json.h"
 
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "common/io/byte_sink.h"
 #include "common/io/gzip_sink.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
+#include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_dir.h"
@@ -170,6 +173,117 @@ TEST(TraceJsonTest, LargeOutputStreamsThroughGzip) {
   EXPECT_EQ(json.size(), stats->bytes);
   EXPECT_EQ(json, ToJson(space));
   EXPECT_LT(compressed.data().size(), json.size() / 5);
+}
+
+}  // namespace
+}  // namespace clusterprof::xspace
+
+namespace clusterprof::xspace {
+namespace {
+
+// Found by the xspace_reader fuzzer: extreme timestamps must not overflow.
+TEST(TraceJsonTest, ExtremeTimestampsAreExact) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName(kHostThreadsPlaneName);
+  XLineBuilder line = plane.GetOrCreateLine(1);
+  line.SetTimestampNs(std::numeric_limits<int64_t>::max());
+  line.AddEvent(*plane.GetOrCreateEventMetadata("max")).SetOffsetPs(1'000'000'000'000);
+  XLineBuilder low = plane.GetOrCreateLine(2);
+  low.SetTimestampNs(std::numeric_limits<int64_t>::min());
+  low.AddEvent(*plane.GetOrCreateEventMetadata("min")).SetOffsetPs(-1);
+  const std::string json = ToJson(space);
+  // INT64_MAX ns + 1e12 ps = 9223372037854775807 ns = 9223372037854775.807 us.
+  EXPECT_THAT(json, HasSubstr("\"ts\":9223372037854775.807,"));
+  // INT64_MIN ns - 1 ps = -9223372036854775808.001 ns.
+  EXPECT_THAT(json, HasSubstr("\"ts\":-9223372036854775.808001,"));
+}
+
+TEST(TraceJsonTest, DevicePlaneIdsOutOfPidRangeGetOtherPids) {
+  XSpace space;
+  XPlaneBuilder plane(space.add_planes());
+  plane.SetName("/device:GPU:x");
+  plane.SetId(std::numeric_limits<int32_t>::max());
+  plane.GetOrCreateLine(1).AddEvent(*plane.GetOrCreateEventMetadata("k"));
+  EXPECT_THAT(ToJson(space), HasSubstr("{\"ph\":\"X\",\"pid\":801,"));
+}
+
+}  // namespace
+}  // namespace clusterprof::xspace
+
+namespace clusterprof::xspace {
+namespace {
+
+// Error messages without the byte offset, which differs between the two readers for corrupt data.
+std::string WithoutOffset(absl::string_view message) {
+  std::string text(message.data(), message.size());
+  return text.substr(0, text.find(" (parsing stopped near byte"));
+}
+
+std::string StreamJson(std::string_view serialized, absl::Status* status = nullptr) {
+  io::StringSink sink;
+  auto stats = WriteTraceJsonFromSerialized(serialized, "input.xplane.pb", &sink);
+  if (status != nullptr) *status = stats.status();
+  return sink.Release();
+}
+
+TEST(TraceJsonStreamTest, MatchesInMemoryConversion) {
+  for (const XSpace& space :
+       {testing::SmallXSpace(), testing::SyntheticXSpace(3, 1000), XSpace()}) {
+    absl::Status status;
+    const std::string streamed = StreamJson(space.SerializeAsString(), &status);
+    if (space.ByteSizeLong() == 0) {
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);  // an empty file
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << status;
+    EXPECT_EQ(streamed, ToJson(space));
+  }
+}
+
+TEST(TraceJsonStreamTest, MatchesOnEveryCorpusFile) {
+  const std::string dir = std::string(CLUSTERPROF_SOURCE_DIR) + "/tests/data/fuzz/xspace_reader";
+  int compared = 0;
+  for (const std::string& name : testing::ListFilesRecursively(dir)) {
+    const std::string bytes = testing::ReadFileOrDie(dir + "/" + name);
+    auto loaded = ParseXSpace(bytes, "input.xplane.pb");
+    absl::Status status;
+    const std::string streamed = StreamJson(bytes, &status);
+    if (!loaded.ok()) {
+      EXPECT_FALSE(status.ok()) << name;
+      EXPECT_EQ(WithoutOffset(status.message()), WithoutOffset(loaded.status().message())) << name;
+      continue;
+    }
+    ASSERT_TRUE(status.ok()) << name << ": " << status;
+    EXPECT_EQ(streamed, ToJson((*loaded)->space())) << name;
+    ++compared;
+  }
+  EXPECT_GE(compared, 3);
+}
+
+TEST(TraceJsonStreamTest, ReleaseReportsProgress) {
+  const std::string bytes = testing::SyntheticXSpace(4, 1000).SerializeAsString();
+  std::vector<size_t> offsets;
+  io::CountingSink sink;
+  ASSERT_TRUE(WriteTraceJsonFromSerialized(bytes, "x", &sink, {}, [&](size_t offset) {
+                offsets.push_back(offset);
+              }).ok());
+  ASSERT_EQ(offsets.size(), 4u);  // one per line
+  EXPECT_TRUE(std::is_sorted(offsets.begin(), offsets.end()));
+  EXPECT_LE(offsets.back(), bytes.size());
+}
+
+TEST(TraceJsonStreamTest, ErrorsMatchTheParser) {
+  const std::string good = testing::SmallXSpace().SerializeAsString();
+  for (const std::string& bad :
+       {good.substr(0, good.size() - 3), std::string("\x08\xd0\x0f\x32\x03run", 8),
+        std::string("\xff\xff\xff")}) {
+    auto parsed = ParseXSpace(bad, "input.xplane.pb");
+    absl::Status status;
+    StreamJson(bad, &status);
+    ASSERT_FALSE(parsed.ok());
+    EXPECT_EQ(WithoutOffset(status.message()), WithoutOffset(parsed.status().message()));
+  }
 }
 
 }  // namespace
