@@ -6,7 +6,10 @@ macro(clusterprof_configure_sanitizers)
     add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
     add_link_options(-fsanitize=address,undefined)
   elseif(CLUSTERPROF_SANITIZE STREQUAL "thread")
-    add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+    # Debian's protobuf and abseil are prebuilt without TSan, and their headers change class
+    # layouts when __SANITIZE_THREAD__ is defined (protobuf's MapFieldBase gains two members):
+    # undefine it so our code and the prebuilt libraries agree.
+    add_compile_options(-fsanitize=thread -fno-omit-frame-pointer -U__SANITIZE_THREAD__)
     add_link_options(-fsanitize=thread)
   elseif(NOT CLUSTERPROF_SANITIZE STREQUAL "")
     message(FATAL_ERROR "CLUSTERPROF_SANITIZE must be '', 'address' or 'thread', not '${CLUSTERPROF_SANITIZE}'")
@@ -35,9 +38,13 @@ function(clusterprof_add_test name)
   target_compile_definitions(${name} PRIVATE
     CLUSTERPROF_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
     CLUSTERPROF_BINARY_DIR="${PROJECT_BINARY_DIR}")
+  set(environment)
+  if(CLUSTERPROF_SANITIZE STREQUAL "thread")
+    set(environment "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/tsan.supp")
+  endif()
   gtest_discover_tests(${name}
     DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT})
+    PROPERTIES LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${environment}")
 endfunction()
 
 # clusterprof_add_fuzzer(NAME SOURCES... DEPS targets... CORPUS dir)

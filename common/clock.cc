@@ -51,53 +51,53 @@ SimulatedClock::SimulatedClock(int64_t wall_ns, int64_t monotonic_ns)
     : wall_ns_(wall_ns), monotonic_ns_(monotonic_ns) {}
 
 int64_t SimulatedClock::WallNs() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return wall_ns_;
 }
 
 int64_t SimulatedClock::MonotonicNs() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return monotonic_ns_;
 }
 
 void SimulatedClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++sleepers_;
   auto reached = [this, deadline_ns]()
                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return monotonic_ns_ >= deadline_ns; };
-  mu_.Await(absl::Condition(&reached));
+  mu_.Await(reached);
   --sleepers_;
 }
 
 void SimulatedClock::SleepUntilWallNs(int64_t deadline_ns) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   ++sleepers_;
   auto reached = [this, deadline_ns]()
                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wall_ns_ >= deadline_ns; };
-  mu_.Await(absl::Condition(&reached));
+  mu_.Await(reached);
   --sleepers_;
 }
 
 void SimulatedClock::AdvanceNs(int64_t delta_ns) {
   CLUSTERPROF_CHECK(delta_ns >= 0) << "a simulated clock only moves forward";
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   wall_ns_ += delta_ns;
   monotonic_ns_ += delta_ns;
 }
 
 void SimulatedClock::StepWallNs(int64_t delta_ns) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   wall_ns_ += delta_ns;
 }
 
 void SimulatedClock::WaitForSleepers(int count) {
-  absl::MutexLock lock(&mu_);
-  auto enough = [this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return sleepers_ >= count; };
-  mu_.Await(absl::Condition(&enough));
+  MutexLock lock(&mu_);
+  auto enough = [this, count]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return sleepers_ >= count; };
+  mu_.Await(enough);
 }
 
 int SimulatedClock::sleepers() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return sleepers_;
 }
 

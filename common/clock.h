@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 
 namespace clusterprof {
 
@@ -70,7 +70,7 @@ class SimulatedClock final : public Clock {
   int sleepers() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   int64_t wall_ns_ ABSL_GUARDED_BY(mu_);
   int64_t monotonic_ns_ ABSL_GUARDED_BY(mu_);
   int sleepers_ ABSL_GUARDED_BY(mu_) = 0;

@@ -16,12 +16,8 @@ void BackgroundSink::Run() {
   while (true) {
     std::string buffer;
     {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](BackgroundSink* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-            return !self->queue_.empty() || self->closing_;
-          },
-          this));
+      MutexLock lock(&mu_);
+      mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queue_.empty() || closing_; });
       if (queue_.empty()) return;  // closing and drained
       buffer = std::move(queue_.front());
       queue_.pop_front();
@@ -31,12 +27,12 @@ void BackgroundSink::Run() {
     {
       bool failed;
       {
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         failed = !status_.ok();
       }
       if (!failed) status = out_->Append(buffer);
     }
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     busy_ = false;
     if (status_.ok() && !status.ok()) status_ = status;
     buffer.clear();
@@ -45,12 +41,10 @@ void BackgroundSink::Run() {
 }
 
 absl::Status BackgroundSink::Submit() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](BackgroundSink* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
-        return static_cast<int>(self->queue_.size()) < self->max_buffers_ || !self->status_.ok();
-      },
-      this));
+  MutexLock lock(&mu_);
+  mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return static_cast<int>(queue_.size()) < max_buffers_ || !status_.ok();
+  });
   if (!status_.ok()) {
     current_.clear();
     return status_;
@@ -77,7 +71,7 @@ absl::Status BackgroundSink::Append(std::string_view data) {
       if (absl::Status s = Submit(); !s.ok()) return s;
     }
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return status_;
 }
 
@@ -86,7 +80,7 @@ absl::StatusOr<std::span<char>> BackgroundSink::NextWritable() {
   if (current_.size() == buffer_size_) {
     if (absl::Status s = Submit(); !s.ok()) return s;
   } else {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (!status_.ok()) return status_;
   }
   const size_t used = current_.size();
@@ -100,17 +94,17 @@ void BackgroundSink::BackUp(size_t count) {
 
 absl::Status BackgroundSink::Finish() {
   if (finished_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return status_;
   }
   finished_ = true;
   absl::Status status = current_.empty() ? absl::OkStatus() : Submit();
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     closing_ = true;
   }
   thread_.join();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return status_.ok() ? status : status_;
 }
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/io/byte_sink.h"
+#include "common/mutex.h"
 
 namespace clusterprof::io {
 
@@ -45,7 +45,7 @@ class BackgroundSink final : public ByteSink {
   std::string current_;    // producer-owned
   bool finished_ = false;  // producer-owned
 
-  absl::Mutex mu_;
+  Mutex mu_;
   std::deque<std::string> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> free_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;

@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "absl/synchronization/notification.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 
 namespace clusterprof::io {
@@ -72,7 +72,7 @@ class Gate final : public ByteSink {
     bytes_ += data.size();
     return absl::OkStatus();
   }
-  absl::Notification release_;
+  Notification release_;
   std::atomic<size_t> bytes_{0};
 };
 
