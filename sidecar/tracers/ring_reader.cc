@@ -1,0 +1,166 @@
+#include "sidecar/tracers/ring_reader.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "sidecar/sdk/ring_writer.h"
+
+namespace clusterprof::shm {
+
+absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot open ring", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int saved = errno;
+    close(fd);
+    return ErrnoToStatus(saved, "cannot stat ring", path);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < sizeof(RingHeader)) {
+    close(fd);
+    return absl::InvalidArgumentError(StrCat("ring ", path, " is too small (", size, " bytes)"));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return ErrnoToStatus(errno, "cannot map ring", path);
+  std::unique_ptr<RingReader> reader(new RingReader(path, static_cast<const char*>(base), size));
+
+  const RingHeader& h = *reader->header_;
+  if (h.magic != kRingMagic || h.version != kVersion || h.header_size != sizeof(RingHeader) ||
+      h.record_size != sizeof(Record)) {
+    return absl::InvalidArgumentError(
+        StrCat("ring ", path,
+               " has an unknown format (magic, version or record size differ); was it "
+               "written by another clusterprof version?"));
+  }
+  const uint32_t threads = h.max_threads;
+  const uint32_t slots = h.slots_per_thread;
+  const uint64_t slots_offset = h.slots_offset;
+  const uint64_t records_offset = h.records_offset;
+  const uint64_t strings_offset = h.strings_offset;
+  const uint64_t strings_capacity = h.strings_capacity;
+  auto fits = [size](uint64_t offset, uint64_t length) {
+    return offset <= size && length <= size - offset;
+  };
+  if (threads == 0 || threads > 65536 || slots == 0 || (slots & (slots - 1)) != 0 ||
+      slots > (1u << 30) || slots_offset % alignof(ThreadSlot) != 0 ||
+      records_offset % alignof(Record) != 0 || strings_offset % 4 != 0 ||
+      !fits(slots_offset, uint64_t{threads} * sizeof(ThreadSlot)) ||
+      !fits(records_offset, uint64_t{threads} * slots * sizeof(Record)) ||
+      !fits(strings_offset, strings_capacity)) {
+    return absl::InvalidArgumentError(
+        StrCat("ring ", path, " has an inconsistent layout; ignoring it"));
+  }
+  reader->pid_ = h.pid;
+  reader->start_ticks_ = h.process_start_ticks;
+  reader->process_name_.assign(h.process_name, strnlen(h.process_name, sizeof(h.process_name)));
+  reader->max_threads_ = threads;
+  reader->slots_ = slots;
+  reader->slots_offset_ = slots_offset;
+  reader->records_offset_ = records_offset;
+  reader->strings_offset_ = strings_offset;
+  reader->strings_capacity_ = strings_capacity;
+  reader->last_dropped_.assign(threads, 0);
+  return reader;
+}
+
+RingReader::RingReader(std::string path, const char* base, size_t size)
+    : path_(std::move(path)),
+      base_(const_cast<char*>(base)),
+      size_(size),
+      header_(reinterpret_cast<RingHeader*>(base_)) {}
+
+RingReader::~RingReader() { munmap(base_, size_); }
+
+std::string_view RingReader::String(uint32_t id) const {
+  if (id == 0) return {};
+  const uint64_t offset = id - 1;
+  if (offset % 4 != 0 || offset + sizeof(StringEntryHeader) > strings_capacity_) return {};
+  const char* entry = base_ + strings_offset_ + offset;
+  const uint32_t length_plus_one =
+      reinterpret_cast<const StringEntryHeader*>(entry)->length_plus_one.load(
+          std::memory_order_acquire);
+  if (length_plus_one == 0) return {};
+  const uint64_t length = length_plus_one - 1;
+  if (length > strings_capacity_ - offset - sizeof(StringEntryHeader)) return {};
+  return {entry + sizeof(StringEntryHeader), static_cast<size_t>(length)};
+}
+
+uint64_t RingReader::dropped_strings() const {
+  return header_->dropped_strings.load(std::memory_order_relaxed);
+}
+
+uint32_t RingReader::dropped_threads() const {
+  return header_->dropped_threads.load(std::memory_order_relaxed);
+}
+
+DrainStats RingReader::Drain(const std::function<void(const ThreadInfo&, const Record&)>& visit) {
+  return DrainImpl(&visit);
+}
+
+DrainStats RingReader::Skip() { return DrainImpl(nullptr); }
+
+DrainStats RingReader::DrainImpl(
+    const std::function<void(const ThreadInfo&, const Record&)>* visit) {
+  DrainStats stats;
+  auto* slots = reinterpret_cast<ThreadSlot*>(base_ + slots_offset_);
+  auto* records = reinterpret_cast<const Record*>(base_ + records_offset_);
+  const uint32_t claimed =
+      std::min(header_->threads_claimed.load(std::memory_order_acquire), max_threads_);
+  for (uint32_t i = 0; i < claimed; ++i) {
+    ThreadSlot& slot = slots[i];
+    const uint32_t tid = slot.tid.load(std::memory_order_acquire);
+    if (tid == 0) continue;
+    const uint64_t dropped = slot.dropped.load(std::memory_order_relaxed);
+    stats.dropped += dropped - std::min(dropped, last_dropped_[i]);
+    last_dropped_[i] = dropped;
+    const uint64_t write = slot.write_index.load(std::memory_order_acquire);
+    uint64_t read = slot.read_index.load(std::memory_order_relaxed);
+    if (write < read || write - read > slots_) {
+      // Only a broken or hostile writer gets here: skip to what can still be in the ring.
+      read = write < read ? write : write - slots_;
+    }
+    if (visit != nullptr) {
+      const ThreadInfo info{i, tid, String(slot.name_id.load(std::memory_order_acquire))};
+      for (uint64_t r = read; r < write; ++r) {
+        const Record record = records[uint64_t{i} * slots_ + (r & (slots_ - 1))];
+        (*visit)(info, record);
+      }
+    }
+    stats.records += write - read;
+    slot.read_index.store(write, std::memory_order_release);
+  }
+  return stats;
+}
+
+absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoToStatus(errno, "cannot list", dir);
+  std::vector<std::string> paths;
+  while (dirent* entry = readdir(d)) {
+    const std::string_view name = entry->d_name;
+    if (name.starts_with(kRingPrefix) && name.ends_with(kRingSuffix)) {
+      paths.push_back(dir + "/" + std::string(name));
+    }
+  }
+  closedir(d);
+  std::sort(paths.begin(), paths.end());
+  return paths;
+}
+
+bool ProcessAlive(const std::string& proc_root, uint32_t pid, uint64_t start_ticks) {
+  const uint64_t ticks = ProcessStartTicks(proc_root, static_cast<int>(pid));
+  return ticks != 0 && ticks == start_ticks;
+}
+
+}  // namespace clusterprof::shm
