@@ -46,8 +46,10 @@ class ControlReader {
   const ControlPage& page() const { return *page_.load(std::memory_order_acquire); }
   bool attached() const { return page_.load(std::memory_order_acquire) != &OffPage(); }
 
- private:
+  // A page with every level 0, for processes without a sidecar.
   static const ControlPage& OffPage();
+
+ private:
   std::atomic<const ControlPage*> page_{&OffPage()};
 };
 

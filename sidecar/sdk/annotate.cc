@@ -1,0 +1,315 @@
+#include "sidecar/sdk/annotate.h"
+
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/xspace/traceme.h"
+#include "sidecar/sdk/control_page.h"
+#include "sidecar/sdk/ring_writer.h"
+
+namespace clusterprof {
+namespace annotate_internal {
+namespace {
+
+// Before the SDK has looked for the control page, the level reads as "everything", so the first
+// annotation takes the slow path, which sets the SDK up and then checks the real level.
+const std::atomic<uint32_t> kUnknownLevel{0xFFFFFFFF};
+
+constexpr auto kAttachInterval = std::chrono::milliseconds(200);
+
+// Process-wide SDK state. Never destroyed: threads may annotate while the process exits.
+struct State {
+  std::mutex mu;
+  std::string dir;
+  uint64_t generation = 1;                   // bumped by ResetForTesting; thread caches compare it
+  std::atomic<uint64_t> generation_seen{1};  // the same, readable without the mutex
+  std::unique_ptr<shm::ControlReader> control;
+  ino_t control_inode = 0;
+  std::unique_ptr<shm::RingWriter> ring;
+  bool ring_failed = false;
+  bool poller_started = false;
+};
+
+State& GetState() {
+  static State* state = new State();
+  return *state;
+}
+
+std::string DirFromEnvironment() {
+  const char* dir = std::getenv(shm::kDirEnv);
+  return dir != nullptr && *dir != '\0' ? dir : shm::kDefaultDir;
+}
+
+ino_t InodeOf(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+}
+
+// Maps the control page if it is there, again if the sidecar recreated it, and falls back to
+// "off" if it disappeared (a sidecar that died while armed must not leave processes recording).
+// Requires state.mu.
+void AttachLocked(State& state) {
+  const ino_t inode = InodeOf(state.dir + "/" + shm::kControlFileName);
+  if (inode == 0) {
+    g_host_level.store(&shm::ControlReader::OffPage().host_level, std::memory_order_release);
+    state.control_inode = 0;
+    return;
+  }
+  if (state.control != nullptr && inode == state.control_inode) return;
+  auto* control = new shm::ControlReader();
+  if (!control->TryAttach(state.dir)) {
+    delete control;
+    if (g_host_level.load(std::memory_order_relaxed) == &kUnknownLevel) {
+      g_host_level.store(&shm::ControlReader::OffPage().host_level, std::memory_order_release);
+    }
+    return;
+  }
+  g_host_level.store(&control->page().host_level, std::memory_order_release);
+  // The previous mapping is left in place on purpose: other threads may be reading through it.
+  (void)state.control.release();
+  state.control.reset(control);
+  state.control_inode = inode;
+}
+
+void StartPollerLocked(State& state) {
+  if (state.poller_started) return;
+  state.poller_started = true;
+  std::thread([] {
+    State& s = GetState();
+    while (true) {
+      std::this_thread::sleep_for(kAttachInterval);
+      std::lock_guard<std::mutex> lock(s.mu);
+      AttachLocked(s);
+    }
+  }).detach();
+}
+
+void EnsureInitializedLocked(State& state) {
+  if (state.dir.empty()) state.dir = DirFromEnvironment();
+  if (g_host_level.load(std::memory_order_relaxed) == &kUnknownLevel) {
+    AttachLocked(state);
+    StartPollerLocked(state);
+  }
+}
+
+// Per-thread: the ring, the interned ids, the thread's name.
+struct ThreadState {
+  uint64_t generation = 0;
+  shm::ThreadRing* ring = nullptr;
+  shm::RingWriter* writer = nullptr;
+  bool failed = false;
+  std::string name;
+  std::unordered_map<std::string, uint32_t> ids;
+};
+
+thread_local ThreadState t_state;
+
+// The calling thread's ring, set up on first use; nullptr when none can be had.
+shm::ThreadRing* ThreadRingForThisThread(int level) {
+  ThreadState& t = t_state;
+  State& state = GetState();
+  // Fast path: the thread's ring is set up and current.
+  if (t.ring != nullptr && t.generation == state.generation_seen.load(std::memory_order_acquire)) {
+    return level <= CurrentLevel() ? t.ring : nullptr;
+  }
+  std::lock_guard<std::mutex> lock(state.mu);
+  EnsureInitializedLocked(state);
+  if (level > CurrentLevel()) return nullptr;  // the first look found the page off (or none)
+  if (t.generation != state.generation) {
+    t.generation = state.generation;
+    t.ring = nullptr;
+    t.writer = nullptr;
+    t.failed = false;
+    t.ids.clear();
+  }
+  if (t.ring != nullptr) return t.ring;
+  if (t.failed) return nullptr;
+  if (state.ring == nullptr && !state.ring_failed) {
+    std::string error;
+    char name[64] = {};
+    shm::RingOptions options;
+    if (FILE* comm = std::fopen("/proc/self/comm", "r")) {
+      if (std::fgets(name, sizeof(name), comm) != nullptr) name[std::strcspn(name, "\n")] = '\0';
+      std::fclose(comm);
+    }
+    options.process_name = name;
+    state.ring = shm::RingWriter::Create(state.dir, options, &error);
+    if (state.ring == nullptr) {
+      state.ring_failed = true;
+      std::fprintf(stderr, "clusterprof: annotations are off in this process: %s\n", error.c_str());
+    }
+  }
+  if (state.ring == nullptr) {
+    t.failed = true;
+    return nullptr;
+  }
+  t.writer = state.ring.get();
+  t.ring = t.writer->ClaimThread(static_cast<uint32_t>(syscall(SYS_gettid)));
+  if (t.ring == nullptr) {
+    t.failed = true;
+    return nullptr;
+  }
+  if (!t.name.empty()) t.ring->SetName(t.writer->Intern(t.name));
+  return t.ring;
+}
+
+uint32_t Intern(std::string_view text) {
+  ThreadState& t = t_state;
+  // Heterogeneous lookup would avoid the temporary; names are short, and this only runs while
+  // a capture is armed.
+  auto it = t.ids.find(std::string(text));
+  if (it != t.ids.end()) return it->second;
+  const uint32_t id = t.writer->Intern(text);
+  if (id != 0) t.ids.emplace(std::string(text), id);
+  return id;
+}
+
+shm::Arg ToShmArg(const Arg& arg) {
+  shm::Arg out{};
+  out.key_id = Intern(arg.key);
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          out.type = shm::ArgType::kInt64;
+          out.value = static_cast<uint64_t>(v);
+        } else if constexpr (std::is_same_v<T, uint64_t>) {
+          out.type = shm::ArgType::kUint64;
+          out.value = v;
+        } else if constexpr (std::is_same_v<T, double>) {
+          out.type = shm::ArgType::kDouble;
+          out.value = std::bit_cast<uint64_t>(v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          out.type = shm::ArgType::kInt64;
+          out.value = v ? 1 : 0;
+        } else {
+          out.type = shm::ArgType::kString;
+          out.value = Intern(v);
+        }
+      },
+      arg.value);
+  return out;
+}
+
+traceme::ArgValue ToTraceMeValue(const Value& value) {
+  return std::visit([](const auto& v) { return traceme::ArgValue(v); }, value);
+}
+
+}  // namespace
+
+std::atomic<const std::atomic<uint32_t>*> g_host_level{&kUnknownLevel};
+
+int64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+void EncodePairs(std::initializer_list<Arg> args, std::string* out) {
+  if (args.size() == 0) return;
+  std::vector<traceme::Arg> pairs;
+  pairs.reserve(args.size());
+  for (const Arg& arg : args) pairs.push_back({arg.key, ToTraceMeValue(arg.value)});
+  const std::string encoded = traceme::Encode("x", pairs);  // "x#k=v,...#"
+  if (!out->empty()) out->push_back(',');
+  out->append(encoded, 2, encoded.size() - 3);
+}
+
+bool BeginComplete(int level, std::string_view name, std::initializer_list<Arg> args,
+                   shm::Record* record, std::string* extra) {
+  if (ThreadRingForThisThread(level) == nullptr) return false;
+  *record = shm::Record{};
+  record->kind = shm::RecordKind::kComplete;
+  record->name_id = Intern(name);
+  int index = 0;
+  for (const Arg& arg : args) {
+    if (index < shm::kMaxInlineArgs) {
+      record->args[index++] = ToShmArg(arg);
+    } else {
+      EncodePairs({arg}, extra);
+    }
+  }
+  record->num_args = static_cast<uint8_t>(index);
+  record->start_ns = NowNs();
+  return true;
+}
+
+bool EndComplete(std::string_view name, const std::string& extra, shm::Record* record) {
+  record->end_ns = NowNs();
+  shm::ThreadRing* ring = t_state.ring;
+  if (ring == nullptr) return false;
+  if (!extra.empty()) {
+    // Metadata beyond the inline args rides in the name, TraceMe-encoded.
+    std::string encoded;
+    encoded.reserve(name.size() + extra.size() + 2);
+    encoded.append(name);
+    encoded.push_back('#');
+    encoded.append(extra);
+    encoded.push_back('#');
+    record->name_id = Intern(encoded);
+  }
+  return ring->Append(*record);
+}
+
+bool RecordAsync(int level, bool begin, std::string_view name, uint64_t id, int64_t now_ns) {
+  shm::ThreadRing* ring = ThreadRingForThisThread(level);
+  if (ring == nullptr) return false;
+  shm::Record record{};
+  record.start_ns = now_ns;
+  record.end_ns = now_ns;
+  record.kind = begin ? shm::RecordKind::kAsyncBegin : shm::RecordKind::kAsyncEnd;
+  record.async_id = id;
+  if (begin) record.name_id = Intern(name);
+  return ring->Append(record);
+}
+
+void ResetForTesting(const std::string& dir) {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  state.dir = dir;
+  ++state.generation;
+  state.generation_seen.store(state.generation, std::memory_order_release);
+  state.ring.release();  // threads of the previous generation may still hold its pointers
+  state.ring_failed = false;
+  (void)state.control.release();  // may still be read by other threads
+  state.control_inode = 0;
+  g_host_level.store(&kUnknownLevel, std::memory_order_release);
+}
+
+}  // namespace annotate_internal
+
+void SetThreadName(std::string_view name) {
+  annotate_internal::t_state.name.assign(name);
+  if (annotate_internal::t_state.ring != nullptr) {
+    annotate_internal::t_state.ring->SetName(annotate_internal::Intern(name));
+  }
+}
+
+AnnotationStats GetAnnotationStats() {
+  AnnotationStats stats;
+  annotate_internal::State& state = annotate_internal::GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  const auto* level = annotate_internal::g_host_level.load();
+  stats.attached = level != &shm::ControlReader::OffPage().host_level &&
+                   level != &annotate_internal::kUnknownLevel;
+  if (state.ring != nullptr) {
+    stats.ring_path = state.ring->path();
+    stats.dropped_strings = state.ring->header().dropped_strings.load();
+  }
+  return stats;
+}
+
+}  // namespace clusterprof
