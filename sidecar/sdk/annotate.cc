@@ -166,14 +166,40 @@ shm::ThreadRing* ThreadRingForThisThread(int level) {
   return t.ring;
 }
 
+// A small direct-mapped cache in front of the per-thread map, keyed by where the text lives
+// (names are mostly literals, whose address never changes) and checked against a copy of the
+// text (a reused buffer may hold other text at the same address).
+struct InternCacheEntry {
+  const char* data = nullptr;
+  uint64_t generation = 0;
+  uint32_t id = 0;
+  std::string text;
+};
+constexpr size_t kInternCacheSize = 256;
+thread_local InternCacheEntry t_intern_cache[kInternCacheSize];
+
 uint32_t Intern(std::string_view text) {
   ThreadState& t = t_state;
-  // Heterogeneous lookup would avoid the temporary; names are short, and this only runs while
-  // a capture is armed.
-  auto it = t.ids.find(std::string(text));
-  if (it != t.ids.end()) return it->second;
-  const uint32_t id = t.writer->Intern(text);
-  if (id != 0) t.ids.emplace(std::string(text), id);
+  InternCacheEntry& entry =
+      t_intern_cache[((reinterpret_cast<uintptr_t>(text.data()) >> 3) ^ text.size()) %
+                     kInternCacheSize];
+  if (entry.data == text.data() && entry.generation == t.generation && entry.id != 0 &&
+      entry.text.size() == text.size() &&
+      std::memcmp(entry.text.data(), text.data(), text.size()) == 0) {
+    return entry.id;
+  }
+  uint32_t id;
+  if (auto it = t.ids.find(std::string(text)); it != t.ids.end()) {
+    id = it->second;
+  } else {
+    id = t.writer->Intern(text);
+    if (id == 0) return 0;
+    t.ids.emplace(std::string(text), id);
+  }
+  entry.data = text.data();
+  entry.generation = t.generation;
+  entry.id = id;
+  entry.text.assign(text);
   return id;
 }
 

@@ -39,10 +39,11 @@ namespace annotate_internal {
 // the page); never null.
 extern std::atomic<const std::atomic<uint32_t>*> g_host_level;
 
-// The process's current host tracer level: two relaxed loads, no call.
+// The process's current host tracer level: two loads, no call. The pointer is loaded with
+// acquire so the mapping it points into is visible (free on x86: a plain load).
 inline int CurrentLevel() {
   return static_cast<int>(std::min<uint32_t>(
-      g_host_level.load(std::memory_order_relaxed)->load(std::memory_order_relaxed), 1u << 30));
+      g_host_level.load(std::memory_order_acquire)->load(std::memory_order_relaxed), 1u << 30));
 }
 int64_t NowNs();
 
