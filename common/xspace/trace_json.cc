@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "common/xspace/json_escape.h"
 #include "common/xspace/schema.h"
+#include "common/xspace/xspace_errors.h"
 
 namespace clusterprof::xspace {
 namespace {
@@ -572,35 +573,9 @@ class WireReader {
   bool failed_ = false;
 };
 
-const char* WireTypeName(int wire_type) {
-  switch (wire_type) {
-    case WireReader::kVarint:
-      return "varint";
-    case WireReader::kFixed64:
-      return "fixed64";
-    case WireReader::kLengthDelimited:
-      return "length-delimited";
-    case WireReader::kFixed32:
-      return "fixed32";
-    default:
-      return "group";
-  }
-}
-
-absl::Status Corrupt(std::string_view source, size_t offset) {
-  return absl::InvalidArgumentError(
-      StrCat(source,
-             " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt, or "
-             "holds a string that is not valid UTF-8 (parsing stopped near byte ",
-             offset, ")"));
-}
-
 absl::Status WrongType(std::string_view source, const WireReader::Field& field,
                        std::string_view message) {
-  return absl::InvalidArgumentError(
-      StrCat(source, " is not an XSpace (.xplane.pb): field ", field.number, " of ", message,
-             " has wire type ", WireTypeName(field.wire_type),
-             ", which XSpace does not use; is this some other protobuf message?"));
+  return WrongWireTypeError(source, static_cast<int>(field.number), field.wire_type, message);
 }
 
 // Whether a serialized XLine holds at least one event (field 4).
@@ -636,7 +611,7 @@ absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
     std::string_view serialized, std::string_view source, io::ByteSink* sink,
     const TraceJsonOptions& options, const std::function<void(size_t)>& release) {
   if (serialized.empty()) {
-    return absl::InvalidArgumentError(StrCat(source, " is empty (0 bytes): it holds no XSpace"));
+    return EmptyXSpaceError(source);
   }
   // Top level: validate, and find the planes.
   std::vector<WireReader::Field> planes;
@@ -656,11 +631,10 @@ absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
         has_unknown = true;
       }
     }
-    if (reader.failed()) return Corrupt(source, reader.offset());
+    if (reader.failed()) return CorruptXSpaceError(source, reader.offset());
   }
   if (has_unknown && planes.empty() && !has_hostnames) {
-    return absl::InvalidArgumentError(StrCat(
-        source, " is not an XSpace (.xplane.pb): it holds only fields XSpace does not define"));
+    return OnlyUnknownFieldsError(source);
   }
 
   TraceJsonStats stats;
@@ -695,10 +669,10 @@ absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
           buffer.append(field.raw);
         }
       }
-      if (reader.failed()) return Corrupt(source, reader.offset());
+      if (reader.failed()) return CorruptXSpaceError(source, reader.offset());
     }
     skeleton.Clear();
-    if (!skeleton.ParseFromString(buffer)) return Corrupt(source, plane_base);
+    if (!skeleton.ParseFromString(buffer)) return CorruptXSpaceError(source, plane_base);
     const std::optional<int> pid = pids.Next(skeleton, has_events);
     if (!pid.has_value()) continue;
     PlaneWriter writer(skeleton, *pid, options, out, stats);
@@ -712,16 +686,17 @@ absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
       while (header_reader.Next(&field)) {
         if (field.number != 4) buffer.append(field.raw);
       }
-      if (header_reader.failed()) return Corrupt(source, header_reader.offset());
+      if (header_reader.failed()) return CorruptXSpaceError(source, header_reader.offset());
       header.Clear();
-      if (!header.ParseFromString(buffer)) return Corrupt(source, line_base);
+      if (!header.ParseFromString(buffer)) return CorruptXSpaceError(source, line_base);
       const auto context = writer.BeginLine(header);
       WireReader event_reader(line_field.value, line_base);
       while (event_reader.Next(&field)) {
         if (field.number != 4 || field.wire_type != WireReader::kLengthDelimited) continue;
         event.Clear();
         if (!event.ParseFromArray(field.value.data(), static_cast<int>(field.value.size()))) {
-          return Corrupt(source, static_cast<size_t>(field.value.data() - serialized.data()));
+          return CorruptXSpaceError(source,
+                                    static_cast<size_t>(field.value.data() - serialized.data()));
         }
         if (!writer.WriteEvent(context, event)) return out.status();
       }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/xspace/xspace_errors.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl.h"
@@ -24,20 +25,21 @@ using ::google::protobuf::UnknownFieldSet;
 using ::tensorflow::profiler::XPlane;
 using ::tensorflow::profiler::XSpace;
 
-const char* WireTypeName(UnknownField::Type type) {
+// The wire type number of an unknown field (UnknownField::Type is its own enumeration).
+int WireType(UnknownField::Type type) {
   switch (type) {
     case UnknownField::TYPE_VARINT:
-      return "varint";
-    case UnknownField::TYPE_FIXED32:
-      return "fixed32";
+      return 0;
     case UnknownField::TYPE_FIXED64:
-      return "fixed64";
+      return 1;
     case UnknownField::TYPE_LENGTH_DELIMITED:
-      return "length-delimited";
+      return 2;
     case UnknownField::TYPE_GROUP:
-      return "group";
+      return 3;
+    case UnknownField::TYPE_FIXED32:
+      return 5;
   }
-  return "unknown";
+  return -1;
 }
 
 // A field whose number the message defines but whose wire type it does not means the bytes are
@@ -47,10 +49,7 @@ absl::Status CheckUnknownFields(const UnknownFieldSet& unknown, int max_known_fi
   for (int i = 0; i < unknown.field_count(); ++i) {
     const UnknownField& field = unknown.field(i);
     if (field.number() >= 1 && field.number() <= max_known_field) {
-      return absl::InvalidArgumentError(
-          StrCat(source, " is not an XSpace (.xplane.pb): field ", field.number(), " of ", message,
-                 " has wire type ", WireTypeName(field.type()),
-                 ", which XSpace does not use; is this some other protobuf message?"));
+      return WrongWireTypeError(source, field.number(), WireType(field.type()), message);
     }
   }
   return absl::OkStatus();
@@ -65,8 +64,7 @@ absl::Status Validate(const XSpace& space, std::string_view source) {
         CheckUnknownFields(plane.GetReflection()->GetUnknownFields(plane), 6, "XPlane", source));
   }
   if (!unknown.empty() && space.planes_size() == 0 && space.hostnames_size() == 0) {
-    return absl::InvalidArgumentError(StrCat(
-        source, " is not an XSpace (.xplane.pb): it holds only fields XSpace does not define"));
+    return OnlyUnknownFieldsError(source);
   }
   return absl::OkStatus();
 }
@@ -161,15 +159,11 @@ absl::StatusOr<std::unique_ptr<LoadedXSpace>> ParseXSpace(
   google::protobuf::io::CodedInputStream coded(input);
   coded.SetTotalBytesLimit(std::numeric_limits<int>::max());
   if (!loaded->space_->MergeFromCodedStream(&coded) || !coded.ConsumedEntireMessage()) {
-    return absl::InvalidArgumentError(
-        StrCat(source,
-               " is not a valid XSpace (.xplane.pb): the protobuf data is truncated or corrupt, "
-               "or holds a string that is not valid UTF-8 (parsing stopped near byte ",
-               coded.CurrentPosition(), ")"));
+    return CorruptXSpaceError(source, static_cast<uint64_t>(coded.CurrentPosition()));
   }
   loaded->serialized_bytes_ = static_cast<uint64_t>(coded.CurrentPosition());
   if (loaded->serialized_bytes_ == 0) {
-    return absl::InvalidArgumentError(StrCat(source, " is empty (0 bytes): it holds no XSpace"));
+    return EmptyXSpaceError(source);
   }
   CLUSTERPROF_RETURN_IF_ERROR(Validate(*loaded->space_, source));
   return loaded;
