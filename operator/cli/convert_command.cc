@@ -89,22 +89,24 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     return kExitFailure;
   }
   const bool compress = !EndsWith(output, ".json");
+  // JSON on this thread; gzip (when compressing) and write(2) on a background thread. The sink
+  // chain's own status tells output failures apart from problems with the input.
   absl::StatusOr<xspace::TraceJsonStats> stats;
-  absl::Status status;
-  if (compress) {
-    // JSON on this thread; gzip and write(2) on a background thread.
+  absl::Status output_status;
+  {
     io::GzipSink gzip(writer->get(), options.gzip_level);
-    io::BackgroundSink background(&gzip);
+    io::ByteSink* target = compress ? static_cast<io::ByteSink*>(&gzip) : writer->get();
+    io::BackgroundSink background(target);
     stats = convert(&background);
-    status = background.Finish();
-    if (!stats.ok()) status = stats.status();
-    if (status.ok()) status = gzip.Finish();
-  } else {
-    stats = convert(writer->get());
-    status = stats.status();
+    output_status = background.Finish();
+    if (output_status.ok() && compress && stats.ok()) output_status = gzip.Finish();
+  }
+  if (!stats.ok() && output_status.ok()) {
+    err << "clusterprof convert: " << stats.status().message() << "\n";
+    return kExitFailure;
   }
   absl::StatusOr<storage::ObjectInfo> info =
-      status.ok() ? (*writer)->Commit() : absl::StatusOr<storage::ObjectInfo>(status);
+      output_status.ok() ? (*writer)->Commit() : absl::StatusOr<storage::ObjectInfo>(output_status);
   if (!info.ok()) {
     err << "clusterprof convert: writing " << output << ": " << info.status().message() << "\n";
     return kExitFailure;
