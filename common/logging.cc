@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/json_escape.h"
 #include "common/strings.h"
 #include "spdlog/pattern_formatter.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -16,34 +17,10 @@
 namespace clusterprof {
 namespace {
 
-void AppendJsonEscaped(std::string_view text, spdlog::memory_buf_t& out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned char c : text) {
-    switch (c) {
-      case '"':
-        out.append(std::string_view("\\\""));
-        break;
-      case '\\':
-        out.append(std::string_view("\\\\"));
-        break;
-      case '\n':
-        out.append(std::string_view("\\n"));
-        break;
-      case '\r':
-        out.append(std::string_view("\\r"));
-        break;
-      case '\t':
-        out.append(std::string_view("\\t"));
-        break;
-      default:
-        if (c < 0x20) {
-          const char escaped[] = {'\\', 'u', '0', '0', kHex[c >> 4], kHex[c & 0xf]};
-          out.append(escaped, escaped + sizeof(escaped));
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
+void AppendEscaped(std::string_view text, spdlog::memory_buf_t& out) {
+  std::string escaped;
+  AppendJsonEscaped(text, &escaped);
+  out.append(escaped.data(), escaped.data() + escaped.size());
 }
 
 class JsonLogFormatter final : public spdlog::formatter {
@@ -60,11 +37,11 @@ class JsonLogFormatter final : public spdlog::formatter {
     dest.append(std::string_view("\""));
     if (msg.logger_name.size() > 0) {
       dest.append(std::string_view(",\"logger\":\""));
-      AppendJsonEscaped(std::string_view(msg.logger_name.data(), msg.logger_name.size()), dest);
+      AppendEscaped(std::string_view(msg.logger_name.data(), msg.logger_name.size()), dest);
       dest.append(std::string_view("\""));
     }
     dest.append(std::string_view(",\"msg\":\""));
-    AppendJsonEscaped(std::string_view(msg.payload.data(), msg.payload.size()), dest);
+    AppendEscaped(std::string_view(msg.payload.data(), msg.payload.size()), dest);
     dest.append(std::string_view("\"}\n"));
   }
 

@@ -1,9 +1,9 @@
-#include "common/xspace/json_escape.h"
+#include "common/json_escape.h"
 
 #include <charconv>
 #include <cmath>
 
-namespace clusterprof::xspace {
+namespace clusterprof {
 namespace {
 
 constexpr std::string_view kReplacementChar = "\\ufffd";
@@ -94,4 +94,4 @@ void AppendJsonDouble(double value, std::string* out) {
   out->append(buf, std::to_chars(buf, buf + sizeof(buf), value).ptr);
 }
 
-}  // namespace clusterprof::xspace
+}  // namespace clusterprof
