@@ -25,8 +25,6 @@ using xspace::XEventBuilder;
 using xspace::XLineBuilder;
 using xspace::XPlaneBuilder;
 
-constexpr int64_t kPsPerNs = 1000;
-
 // Adds an event from an annotation name as the annotation tracer does: decode the TraceMe
 // metadata into typed stats.
 XEventBuilder AddAnnotated(XPlaneBuilder& plane, XLineBuilder& line, const std::string& encoded,
@@ -127,7 +125,6 @@ tensorflow::profiler::XSpace MakeHost(int host, int steps, int64_t start_ns, std
   env.SetName(xspace::kTaskEnvPlaneName);
   env.AddStatValue(*env.GetOrCreateStatMetadata(xspace::kProfileStartTime), uint64_t(start_ns));
   env.AddStatValue(*env.GetOrCreateStatMetadata(xspace::kProfileStopTime), uint64_t(t));
-  (void)kPsPerNs;
   return space;
 }
 
