@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/failing_sink.h"
 
 namespace clusterprof::io {
 namespace {
@@ -57,13 +58,8 @@ TEST(GzipSinkTest, AppendAfterFinishFails) {
   EXPECT_EQ(gzip.Append("x").code(), absl::StatusCode::kFailedPrecondition);
 }
 
-class FailingSink final : public ByteSink {
- public:
-  absl::Status Append(std::string_view) override { return absl::UnavailableError("down"); }
-};
-
 TEST(GzipSinkTest, DownstreamErrorsStick) {
-  FailingSink failing;
+  testing::FailingSink failing(absl::UnavailableError("down"));
   GzipSink gzip(&failing, 1);
   // Incompressible input, so compressed output reaches the failing sink before Finish.
   std::mt19937 rng(1);

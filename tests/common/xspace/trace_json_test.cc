@@ -11,6 +11,7 @@
 #include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/failing_sink.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/xspace_samples.h"
 
@@ -147,15 +148,8 @@ TEST(TraceJsonTest, SparseMetadataIdsResolve) {
   EXPECT_THAT(json, HasSubstr("\"name\":\"\""));
 }
 
-class FailingSink final : public io::ByteSink {
- public:
-  absl::Status Append(std::string_view) override {
-    return absl::ResourceExhaustedError("disk full");
-  }
-};
-
 TEST(TraceJsonTest, SinkErrorIsReturned) {
-  FailingSink sink;
+  testing::FailingSink sink(absl::ResourceExhaustedError("disk full"));
   auto stats = WriteTraceJson(testing::SyntheticXSpace(2, 50'000), &sink);
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kResourceExhausted);
 }

@@ -4,6 +4,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/support/failing_sink.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/xspace_samples.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
@@ -93,13 +94,8 @@ TEST(XSpaceIoTest, UnknownNewFieldsAreTolerated) {
   EXPECT_TRUE(loaded.ok()) << loaded.status();
 }
 
-class FailingSink final : public io::ByteSink {
- public:
-  absl::Status Append(std::string_view) override { return absl::DataLossError("gone"); }
-};
-
 TEST(XSpaceIoTest, WriteReportsSinkErrors) {
-  FailingSink sink;
+  testing::FailingSink sink(absl::DataLossError("gone"));
   EXPECT_EQ(WriteXSpace(testing::SyntheticXSpace(1, 100'000), &sink).code(),
             absl::StatusCode::kDataLoss);
 }
