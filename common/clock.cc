@@ -2,7 +2,9 @@
 
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 
 #include "common/check.h"
 
@@ -47,6 +49,31 @@ void RealClock::SleepUntilWallNs(int64_t deadline_ns) {
   }
 }
 
+bool RealClock::SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) {
+  // Wait on a condition variable in slices, so a wall-clock step is noticed within a slice and
+  // Wake() ends the wait at once; then spin the last stretch as SleepUntilWallNs does.
+  constexpr int64_t kSliceNs = 100 * kNanosPerMilli;
+  while (true) {
+    if (stop.load(std::memory_order_acquire)) return false;
+    const int64_t remaining = deadline_ns - WallNs();
+    if (remaining <= 0) return true;
+    if (remaining <= kSpinWindowNs) continue;
+    const int64_t wait_ns = std::min(remaining - kSpinWindowNs, kSliceNs);
+    MutexLock lock(&wake_mu_);
+    const uint64_t wakes = wakes_;
+    wake_mu_.AwaitWithDeadline(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return wakes_ != wakes || stop.load(std::memory_order_acquire);
+        },
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(wait_ns));
+  }
+}
+
+void RealClock::Wake() {
+  MutexLock lock(&wake_mu_);
+  ++wakes_;
+}
+
 SimulatedClock::SimulatedClock(int64_t wall_ns, int64_t monotonic_ns)
     : wall_ns_(wall_ns), monotonic_ns_(monotonic_ns) {}
 
@@ -76,6 +103,22 @@ void SimulatedClock::SleepUntilWallNs(int64_t deadline_ns) {
                      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return wall_ns_ >= deadline_ns; };
   mu_.Await(reached);
   --sleepers_;
+}
+
+bool SimulatedClock::SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) {
+  MutexLock lock(&mu_);
+  ++sleepers_;
+  auto done = [this, deadline_ns, &stop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return wall_ns_ >= deadline_ns || stop.load(std::memory_order_acquire);
+  };
+  mu_.Await(done);
+  --sleepers_;
+  return wall_ns_ >= deadline_ns;
+}
+
+void SimulatedClock::Wake() {
+  // Releasing the mutex wakes the sleepers, which re-check their stop flags.
+  MutexLock lock(&mu_);
 }
 
 void SimulatedClock::AdvanceNs(int64_t delta_ns) {

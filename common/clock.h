@@ -3,6 +3,7 @@
 #ifndef CLUSTERPROF_COMMON_CLOCK_H_
 #define CLUSTERPROF_COMMON_CLOCK_H_
 
+#include <atomic>
 #include <cstdint>
 
 #include "absl/base/thread_annotations.h"
@@ -30,10 +31,16 @@ class Clock {
   // sleeps to shortly before the instant, then spins). Returns at once for a past instant.
   virtual void SleepUntilWallNs(int64_t deadline_ns) = 0;
 
+  // As SleepUntilWallNs, but returns early once `stop` is true; whoever sets `stop` then calls
+  // Wake(). Returns true when the deadline was reached, false when stopped first.
+  virtual bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) = 0;
+  // Makes every SleepUntilWallNsUnless re-check its stop flag.
+  virtual void Wake() = 0;
+
   void SleepForNs(int64_t duration_ns) { SleepUntilMonotonicNs(MonotonicNs() + duration_ns); }
 };
 
-// The system clocks: CLOCK_REALTIME and CLOCK_MONOTONIC. Stateless and thread-safe.
+// The system clocks: CLOCK_REALTIME and CLOCK_MONOTONIC. Thread-safe.
 class RealClock final : public Clock {
  public:
   // How long before a wall-clock deadline SleepUntilWallNs stops sleeping and starts spinning.
@@ -44,6 +51,12 @@ class RealClock final : public Clock {
   int64_t MonotonicNs() const override;
   void SleepUntilMonotonicNs(int64_t deadline_ns) override;
   void SleepUntilWallNs(int64_t deadline_ns) override;
+  bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
+  void Wake() override;
+
+ private:
+  Mutex wake_mu_;
+  uint64_t wakes_ ABSL_GUARDED_BY(wake_mu_) = 0;
 };
 
 // A clock that moves only when told to. Sleepers block until another thread advances the clock
@@ -60,6 +73,8 @@ class SimulatedClock final : public Clock {
   int64_t MonotonicNs() const override;
   void SleepUntilMonotonicNs(int64_t deadline_ns) override;
   void SleepUntilWallNs(int64_t deadline_ns) override;
+  bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
+  void Wake() override;
 
   // Moves both clocks forward by `delta_ns` (>= 0) and wakes the sleepers whose time has come.
   void AdvanceNs(int64_t delta_ns);
