@@ -244,6 +244,15 @@ int64_t NowNs() {
   return static_cast<int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
 }
 
+int InitializedLevel() {
+  if (g_host_level.load(std::memory_order_acquire) == &kUnknownLevel) {
+    State& state = GetState();
+    std::lock_guard<std::mutex> lock(state.mu);
+    EnsureInitializedLocked(state);
+  }
+  return CurrentLevel();
+}
+
 void EncodePairs(std::initializer_list<Arg> args, std::string* out) {
   if (args.size() == 0) return;
   std::vector<traceme::Arg> pairs;
@@ -273,8 +282,12 @@ bool BeginComplete(int level, std::string_view name, std::initializer_list<Arg> 
   return true;
 }
 
-bool EndComplete(std::string_view name, const std::string& extra, shm::Record* record) {
-  record->end_ns = NowNs();
+namespace {
+
+// EndComplete's work after it has read the clock; WriteComplete's as well. Inlined into both,
+// so EndComplete stays one function on the hot path.
+[[gnu::always_inline]] inline bool AppendComplete(std::string_view name, std::string_view extra,
+                                                  shm::Record* record) {
   shm::ThreadRing* ring = t_state.ring;
   if (ring == nullptr) return false;
   if (!extra.empty()) {
@@ -288,6 +301,17 @@ bool EndComplete(std::string_view name, const std::string& extra, shm::Record* r
     record->name_id = Intern(encoded);
   }
   return ring->Append(*record);
+}
+
+}  // namespace
+
+bool EndComplete(std::string_view name, const std::string& extra, shm::Record* record) {
+  record->end_ns = NowNs();
+  return AppendComplete(name, extra, record);
+}
+
+bool WriteComplete(std::string_view name, std::string_view extra, shm::Record* record) {
+  return AppendComplete(name, extra, record);
 }
 
 bool RecordAsync(int level, bool begin, std::string_view name, uint64_t id, int64_t now_ns) {

@@ -46,6 +46,9 @@ inline int CurrentLevel() {
       g_host_level.load(std::memory_order_acquire)->load(std::memory_order_relaxed), 1u << 30));
 }
 int64_t NowNs();
+// CurrentLevel() once the SDK has looked for the control page (the first call does), so that a
+// process without a sidecar reads 0 from its first call on. For the C ABI's tracing_enabled.
+int InitializedLevel();
 
 using Value = std::variant<int64_t, uint64_t, double, bool, std::string_view>;
 
@@ -72,6 +75,9 @@ bool BeginComplete(int level, std::string_view name, std::initializer_list<Arg> 
                    shm::Record* record, std::string* extra);
 // Finishes and writes the event. `extra` holds metadata pairs to encode into the name.
 bool EndComplete(std::string_view name, const std::string& extra, shm::Record* record);
+// Writes the event as EndComplete does, with the end time the caller set in `record` (the C ABI
+// records events that its caller timed).
+bool WriteComplete(std::string_view name, std::string_view extra, shm::Record* record);
 bool RecordAsync(int level, bool begin, std::string_view name, uint64_t id, int64_t now_ns);
 // Appends TraceMe-encoded pairs (`k=v,...`, no '#') to `out`, after a ',' if `out` is not empty.
 void EncodePairs(std::initializer_list<Arg> args, std::string* out);

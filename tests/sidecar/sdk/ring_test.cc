@@ -258,6 +258,10 @@ TEST(ProcessStartTicksTest, ParsesStatWithSpacesInTheName) {
   EXPECT_EQ(ProcessStartTicks(proc.path(), 78), 0u);
   EXPECT_TRUE(ProcessAlive(proc.path(), 77, 123456));
   EXPECT_FALSE(ProcessAlive(proc.path(), 77, 123457)) << "a reused pid is another process";
+  testing::WriteFileOrDie(proc.Join("79/stat"),
+                          "79 (crashed) Z 1 77 77 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 "
+                          "3 0 5555 1000 200 18446744073709551615\n");
+  EXPECT_FALSE(ProcessAlive(proc.path(), 79, 5555)) << "a zombie has exited";
 }
 
 TEST(ControlPageTest, ReaderSeesArmAndDisarm) {

@@ -1,0 +1,185 @@
+// A sample training loop annotated with the clusterprof C++ SDK, for demos: run it in a pod (or
+// beside a local sidecar) and capture it.
+//
+//   CLUSTERPROF_DIR=/tmp/clusterprof train_loop --seconds 60
+//
+// The trainer thread records each step as Trace("train", step_num=N, _r=1) with the ops inside
+// it (data_load, forward, backward, optimizer, allreduce); a data loader thread prepares batches
+// (load_batch) and hands them over through a small queue, each batch's wait in the queue an
+// async event (batch_in_queue) that begins on the loader and ends on the trainer. The ops burn
+// CPU for their share of the step and allreduce sleeps the rest, so the process uses about
+// --busy-percent of one core. Runs until --seconds have passed, or until SIGINT/SIGTERM.
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "sidecar/sdk/annotate.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::microseconds;
+
+volatile std::sig_atomic_t g_stop = 0;
+
+void OnSignal(int) { g_stop = 1; }
+
+// Keeps the CPU busy for `duration`; the caller keeps the result so the work stays.
+uint64_t Burn(microseconds duration) {
+  const Clock::time_point until = Clock::now() + duration;
+  uint64_t x = 88172645463325252ull;
+  while (Clock::now() < until) {
+    for (int i = 0; i < 256; ++i) {  // xorshift: cheap work between clock reads
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+    }
+  }
+  return x;
+}
+
+// Batches from the loader to the trainer. Thread-safe; Pop returns false once closed.
+class BatchQueue {
+ public:
+  explicit BatchQueue(size_t capacity) : capacity_(capacity) {}
+
+  bool Push(uint64_t batch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_full_.wait(lock, [&] { return closed_ || batches_.size() < capacity_; });
+    if (closed_) return false;
+    batches_.push_back(batch);
+    not_empty_.notify_one();
+    return true;
+  }
+  bool Pop(uint64_t* batch) {
+    std::unique_lock<std::mutex> lock(mu_);
+    not_empty_.wait(lock, [&] { return closed_ || !batches_.empty(); });
+    if (batches_.empty()) return false;
+    *batch = batches_.front();
+    batches_.pop_front();
+    not_full_.notify_one();
+    return true;
+  }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu_);
+    closed_ = true;
+    not_full_.notify_all();
+    not_empty_.notify_all();
+  }
+
+ private:
+  const size_t capacity_;
+  std::mutex mu_;
+  std::condition_variable not_full_;
+  std::condition_variable not_empty_;
+  std::deque<uint64_t> batches_;
+  bool closed_ = false;
+};
+
+struct Timing {
+  microseconds step;
+  microseconds load;  // the loader's CPU per batch
+  microseconds forward;
+  microseconds backward;
+  microseconds optimizer;
+};
+
+// The loader's share of the busy time, then the trainer's ops' shares of the rest.
+Timing MakeTiming(int step_ms, int busy_percent) {
+  const int64_t step_us = int64_t{step_ms} * 1000;
+  const int64_t busy_us = step_us * busy_percent / 100;
+  const int64_t load_us = busy_us * 15 / 100;
+  const int64_t ops_us = busy_us - load_us;
+  return Timing{microseconds(step_us), microseconds(load_us), microseconds(ops_us * 35 / 100),
+                microseconds(ops_us * 50 / 100), microseconds(ops_us * 15 / 100)};
+}
+
+void LoaderLoop(const Timing& timing, BatchQueue& queue, std::atomic<uint64_t>& sink) {
+  clusterprof::SetThreadName("data_loader");
+  for (uint64_t batch = 0;; ++batch) {
+    {
+      clusterprof::Trace trace("load_batch", {{"batch", batch}});
+      sink += Burn(timing.load);
+    }
+    clusterprof::AsyncBegin("batch_in_queue", batch);
+    if (!queue.Push(batch)) return;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("A sample training loop annotated with clusterprof");
+  double seconds = 0;
+  int step_ms = 30;
+  int busy_percent = 50;
+  app.add_option("--seconds", seconds, "stop after this long (0: run until killed)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--step-ms", step_ms, "duration of one step")->check(CLI::Range(1, 60000));
+  app.add_option("--busy-percent", busy_percent, "CPU busy share of each step, loader included")
+      ->check(CLI::Range(0, 100));
+  CLI11_PARSE(app, argc, argv);
+
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  const char* dir = std::getenv("CLUSTERPROF_DIR");
+  std::printf("train_loop: pid %d, CLUSTERPROF_DIR=%s\n", static_cast<int>(getpid()),
+              dir != nullptr && *dir != '\0' ? dir : "/var/run/clusterprof (default)");
+  std::fflush(stdout);
+
+  const Timing timing = MakeTiming(step_ms, busy_percent);
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = seconds > 0
+                                         ? start + std::chrono::duration_cast<Clock::duration>(
+                                                       std::chrono::duration<double>(seconds))
+                                         : Clock::time_point::max();
+  std::atomic<uint64_t> sink{0};
+  BatchQueue queue(2);
+  std::thread loader([&] { LoaderLoop(timing, queue, sink); });
+
+  clusterprof::SetThreadName("trainer");
+  int64_t step = 0;
+  for (; g_stop == 0 && Clock::now() < deadline; ++step) {
+    const Clock::time_point step_start = Clock::now();
+    clusterprof::Trace trace("train", {{"step_num", step}, {"_r", 1}},
+                             clusterprof::kAnnotationLevelCritical);
+    uint64_t batch = 0;
+    {
+      clusterprof::Trace op("data_load");
+      if (!queue.Pop(&batch)) break;
+      clusterprof::AsyncEnd(batch);
+    }
+    {
+      clusterprof::Trace op("forward", {{"batch", batch}});
+      sink += Burn(timing.forward);
+    }
+    {
+      clusterprof::Trace op("backward");
+      sink += Burn(timing.backward);
+    }
+    {
+      clusterprof::Trace op("optimizer");
+      sink += Burn(timing.optimizer);
+    }
+    {
+      // Waiting for the other workers' gradients: the rest of the step, idle.
+      clusterprof::Trace op("allreduce");
+      std::this_thread::sleep_until(step_start + timing.step);
+    }
+  }
+  queue.Close();
+  loader.join();
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::printf("train_loop: %lld steps in %.1f s\n", static_cast<long long>(step), elapsed);
+  return 0;
+}
