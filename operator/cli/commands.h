@@ -4,6 +4,7 @@
 #ifndef CLUSTERPROF_OPERATOR_CLI_COMMANDS_H_
 #define CLUSTERPROF_OPERATOR_CLI_COMMANDS_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -38,6 +39,27 @@ struct InspectOptions {
 
 // clusterprof inspect <run dir or file>
 int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err);
+
+struct CaptureOptions {
+  // host:port[,host:port...]; grpc:// prefixes are accepted.
+  std::string service_addr;
+  std::string logdir;
+  int64_t duration_ms = 2000;
+  int64_t delay_ms = 0;
+  int num_tracing_attempts = 3;
+  uint32_t host_tracer_level = 2;
+  uint32_t device_tracer_level = 1;
+  uint32_t python_tracer_level = 0;
+  // Empty: YYYY_MM_DD_HH_MM_SS (UTC) of the capture.
+  std::string run;
+  // Comma list, one per address: the hosts' names in the run.
+  std::string host_names;
+  // Live progress lines (only on a terminal).
+  bool progress = true;
+};
+
+// clusterprof capture --service-addr a:8466,b:8466 --logdir DIR [--duration-ms N] ...
+int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err);
 
 }  // namespace clusterprof::cli
 

@@ -38,6 +38,52 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
 
+  clusterprof::cli::CaptureOptions capture;
+  CLI::App* capture_cmd = app.add_subcommand(
+      "capture",
+      "Capture one synchronized trace from profiler servers (clusterprof sidecars, or TF/JAX "
+      "profiler servers), as tf.profiler.experimental.client.trace does");
+  capture_cmd
+      ->add_option("--service-addr", capture.service_addr,
+                   "host:port[,host:port...] (grpc:// prefixes are accepted)")
+      ->required();
+  capture_cmd
+      ->add_option("--logdir", capture.logdir,
+                   "TensorBoard/XProf logdir: the run goes to <logdir>/plugins/profile/<run>")
+      ->required();
+  capture_cmd->add_option("--duration-ms", capture.duration_ms, "Capture length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  capture_cmd->add_option("--delay-ms", capture.delay_ms, "Start this long from now")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--num-tracing-attempts", capture.num_tracing_attempts,
+                   "Attempts per host for retryable failures")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--host-tracer-level", capture.host_tracer_level,
+                   "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--device-tracer-level", capture.device_tracer_level,
+                   "GPU activity: 0 off, 1 on")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--python-tracer-level", capture.python_tracer_level,
+                   "Python function tracing in framework servers: 0 off, 1 on")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  capture_cmd->add_option("--run", capture.run,
+                          "Run name (default: the capture's UTC time, YYYY_MM_DD_HH_MM_SS)");
+  capture_cmd->add_option("--host-names", capture.host_names,
+                          "Comma list of host names, one per address (default: each sidecar's "
+                          "own name, else the address)");
+  capture_cmd->add_flag("!--no-progress", capture.progress, "No live progress lines");
+
   CLI11_PARSE(app, argc, argv);
   (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
   // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;
@@ -47,6 +93,7 @@ int main(int argc, char** argv) {
         spdlog::warn("protobuf: {}", msg);
       });
 
+  if (*capture_cmd) return clusterprof::cli::RunCapture(capture, std::cout, std::cerr);
   if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
   if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
   return clusterprof::cli::kExitUsage;

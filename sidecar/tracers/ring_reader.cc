@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -105,13 +106,17 @@ uint32_t RingReader::dropped_threads() const {
 }
 
 DrainStats RingReader::Drain(const std::function<void(const ThreadInfo&, const Record&)>& visit) {
-  return DrainImpl(&visit);
+  const SpanVisitor each = [&visit](const ThreadInfo& info, std::span<const Record> records) {
+    for (const Record& record : records) visit(info, record);
+  };
+  return DrainImpl(&each);
 }
+
+DrainStats RingReader::DrainSpans(const SpanVisitor& visit) { return DrainImpl(&visit); }
 
 DrainStats RingReader::Skip() { return DrainImpl(nullptr); }
 
-DrainStats RingReader::DrainImpl(
-    const std::function<void(const ThreadInfo&, const Record&)>* visit) {
+DrainStats RingReader::DrainImpl(const SpanVisitor* visit) {
   DrainStats stats;
   auto* slots = reinterpret_cast<ThreadSlot*>(base_ + slots_offset_);
   auto* records = reinterpret_cast<const Record*>(base_ + records_offset_);
@@ -132,9 +137,14 @@ DrainStats RingReader::DrainImpl(
     }
     if (visit != nullptr) {
       const ThreadInfo info{i, tid, String(slot.name_id.load(std::memory_order_acquire))};
-      for (uint64_t r = read; r < write; ++r) {
-        const Record record = records[uint64_t{i} * slots_ + (r & (slots_ - 1))];
-        (*visit)(info, record);
+      // At most two contiguous pieces: up to the end of the ring, then from its start.
+      const Record* ring = records + uint64_t{i} * slots_;
+      uint64_t r = read;
+      while (r < write) {
+        const uint64_t index = r & (slots_ - 1);
+        const uint64_t count = std::min<uint64_t>(write - r, slots_ - index);
+        (*visit)(info, std::span<const Record>(ring + index, count));
+        r += count;
       }
     }
     stats.records += write - read;
@@ -160,7 +170,15 @@ absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir) {
 
 bool ProcessAlive(const std::string& proc_root, uint32_t pid, uint64_t start_ticks) {
   const uint64_t ticks = ProcessStartTicks(proc_root, static_cast<int>(pid));
-  return ticks != 0 && ticks == start_ticks;
+  if (ticks == 0 || ticks != start_ticks) return false;
+  // A zombie (exited, not yet reaped by its parent) writes no more: its ring is final.
+  std::ifstream in(StrCat(proc_root, "/", pid, "/stat"));
+  std::string stat;
+  if (!std::getline(in, stat)) return false;
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
 }
 
 }  // namespace clusterprof::shm

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,11 @@ class RingReader {
   // Hands every record written since the last drain to `visit`, thread by thread in write
   // order, then marks them consumed (freeing room for the producer).
   DrainStats Drain(const std::function<void(const ThreadInfo&, const Record&)>& visit);
+  // The same, a contiguous piece of a thread's ring at a time (at most two per thread): for
+  // callers that copy records in bulk. The records live in memory the writer shares; copy them
+  // before use.
+  using SpanVisitor = std::function<void(const ThreadInfo&, std::span<const Record>)>;
+  DrainStats DrainSpans(const SpanVisitor& visit);
 
   // Discards everything written so far (records from before a capture started).
   DrainStats Skip();
@@ -56,7 +62,7 @@ class RingReader {
 
  private:
   RingReader(std::string path, const char* base, size_t size);
-  DrainStats DrainImpl(const std::function<void(const ThreadInfo&, const Record&)>* visit);
+  DrainStats DrainImpl(const SpanVisitor* visit);
 
   std::string path_;
   char* base_;

@@ -1,0 +1,521 @@
+#include "operator/coordinator/coordinator.h"
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <set>
+
+#include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
+#include "common/grpc_status.h"
+#include "common/json_escape.h"
+#include "common/mutex.h"
+#include "common/status.h"
+#include "common/storage/storage.h"
+#include "common/strings.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
+#include "tsl/profiler/protos/profiler_service.grpc.pb.h"
+
+namespace clusterprof::coordinator {
+namespace {
+
+using clusterprof::v1alpha1::GetInfoRequest;
+using clusterprof::v1alpha1::GetInfoResponse;
+using clusterprof::v1alpha1::GetSessionRequest;
+using clusterprof::v1alpha1::GetSessionResponse;
+
+constexpr int64_t kProbeTimeoutMs = 2000;
+constexpr int64_t kSessionQueryTimeoutMs = 5000;
+constexpr auto kProgressInterval = std::chrono::milliseconds(100);
+constexpr char kNoTraceMessage[] =
+    "No trace event was collected because there were no responses from clients or the responses "
+    "did not have trace data.";
+
+std::chrono::system_clock::time_point WallToTimePoint(int64_t wall_ns) {
+  return std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::nanoseconds(wall_ns)));
+}
+
+std::string CodeName(grpc::StatusCode code) {
+  static constexpr const char* kNames[] = {"OK",
+                                           "CANCELLED",
+                                           "UNKNOWN",
+                                           "INVALID_ARGUMENT",
+                                           "DEADLINE_EXCEEDED",
+                                           "NOT_FOUND",
+                                           "ALREADY_EXISTS",
+                                           "PERMISSION_DENIED",
+                                           "RESOURCE_EXHAUSTED",
+                                           "FAILED_PRECONDITION",
+                                           "ABORTED",
+                                           "OUT_OF_RANGE",
+                                           "UNIMPLEMENTED",
+                                           "INTERNAL",
+                                           "UNAVAILABLE",
+                                           "DATA_LOSS",
+                                           "UNAUTHENTICATED"};
+  const int index = static_cast<int>(code);
+  return index >= 0 && index < 17 ? kNames[index] : StrCat("CODE_", index);
+}
+
+std::string Describe(const grpc::Status& status) {
+  return StrCat(CodeName(status.error_code()), ": ", status.error_message());
+}
+
+int64_t AppliedOffset(const TargetResult& result) {
+  return result.clock_offset_applied ? result.clock_offset_ns : 0;
+}
+
+// One target's connection and the state of its current call.
+struct TargetState {
+  TargetResult result;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<tensorflow::ProfilerService::Stub> profiler;
+  std::unique_ptr<clusterprof::v1alpha1::Sidecar::Stub> sidecar;
+  std::string reported_name;
+  std::vector<ClockSample> samples;
+  bool probing = true;  // false once the target answered UNIMPLEMENTED or failed
+  bool down = false;
+  // The last Profile failed with a code upstream clients retry.
+  bool retryable = false;
+};
+
+// Counts outstanding callbacks; the coordinating thread waits for zero. Callbacks record their
+// results under the same mutex, so the coordinating thread reads them safely.
+class Pending {
+ public:
+  void Add(int n) {
+    MutexLock lock(&mu_);
+    count_ += n;
+  }
+  // Runs `record` under the mutex and counts the call done.
+  void Complete(const std::function<void()>& record) {
+    MutexLock lock(&mu_);
+    record();
+    --count_;
+  }
+  // Waits for every callback, calling `tick` (without the mutex) about every 100 ms meanwhile.
+  void Wait(const std::function<void()>& tick) {
+    while (true) {
+      {
+        MutexLock lock(&mu_);
+        if (mu_.AwaitWithDeadline([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return count_ == 0; },
+                                  std::chrono::steady_clock::now() + kProgressInterval)) {
+          return;
+        }
+      }
+      if (tick) tick();
+    }
+  }
+  Mutex& mu() { return mu_; }
+
+ private:
+  Mutex mu_;
+  int count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class Run {
+ public:
+  Run(const CaptureOptions& options, Clock& clock, const ProgressFn& progress)
+      : options_(options), clock_(clock), progress_(progress) {}
+
+  absl::StatusOr<RunResult> Execute();
+
+ private:
+  void Connect();
+  void ProbeClocks();
+  void ChooseHostNames();
+  void Attempt(const std::vector<size_t>& subset);
+  void QuerySessions(const std::vector<size_t>& subset);
+  void Report();
+  RunResult Snapshot();
+
+  const CaptureOptions& options_;
+  Clock& clock_;
+  const ProgressFn& progress_;
+  Pending pending_;
+  // Written by callbacks under pending_.mu(); read by the coordinating thread under it, or
+  // with no call in flight.
+  std::vector<TargetState> targets_;
+  std::optional<storage::RunLayout> layout_;
+  int64_t t0_ns_ = 0;
+};
+
+void Run::Connect() {
+  for (const Target& target : options_.targets) {
+    TargetState state;
+    state.result.address = target.address;
+    state.result.host_name = target.host_name;
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(INT32_MAX);
+    state.channel =
+        grpc::CreateCustomChannel(target.address, grpc::InsecureChannelCredentials(), args);
+    state.profiler = tensorflow::ProfilerService::NewStub(state.channel);
+    state.sidecar = clusterprof::v1alpha1::Sidecar::NewStub(state.channel);
+    targets_.push_back(std::move(state));
+  }
+}
+
+void Run::ProbeClocks() {
+  for (int round = 0; round < std::max(1, options_.clock_probes); ++round) {
+    std::vector<size_t> probing;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (targets_[i].probing) probing.push_back(i);
+    }
+    if (probing.empty()) break;
+    pending_.Add(static_cast<int>(probing.size()));
+    for (size_t i : probing) {
+      auto context = std::make_shared<grpc::ClientContext>();
+      context->set_deadline(std::chrono::system_clock::now() +
+                            std::chrono::milliseconds(kProbeTimeoutMs));
+      auto request = std::make_shared<GetInfoRequest>();
+      auto response = std::make_shared<GetInfoResponse>();
+      const int64_t send_wall = clock_.WallNs();
+      const int64_t send_mono = clock_.MonotonicNs();
+      targets_[i].sidecar->async()->GetInfo(
+          context.get(), request.get(), response.get(),
+          [this, i, context, request, response, send_wall, send_mono](grpc::Status status) {
+            const int64_t rtt = clock_.MonotonicNs() - send_mono;
+            pending_.Complete([&] {
+              TargetState& target = targets_[i];
+              if (status.ok()) {
+                target.result.is_sidecar = true;
+                target.reported_name = response->host_name();
+                target.samples.push_back({send_wall, rtt, response->wall_time_ns()});
+                return;
+              }
+              target.probing = false;
+              if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+                // Down or unreachable; its Profile call will say so, and be retried.
+                target.down = true;
+                target.result.message = Describe(status);
+              }
+              // UNIMPLEMENTED: a TF/JAX profiler server; offset 0, uncertainty unknown.
+            });
+          });
+    }
+    pending_.Wait([this] { Report(); });
+  }
+  for (TargetState& target : targets_) {
+    if (!target.samples.empty()) {
+      const ClockEstimate estimate = EstimateClockOffset(target.samples);
+      target.result.clock_offset_ns = estimate.offset_ns;
+      target.result.clock_uncertainty_ns = estimate.uncertainty_ns;
+      // An offset within its own uncertainty cannot be told from zero: the clocks agree better
+      // than the probe can measure (same host, or good NTP/PTP), and the target's own clock is
+      // the better reference. A larger one is corrected for.
+      target.result.clock_offset_applied = std::abs(estimate.offset_ns) > estimate.uncertainty_ns;
+    }
+  }
+}
+
+void Run::ChooseHostNames() {
+  // A sidecar's own name (its pod or --host-name) makes the nicest file name, but only when the
+  // sidecars' names tell them apart (several local sidecars may share the machine's name).
+  std::multiset<std::string> reported;
+  for (const TargetState& target : targets_) {
+    if (!target.reported_name.empty()) reported.insert(target.reported_name);
+  }
+  for (TargetState& target : targets_) {
+    if (!target.result.host_name.empty()) continue;
+    const bool usable = !target.reported_name.empty() &&
+                        reported.count(target.reported_name) == 1 &&
+                        storage::HostFileStem(target.reported_name).ok();
+    target.result.host_name = usable ? target.reported_name : target.result.address;
+  }
+}
+
+void Run::Attempt(const std::vector<size_t>& subset) {
+  t0_ns_ = clock_.WallNs() + std::max(options_.delay_ms, options_.fan_out_lead_ms) * 1'000'000;
+  const auto deadline =
+      WallToTimePoint(t0_ns_ + (options_.duration_ms + options_.grace_ms) * 1'000'000);
+  pending_.Add(static_cast<int>(subset.size()));
+  for (size_t i : subset) {
+    TargetState& target = targets_[i];
+    TargetResult& result = target.result;
+    ++result.attempts;
+    result.outcome = Outcome::kPending;
+    result.phase = Phase::kWaiting;
+    result.requested_start_ns = t0_ns_ + AppliedOffset(result);
+
+    auto request = std::make_shared<tensorflow::ProfileRequest>();
+    request->set_duration_ms(options_.duration_ms);
+    request->set_repository_root(layout_->RepositoryRoot());
+    request->set_session_id(layout_->run());
+    request->set_host_name(result.address);
+    tensorflow::ProfileOptions* opts = request->mutable_opts();
+    opts->set_version(1);  // 0 would make the server ignore every option below
+    opts->set_host_tracer_level(options_.host_tracer_level);
+    opts->set_device_tracer_level(options_.device_tracer_level);
+    opts->set_python_tracer_level(options_.python_tracer_level);
+    opts->set_include_dataset_ops(true);
+    opts->set_enable_hlo_proto(true);
+    opts->set_duration_ms(options_.duration_ms);
+    opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
+    opts->set_session_id(layout_->run());
+    if (result.host_name != result.address) {
+      opts->set_override_hostname(result.host_name);
+      (*opts->mutable_advanced_configuration())["override_hostname"].set_string_value(
+          result.host_name);
+    }
+    auto context = std::make_shared<grpc::ClientContext>();
+    context->set_deadline(deadline);
+    auto response = std::make_shared<tensorflow::ProfileResponse>();
+    target.profiler->async()->Profile(
+        context.get(), request.get(), response.get(),
+        [this, i, context, request, response](grpc::Status status) {
+          pending_.Complete([&] {
+            TargetResult& result = targets_[i].result;
+            result.phase = Phase::kCollecting;  // kDone once its session status is in
+            targets_[i].retryable = !status.ok() && IsRetryable(FromGrpcStatus(status));
+            if (status.ok()) {
+              result.outcome = response->empty_trace() ? Outcome::kEmpty : Outcome::kOk;
+              result.message.clear();
+            } else {
+              result.outcome = Outcome::kFailed;
+              result.message = Describe(status);
+            }
+          });
+        });
+  }
+  pending_.Wait([this] { Report(); });
+}
+
+void Run::QuerySessions(const std::vector<size_t>& subset) {
+  std::vector<size_t> sidecars;
+  for (size_t i : subset) {
+    const TargetResult& result = targets_[i].result;
+    if (result.is_sidecar && result.outcome != Outcome::kFailed) sidecars.push_back(i);
+  }
+  pending_.Add(static_cast<int>(sidecars.size()));
+  for (size_t i : sidecars) {
+    auto context = std::make_shared<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(kSessionQueryTimeoutMs));
+    auto request = std::make_shared<GetSessionRequest>();
+    request->set_session_id(layout_->run());
+    auto response = std::make_shared<GetSessionResponse>();
+    targets_[i].sidecar->async()->GetSession(
+        context.get(), request.get(), response.get(),
+        [this, i, context, request, response](grpc::Status status) {
+          pending_.Complete([&] {
+            TargetResult& result = targets_[i].result;
+            if (!status.ok()) {
+              result.warnings.push_back(StrCat("session status unavailable: ", Describe(status)));
+              return;
+            }
+            result.stats_known = true;
+            result.events = response->events();
+            result.dropped_events = response->dropped_events();
+            result.bytes = 0;
+            result.files.clear();
+            for (const auto& file : response->files()) {
+              result.files.push_back(file.uri());
+              result.bytes += file.bytes();
+            }
+            result.warnings.assign(response->warnings().begin(), response->warnings().end());
+            if (response->start_time_ns() > 0) {
+              result.start_known = true;
+              result.achieved_start_ns = response->start_time_ns() - AppliedOffset(result);
+              result.start_error_ns = result.achieved_start_ns - t0_ns_;
+            }
+          });
+        });
+  }
+  pending_.Wait(nullptr);
+  for (size_t i : subset) targets_[i].result.phase = Phase::kDone;
+  // Servers that are not sidecars: the file upstream's layout puts them in.
+  for (size_t i : subset) {
+    TargetResult& result = targets_[i].result;
+    if (result.is_sidecar || result.outcome == Outcome::kFailed) continue;
+    absl::StatusOr<std::string> stem = storage::HostFileStem(result.host_name);
+    if (stem.ok()) result.files = {layout_->XPlanePath(*stem)};
+  }
+}
+
+RunResult Run::Snapshot() {
+  RunResult snapshot;
+  snapshot.run = layout_.has_value() ? layout_->run() : "";
+  snapshot.run_dir = layout_.has_value() ? layout_->RunDir() : "";
+  snapshot.t0_ns = t0_ns_;
+  {
+    MutexLock lock(&pending_.mu());
+    for (const TargetState& target : targets_) snapshot.targets.push_back(target.result);
+  }
+  for (const TargetResult& result : snapshot.targets) {
+    switch (result.outcome) {
+      case Outcome::kOk:
+        ++snapshot.succeeded;
+        break;
+      case Outcome::kEmpty:
+        ++snapshot.empty;
+        break;
+      case Outcome::kFailed:
+        ++snapshot.failed;
+        break;
+      case Outcome::kPending:
+        break;
+    }
+    if (result.start_known) {
+      snapshot.max_start_skew_ns =
+          std::max(snapshot.max_start_skew_ns, std::abs(result.start_error_ns));
+    }
+  }
+  return snapshot;
+}
+
+void Run::Report() {
+  if (!progress_) return;
+  const int64_t now = clock_.WallNs();
+  RunResult snapshot = Snapshot();
+  for (TargetResult& result : snapshot.targets) {
+    // Until a target replies, its phase follows the clock.
+    if (result.phase != Phase::kWaiting && result.phase != Phase::kCapturing) continue;
+    const int64_t start = t0_ns_;
+    result.phase = now < start                                      ? Phase::kWaiting
+                   : now < start + options_.duration_ms * 1'000'000 ? Phase::kCapturing
+                                                                    : Phase::kCollecting;
+  }
+  progress_(snapshot, now);
+}
+
+absl::StatusOr<RunResult> Run::Execute() {
+  if (options_.targets.empty()) {
+    return absl::InvalidArgumentError("no targets: give at least one host:port");
+  }
+  if (options_.duration_ms <= 0) {
+    return absl::InvalidArgumentError(
+        StrCat("duration_ms must be positive (got ", options_.duration_ms, ")"));
+  }
+  if (options_.delay_ms < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("delay_ms must not be negative (got ", options_.delay_ms, ")"));
+  }
+  if (options_.num_tracing_attempts < 1) {
+    return absl::InvalidArgumentError("num_tracing_attempts must be at least 1");
+  }
+  const int64_t created_ns = clock_.WallNs();
+  const std::string run = options_.run.empty() ? storage::DefaultRunName(created_ns) : options_.run;
+  CLUSTERPROF_ASSIGN_OR_RETURN(storage::RunLayout layout,
+                               storage::RunLayout::Create(options_.logdir, run));
+  layout_ = std::move(layout);
+  for (const Target& target : options_.targets) {
+    if (!target.host_name.empty()) {
+      CLUSTERPROF_RETURN_IF_ERROR(storage::HostFileStem(target.host_name).status());
+    }
+  }
+
+  Connect();
+  Report();
+  ProbeClocks();
+  ChooseHostNames();
+
+  std::vector<size_t> subset(targets_.size());
+  for (size_t i = 0; i < subset.size(); ++i) subset[i] = i;
+  for (int attempt = 1; attempt <= options_.num_tracing_attempts && !subset.empty(); ++attempt) {
+    if (attempt > 1) {
+      const int64_t backoff_ms = options_.retry_backoff_ms << std::min(attempt - 2, 10);
+      spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", subset.size(), backoff_ms,
+                   attempt, options_.num_tracing_attempts);
+      clock_.SleepForNs(backoff_ms * 1'000'000);
+    }
+    Attempt(subset);
+    QuerySessions(subset);
+    Report();
+    // Retry upstream's retryable failures; and, while no target has data at all, the empty ones
+    // too (upstream retries the whole capture then).
+    bool any_data = false;
+    for (const TargetState& target : targets_) {
+      any_data = any_data || target.result.outcome == Outcome::kOk;
+    }
+    std::vector<size_t> retry;
+    for (size_t i : subset) {
+      const TargetState& target = targets_[i];
+      if (target.retryable || (!any_data && target.result.outcome == Outcome::kEmpty)) {
+        retry.push_back(i);
+      }
+    }
+    subset = std::move(retry);
+  }
+
+  RunResult result = Snapshot();
+  if (options_.write_manifest) {
+    const std::string json = ManifestJson(options_, result, created_ns);
+    absl::StatusOr<std::unique_ptr<storage::Storage>> store =
+        storage::NewStorageForLogdir(options_.logdir);
+    absl::StatusOr<storage::ObjectInfo> written =
+        store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
+                   : absl::StatusOr<storage::ObjectInfo>(store.status());
+    if (written.ok()) {
+      result.manifest_uri = written->uri;
+    } else {
+      spdlog::warn("the run manifest was not written: {}", std::string(written.status().message()));
+    }
+  }
+  if (progress_) progress_(result, clock_.WallNs());
+  if (result.succeeded == 0) return absl::UnavailableError(kNoTraceMessage);
+  return result;
+}
+
+}  // namespace
+
+std::string_view OutcomeName(Outcome outcome) {
+  switch (outcome) {
+    case Outcome::kPending:
+      return "pending";
+    case Outcome::kOk:
+      return "ok";
+    case Outcome::kEmpty:
+      return "empty";
+    case Outcome::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+bool IsRetryable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kAlreadyExists ||
+         (status.code() == absl::StatusCode::kUnknown &&
+          status.message().find("Stream removed") != absl::string_view::npos);
+}
+
+absl::StatusOr<std::vector<Target>> ParseServiceAddresses(std::string_view text) {
+  std::vector<Target> targets;
+  for (std::string_view part : SplitSkipEmpty(text, ',')) {
+    part = StripAsciiWhitespace(part);
+    ConsumePrefix(&part, "grpc://");
+    if (part.empty()) {
+      return absl::InvalidArgumentError(StrCat("empty address in '", text, "'"));
+    }
+    const size_t colon = part.rfind(':');
+    if (colon == std::string_view::npos || colon + 1 == part.size() ||
+        part.substr(colon + 1).find_first_not_of("0123456789") != std::string_view::npos) {
+      return absl::InvalidArgumentError(
+          StrCat("address '", part, "' is not host:port (e.g. 10.0.0.2:8466)"));
+    }
+    targets.push_back({std::string(part), ""});
+  }
+  if (targets.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("no addresses in '", text, "': give host:port[,host:port...]"));
+  }
+  return targets;
+}
+
+ClockEstimate EstimateClockOffset(const std::vector<ClockSample>& samples) {
+  const ClockSample& best = *std::min_element(
+      samples.begin(), samples.end(),
+      [](const ClockSample& a, const ClockSample& b) { return a.rtt_ns < b.rtt_ns; });
+  return {best.remote_wall_ns - (best.local_send_wall_ns + best.rtt_ns / 2), best.rtt_ns / 2};
+}
+
+absl::StatusOr<RunResult> Capture(const CaptureOptions& options, Clock& clock,
+                                  const ProgressFn& progress) {
+  Run run(options, clock, progress);
+  return run.Execute();
+}
+
+}  // namespace clusterprof::coordinator

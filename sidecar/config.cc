@@ -1,0 +1,76 @@
+#include "sidecar/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+
+#include "common/strings.h"
+
+namespace clusterprof::sidecar {
+
+absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* config) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    return absl::NotFoundError(StrCat("cannot read the config file ", path));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat("config file ", path, " is not valid YAML: ", e.what()));
+  }
+  if (root.IsNull()) return absl::OkStatus();  // an empty file sets nothing
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(
+        StrCat("config file ", path, " must be a YAML mapping of setting: value"));
+  }
+  SidecarConfig& c = *config;
+  auto scalar = [](auto* field) {
+    return [field](const YAML::Node& node) {
+      *field = node.as<std::remove_pointer_t<decltype(field)>>();
+    };
+  };
+  const std::map<std::string, std::function<void(const YAML::Node&)>> setters = {
+      {"address", scalar(&c.address)},
+      {"port", scalar(&c.port)},
+      {"http_port", scalar(&c.http_port)},
+      {"host_name", scalar(&c.host_name)},
+      {"allowed_logdirs",
+       [&c](const YAML::Node& node) {
+         c.allowed_logdirs = node.IsSequence() ? node.as<std::vector<std::string>>()
+                                               : std::vector<std::string>{node.as<std::string>()};
+       }},
+      {"shm_dir", scalar(&c.shm_dir)},
+      {"max_duration_ms", scalar(&c.max_duration_ms)},
+      {"max_events", scalar(&c.max_events)},
+      {"log_format", scalar(&c.log_format)},
+      {"log_level", scalar(&c.log_level)},
+      {"port_file", scalar(&c.port_file)},
+  };
+  for (const auto& entry : root) {
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(StrCat("config file ", path, ": line ",
+                                               entry.first.Mark().line + 1,
+                                               ": a key must be a setting name, not a list or "
+                                               "mapping"));
+    }
+    const std::string key = entry.first.Scalar();
+    auto setter = setters.find(key);
+    if (setter == setters.end()) {
+      std::string known;
+      for (const auto& [name, unused] : setters) StrAppend(&known, known.empty() ? "" : ", ", name);
+      return absl::InvalidArgumentError(
+          StrCat("config file ", path, ": unknown setting '", key, "' (known: ", known, ")"));
+    }
+    try {
+      setter->second(entry.second);
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(StrCat("config file ", path, ": setting '", key,
+                                               "' has a value of the wrong type (line ",
+                                               entry.second.Mark().line + 1, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace clusterprof::sidecar

@@ -1,0 +1,41 @@
+// clusterprof-sidecar's settings: flags, or a YAML file (--config) with the same names in
+// snake_case; a flag given on the command line wins over the file (docs/sidecar.md).
+#ifndef CLUSTERPROF_SIDECAR_CONFIG_H_
+#define CLUSTERPROF_SIDECAR_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace clusterprof::sidecar {
+
+struct SidecarConfig {
+  std::string address = "0.0.0.0";
+  int port = 8466;
+  // /healthz, /readyz, /metrics; -1 turns the HTTP server off.
+  int http_port = 8467;
+  // Reported in XSpace.hostnames and GetInfo; default: $POD_NAME, else the system host name.
+  std::string host_name;
+  // Logdir prefixes Profile may write under (repeatable flag; a list in YAML).
+  std::vector<std::string> allowed_logdirs;
+  // The shared-memory directory; default: $CLUSTERPROF_DIR, else /var/run/clusterprof.
+  std::string shm_dir;
+  int64_t max_duration_ms = 10 * 60 * 1000;
+  // Events kept per capture when a request does not say.
+  uint64_t max_events = 4'000'000;
+  std::string log_format = "text";
+  std::string log_level = "info";
+  // When set, the bound ports are written here as `grpc=<port>` and `http=<port>` lines once the
+  // servers listen (for scripts and tests that ask for port 0).
+  std::string port_file;
+};
+
+// Reads a YAML mapping into `config`, keeping what the file does not set. Unknown keys and
+// values of the wrong type are errors that name the key and the file.
+absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* config);
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_CONFIG_H_

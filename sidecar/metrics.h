@@ -1,0 +1,45 @@
+// The sidecar's Prometheus metrics (docs/sidecar.md lists them).
+#ifndef CLUSTERPROF_SIDECAR_METRICS_H_
+#define CLUSTERPROF_SIDECAR_METRICS_H_
+
+#include <memory>
+
+#include "sidecar/session.h"
+
+namespace prometheus {
+class Counter;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace clusterprof::sidecar {
+
+class SidecarMetrics final : public SessionObserver {
+ public:
+  SidecarMetrics();
+  ~SidecarMetrics() override;
+
+  const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+
+  // Profile requests refused before a session started, by gRPC code name.
+  void RequestRefused(std::string_view code);
+
+  void CaptureFinished(std::string_view outcome, const TracerStats& stats, uint64_t bytes_written,
+                       double start_error_seconds, double latency_seconds) override;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Counter>* captures_;
+  prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Counter* events_;
+  prometheus::Counter* dropped_;
+  prometheus::Counter* bytes_;
+  prometheus::Histogram* latency_;
+  prometheus::Histogram* start_error_;
+};
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_METRICS_H_

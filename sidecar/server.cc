@@ -1,0 +1,174 @@
+#include "sidecar/server.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "common/http/health_server.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "grpcpp/grpcpp.h"
+#include "sidecar/metrics.h"
+#include "sidecar/services.h"
+#include "sidecar/session.h"
+#include "sidecar/tracers/annotation_tracer.h"
+#include "spdlog/spdlog.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+std::string DefaultHostName() {
+  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
+  return "localhost";
+}
+
+std::string DefaultShmDir() {
+  if (const char* dir = std::getenv(shm::kDirEnv); dir != nullptr && *dir != '\0') return dir;
+  return shm::kDefaultDir;
+}
+
+absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
+  const std::string temp = StrCat(path, ".tmp");
+  {
+    std::ofstream out(temp, std::ios::trunc);
+    out << "grpc=" << grpc_port << "\nhttp=" << http_port << "\n";
+    if (!out.flush()) return absl::InternalError(StrCat("cannot write the port file ", temp));
+  }
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    return ErrnoToStatus(errno, "cannot move the port file into place", path);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct SidecarServer::Impl {
+  Clock* clock = nullptr;
+  std::unique_ptr<AnnotationTracer> annotations;
+  std::unique_ptr<SidecarMetrics> metrics;
+  std::unique_ptr<SessionManager> sessions;
+  std::unique_ptr<ProfilerServiceImpl> profiler_service;
+  std::unique_ptr<SidecarServiceImpl> sidecar_service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<http::HealthServer> health;
+  int grpc_port = 0;
+  std::atomic<bool> shut_down{false};
+};
+
+SidecarServer::SidecarServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SidecarServer::~SidecarServer() { Shutdown(); }
+
+int SidecarServer::grpc_port() const { return impl_->grpc_port; }
+int SidecarServer::http_port() const {
+  return impl_->health != nullptr ? impl_->health->port() : -1;
+}
+
+absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const SidecarConfig& config,
+                                                                    Clock& clock) {
+  auto impl = std::make_unique<Impl>();
+  impl->clock = &clock;
+  if (config.port < 0 || config.port > 65535) {
+    return absl::InvalidArgumentError(StrCat("--port ", config.port, " is not a port number"));
+  }
+  if (config.http_port < -1 || config.http_port > 65535) {
+    return absl::InvalidArgumentError(
+        StrCat("--http-port ", config.http_port, " is not a port number (-1 turns it off)"));
+  }
+  if (config.max_duration_ms <= 0) {
+    return absl::InvalidArgumentError("--max-duration-ms must be positive");
+  }
+
+  RequestPolicy policy;
+  policy.default_host_name = config.host_name.empty() ? DefaultHostName() : config.host_name;
+  policy.max_duration_ms = config.max_duration_ms;
+  for (const std::string& prefix : config.allowed_logdirs) {
+    absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(prefix);
+    if (!logdir.ok()) {
+      return absl::InvalidArgumentError(StrCat("--allowed-logdir: ", logdir.status().message()));
+    }
+    policy.allowed_logdirs.push_back(std::move(*logdir));
+  }
+  if (policy.allowed_logdirs.empty()) {
+    spdlog::warn(
+        "no --allowed-logdir given: Profile requests that write files will be refused "
+        "(emit_xspace still works)");
+  }
+
+  AnnotationTracer::Options annotation_options;
+  annotation_options.dir = config.shm_dir.empty() ? DefaultShmDir() : config.shm_dir;
+  annotation_options.default_max_events = config.max_events;
+  CLUSTERPROF_ASSIGN_OR_RETURN(impl->annotations, AnnotationTracer::Create(annotation_options));
+
+  impl->metrics = std::make_unique<SidecarMetrics>();
+  impl->sessions = std::make_unique<SessionManager>(
+      clock, std::vector<Tracer*>{impl->annotations.get()}, impl->metrics.get());
+  const std::string host_name = policy.default_host_name;
+  impl->profiler_service = std::make_unique<ProfilerServiceImpl>(*impl->sessions, std::move(policy),
+                                                                 clock, impl->metrics.get());
+  impl->sidecar_service = std::make_unique<SidecarServiceImpl>(
+      *impl->sessions, std::vector<const Tracer*>{impl->annotations.get()}, host_name, clock);
+
+  grpc::ServerBuilder builder;
+  const std::string address = config.address.find(':') != std::string::npos
+                                  ? StrCat("[", config.address, "]:", config.port)
+                                  : StrCat(config.address, ":", config.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->grpc_port);
+  builder.RegisterService(impl->profiler_service.get());
+  builder.RegisterService(impl->sidecar_service.get());
+  // An XSpace in a response (emit_xspace) can be large; requests are small.
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  impl->grpc_server = builder.BuildAndStart();
+  if (impl->grpc_server == nullptr || impl->grpc_port == 0) {
+    return absl::UnavailableError(StrCat("cannot serve gRPC on ", address,
+                                         " (port in use, or not an address of this host?)"));
+  }
+
+  if (config.http_port >= 0) {
+    Impl* raw = impl.get();
+    auto ready = [raw]() -> std::string {
+      if (raw->shut_down) return "shutting down";
+      const TracerStatus status = raw->annotations->Status();
+      return status.ready ? "" : StrCat("annotation tracer: ", status.reason);
+    };
+    CLUSTERPROF_ASSIGN_OR_RETURN(impl->health,
+                                 http::HealthServer::Start(config.address, config.http_port, ready,
+                                                           impl->metrics->registry()));
+  }
+  std::unique_ptr<SidecarServer> server(new SidecarServer(std::move(impl)));
+  spdlog::info(
+      "clusterprof-sidecar {} serving gRPC on {}:{}{}, host name '{}', shared memory in "
+      "{}",
+      CLUSTERPROF_VERSION, config.address, server->grpc_port(),
+      server->http_port() >= 0 ? StrCat(", HTTP on port ", server->http_port()) : "", host_name,
+      annotation_options.dir);
+  if (!config.port_file.empty()) {
+    CLUSTERPROF_RETURN_IF_ERROR(
+        WritePortFile(config.port_file, server->grpc_port(), server->http_port()));
+  }
+  return server;
+}
+
+void SidecarServer::Shutdown() {
+  if (impl_ == nullptr || impl_->shut_down) return;
+  impl_->shut_down = true;
+  const std::string active = impl_->sessions->ActiveSessionId();
+  if (!active.empty()) {
+    spdlog::info("shutting down: ending capture {} early; its files are still written", active);
+    impl_->sessions->Terminate(active);
+  }
+  // In-flight RPCs get a grace period; the terminated capture answers its clients once its
+  // files are written.
+  impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  impl_->grpc_server->Wait();
+  impl_->sessions.reset();  // joins the session thread
+  impl_->health.reset();
+}
+
+}  // namespace clusterprof::sidecar

@@ -1,0 +1,194 @@
+#include "sidecar/services.h"
+
+#include <memory>
+
+#include "common/grpc_status.h"
+#include "common/mutex.h"
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+// One Profile call. The session thread completes it, or the client's cancellation does; whichever
+// comes first finishes the RPC, exactly once.
+class ProfileCall final : public grpc::ServerUnaryReactor {
+ public:
+  struct State {
+    Mutex mu;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    bool cancelled ABSL_GUARDED_BY(mu) = false;
+    ProfileCall* call ABSL_GUARDED_BY(mu) = nullptr;
+    tensorflow::ProfileResponse* response ABSL_GUARDED_BY(mu) = nullptr;
+    std::shared_ptr<CaptureSession> session ABSL_GUARDED_BY(mu);
+    CaptureSession::ClientId client ABSL_GUARDED_BY(mu) = 0;
+  };
+
+  explicit ProfileCall(tensorflow::ProfileResponse* response) : state_(std::make_shared<State>()) {
+    state_->call = this;
+    state_->response = response;
+  }
+
+  // Called by the session with its outcome.
+  static void Complete(const std::shared_ptr<State>& state,
+                       const absl::StatusOr<CaptureResult>& result);
+
+  const std::shared_ptr<State>& state() const { return state_; }
+
+  // Finishes at once (a refused request).
+  void FinishNow(const grpc::Status& status) {
+    {
+      MutexLock lock(&state_->mu);
+      state_->finished = true;
+    }
+    Finish(status);
+  }
+
+  // Records the session and client; a client that went away meanwhile detaches at once.
+  void Joined(std::shared_ptr<CaptureSession> session, CaptureSession::ClientId client) {
+    bool cancelled;
+    {
+      MutexLock lock(&state_->mu);
+      state_->session = session;
+      state_->client = client;
+      cancelled = state_->cancelled;
+    }
+    if (cancelled) session->Detach(client);
+  }
+
+ private:
+  void OnCancel() override {
+    std::shared_ptr<CaptureSession> session;
+    CaptureSession::ClientId client;
+    {
+      MutexLock lock(&state_->mu);
+      state_->cancelled = true;
+      if (state_->finished) return;
+      state_->finished = true;
+      session = state_->session;
+      client = state_->client;
+    }
+    if (session != nullptr) session->Detach(client);
+    Finish(grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the client cancelled; the capture's files are still written"));
+  }
+  void OnDone() override { delete this; }
+
+  std::shared_ptr<State> state_;
+};
+
+void ProfileCall::Complete(const std::shared_ptr<State>& state,
+                           const absl::StatusOr<CaptureResult>& result) {
+  ProfileCall* call;
+  {
+    MutexLock lock(&state->mu);
+    if (state->finished) return;
+    state->finished = true;
+    call = state->call;
+    if (result.ok()) {
+      state->response->set_empty_trace(result->empty_trace);
+      if (result->xspace != nullptr) *state->response->mutable_xspace() = *result->xspace;
+    }
+  }
+  // After `finished` is set nothing else touches the call; Finish may run OnDone inline.
+  call->Finish(ToGrpcStatus(result.status()));
+}
+
+grpc::ServerUnaryReactor* FinishedReactor(grpc::CallbackServerContext* context,
+                                          const grpc::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(status);
+  return reactor;
+}
+
+const char* CodeName(absl::StatusCode code) {
+  switch (code) {
+    case absl::StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case absl::StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case absl::StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case absl::StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    default:
+      return "OTHER";
+  }
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* context,
+                                                       const tensorflow::ProfileRequest* request,
+                                                       tensorflow::ProfileResponse* response) {
+  auto* call = new ProfileCall(response);
+  absl::StatusOr<CaptureRequest> parsed = ParseCaptureRequest(*request, policy_, clock_.WallNs());
+  absl::Status status = parsed.status();
+  if (status.ok()) {
+    std::shared_ptr<ProfileCall::State> state = call->state();
+    auto started = sessions_.StartOrJoin(std::move(*parsed),
+                                         [state](const absl::StatusOr<CaptureResult>& result) {
+                                           ProfileCall::Complete(state, result);
+                                         });
+    if (started.ok()) {
+      call->Joined(started->first, started->second);
+      return call;
+    }
+    status = started.status();
+  }
+  spdlog::warn("Profile from {} refused: {}", context->peer(), status.ToString());
+  if (metrics_ != nullptr) metrics_->RequestRefused(CodeName(status.code()));
+  call->FinishNow(ToGrpcStatus(status));
+  return call;
+}
+
+grpc::ServerUnaryReactor* ProfilerServiceImpl::Terminate(
+    grpc::CallbackServerContext* context, const tensorflow::TerminateRequest* request,
+    tensorflow::TerminateResponse*) {
+  sessions_.Terminate(request->session_id());
+  return FinishedReactor(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* ProfilerServiceImpl::Monitor(grpc::CallbackServerContext* context,
+                                                       const tensorflow::MonitorRequest*,
+                                                       tensorflow::MonitorResponse*) {
+  return FinishedReactor(context, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                               "Monitor is not implemented by clusterprof-sidecar "
+                                               "(upstream profiler servers do not implement it "
+                                               "either)"));
+}
+
+grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
+    grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetInfoRequest*,
+    clusterprof::v1alpha1::GetInfoResponse* response) {
+  // The clock reading first: it is what the caller's round trip brackets.
+  response->set_wall_time_ns(clock_.WallNs());
+  response->set_monotonic_time_ns(clock_.MonotonicNs());
+  response->set_version(CLUSTERPROF_VERSION);
+  response->set_host_name(host_name_);
+  for (const Tracer* tracer : tracers_) {
+    const TracerStatus status = tracer->Status();
+    clusterprof::v1alpha1::TracerInfo* info = response->add_tracers();
+    info->set_name(std::string(tracer->name()));
+    info->set_ready(status.ready);
+    info->set_reason(status.reason);
+  }
+  response->set_active_session_id(sessions_.ActiveSessionId());
+  return FinishedReactor(context, grpc::Status::OK);
+}
+
+grpc::ServerUnaryReactor* SidecarServiceImpl::GetSession(
+    grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
+    clusterprof::v1alpha1::GetSessionResponse* response) {
+  std::shared_ptr<CaptureSession> session = sessions_.Find(request->session_id());
+  if (session == nullptr) {
+    return FinishedReactor(
+        context, grpc::Status(grpc::StatusCode::NOT_FOUND,
+                              StrCat("no session '", request->session_id(),
+                                     "' on this sidecar (running, or among the last finished)")));
+  }
+  *response = session->Snapshot();
+  return FinishedReactor(context, grpc::Status::OK);
+}
+
+}  // namespace clusterprof::sidecar

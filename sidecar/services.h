@@ -1,0 +1,66 @@
+// The sidecar's gRPC services: tensorflow.ProfilerService (what TF/JAX clients and XProf call)
+// and clusterprof.v1alpha1.Sidecar (clock probes and session status for the coordinator).
+#ifndef CLUSTERPROF_SIDECAR_SERVICES_H_
+#define CLUSTERPROF_SIDECAR_SERVICES_H_
+
+#include <string>
+#include <vector>
+
+#include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
+#include "common/clock.h"
+#include "sidecar/capture_request.h"
+#include "sidecar/metrics.h"
+#include "sidecar/session.h"
+#include "tsl/profiler/protos/profiler_service.grpc.pb.h"
+
+namespace clusterprof::sidecar {
+
+class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackService {
+ public:
+  ProfilerServiceImpl(SessionManager& sessions, RequestPolicy policy, Clock& clock,
+                      SidecarMetrics* metrics)
+      : sessions_(sessions), policy_(std::move(policy)), clock_(clock), metrics_(metrics) {}
+
+  grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
+                                    const tensorflow::ProfileRequest* request,
+                                    tensorflow::ProfileResponse* response) override;
+  grpc::ServerUnaryReactor* Terminate(grpc::CallbackServerContext* context,
+                                      const tensorflow::TerminateRequest* request,
+                                      tensorflow::TerminateResponse* response) override;
+  grpc::ServerUnaryReactor* Monitor(grpc::CallbackServerContext* context,
+                                    const tensorflow::MonitorRequest* request,
+                                    tensorflow::MonitorResponse* response) override;
+
+ private:
+  SessionManager& sessions_;
+  const RequestPolicy policy_;
+  Clock& clock_;
+  SidecarMetrics* const metrics_;
+};
+
+class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::CallbackService {
+ public:
+  SidecarServiceImpl(SessionManager& sessions, std::vector<const Tracer*> tracers,
+                     std::string host_name, Clock& clock)
+      : sessions_(sessions),
+        tracers_(std::move(tracers)),
+        host_name_(std::move(host_name)),
+        clock_(clock) {}
+
+  grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
+                                    const clusterprof::v1alpha1::GetInfoRequest* request,
+                                    clusterprof::v1alpha1::GetInfoResponse* response) override;
+  grpc::ServerUnaryReactor* GetSession(
+      grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
+      clusterprof::v1alpha1::GetSessionResponse* response) override;
+
+ private:
+  SessionManager& sessions_;
+  const std::vector<const Tracer*> tracers_;
+  const std::string host_name_;
+  Clock& clock_;
+};
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_SERVICES_H_

@@ -1,0 +1,313 @@
+#include "sidecar/session.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+#include "common/storage/host_files.h"
+#include "common/storage/storage.h"
+#include "common/strings.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "spdlog/spdlog.h"
+
+namespace clusterprof::sidecar {
+
+using clusterprof::v1alpha1::GetSessionResponse;
+using clusterprof::v1alpha1::SessionState;
+using tensorflow::profiler::XSpace;
+
+namespace {
+
+void AddTaskEnvironment(XSpace* space, const tensorflow::ProfileOptions& options, int64_t start_ns,
+                        int64_t stop_ns) {
+  xspace::XPlaneBuilder plane(
+      xspace::FindOrAddMutablePlaneWithName(space, xspace::kTaskEnvPlaneName));
+  plane.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kProfileStartTime),
+                     static_cast<uint64_t>(start_ns));
+  plane.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kProfileStopTime),
+                     static_cast<uint64_t>(stop_ns));
+  plane.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kProfileOptions),
+                     options.ShortDebugString());
+}
+
+std::string FormatMs(int64_t ns) { return StrCat(static_cast<double>(ns) / 1e6, " ms"); }
+
+}  // namespace
+
+CaptureSession::CaptureSession(CaptureRequest request, Clock& clock, std::vector<Tracer*> tracers,
+                               SessionObserver* observer)
+    : request_(std::move(request)),
+      clock_(clock),
+      tracers_(std::move(tracers)),
+      observer_(observer) {
+  MutexLock lock(&mu_);
+  status_.set_session_id(request_.session_id);
+  status_.set_state(clusterprof::v1alpha1::SESSION_STATE_WAITING);
+}
+
+void CaptureSession::SetState(SessionState state) {
+  MutexLock lock(&mu_);
+  status_.set_state(state);
+}
+
+void CaptureSession::Run() {
+  std::vector<std::string> warnings;
+  const int64_t requested = request_.start_timestamp_ns;
+  if (requested > 0) {
+    const int64_t now = clock_.WallNs();
+    if (requested < now) {
+      warnings.push_back(StrCat("start_timestamp_ns was ", FormatMs(now - requested),
+                                " in the past when the request arrived; started at once"));
+      spdlog::warn("session {}: {}", request_.session_id, warnings.back());
+    } else {
+      clock_.SleepUntilWallNsUnless(requested, stop_);
+    }
+  }
+
+  // Start.
+  const int64_t start_ns = clock_.WallNs();
+  const int64_t start_error_ns = requested > 0 ? start_ns - requested : 0;
+  const CaptureWindow window = request_.Window(start_ns);
+  std::vector<Tracer*> started;
+  for (Tracer* tracer : tracers_) {
+    if (!tracer->EnabledFor(window)) continue;
+    if (absl::Status status = tracer->Start(window); !status.ok()) {
+      warnings.push_back(StrCat(tracer->name(), " tracer did not start: ", status.message()));
+      spdlog::warn("session {}: {}", request_.session_id, warnings.back());
+      continue;
+    }
+    started.push_back(tracer);
+  }
+  {
+    MutexLock lock(&mu_);
+    status_.set_state(clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
+    status_.set_start_time_ns(start_ns);
+    status_.set_start_error_ns(start_error_ns);
+  }
+  spdlog::info("session {}: capturing for {} with {} tracer(s){}", request_.session_id,
+               FormatMs(request_.duration_ns), started.size(),
+               requested > 0 ? StrCat(", start error ", FormatMs(start_error_ns)) : "");
+
+  // Capture until the planned stop, Terminate, or every client gone.
+  clock_.SleepUntilWallNsUnless(window.planned_stop_ns, stop_);
+  const int64_t stop_ns = std::max(start_ns, clock_.WallNs());
+  for (Tracer* tracer : started) {
+    if (absl::Status status = tracer->Stop(stop_ns); !status.ok()) {
+      warnings.push_back(
+          StrCat(tracer->name(), " tracer did not stop cleanly: ", status.message()));
+    }
+  }
+  const int64_t collect_mono_ns = clock_.MonotonicNs();
+  {
+    MutexLock lock(&mu_);
+    status_.set_state(clusterprof::v1alpha1::SESSION_STATE_COLLECTING);
+    status_.set_stop_time_ns(stop_ns);
+  }
+
+  // Collect.
+  XSpace space;
+  TracerStats stats;
+  for (Tracer* tracer : started) {
+    if (absl::Status status = tracer->CollectInto(&space, &stats); !status.ok()) {
+      warnings.push_back(StrCat(tracer->name(), " tracer lost its data: ", status.message()));
+    }
+  }
+  space.add_hostnames(request_.host_name);
+  AddTaskEnvironment(&space, request_.options, start_ns, stop_ns);
+  for (std::string& warning : warnings) space.add_warnings(std::move(warning));
+  xspace::SortXSpace(&space);
+
+  CaptureResult result;
+  result.empty_trace = xspace::IsEmpty(space);
+  {
+    MutexLock lock(&mu_);
+    status_.set_events(stats.events);
+    status_.set_dropped_events(stats.dropped_events);
+    status_.set_empty_trace(result.empty_trace);
+    for (const std::string& warning : space.warnings()) status_.add_warnings(warning);
+  }
+
+  // Write.
+  uint64_t bytes = 0;
+  absl::Status write_status;
+  if (request_.emit_xspace) {
+    result.xspace = std::make_shared<const XSpace>(std::move(space));
+  } else {
+    const storage::RunLayout& layout = *request_.layout;
+    absl::StatusOr<std::unique_ptr<storage::Storage>> store =
+        storage::NewStorageForLogdir(layout.logdir());
+    absl::StatusOr<storage::HostFiles> files =
+        store.ok() ? storage::WriteHostFiles(**store, layout, request_.host_name, space)
+                   : absl::StatusOr<storage::HostFiles>(store.status());
+    if (files.ok()) {
+      MutexLock lock(&mu_);
+      for (const storage::ObjectInfo* info : {&files->xplane, &files->trace_json}) {
+        if (info->uri.empty()) continue;
+        clusterprof::v1alpha1::FileResult* file = status_.add_files();
+        file->set_uri(info->uri);
+        file->set_bytes(info->bytes);
+        file->set_bytes_committed(info->bytes);
+        file->set_upload_state(clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED);
+        bytes += info->bytes;
+      }
+    } else {
+      write_status = absl::InternalError(
+          StrCat("capture ", request_.session_id, " recorded ", stats.events,
+                 " events but its files could not be written: ", files.status().message()));
+    }
+  }
+
+  const double latency_s = static_cast<double>(clock_.MonotonicNs() - collect_mono_ns) / 1e9;
+  if (observer_ != nullptr) {
+    std::string_view outcome = !write_status.ok() ? "failed" : result.empty_trace ? "empty" : "ok";
+    {
+      MutexLock lock(&mu_);
+      if (cancelled_ && write_status.ok()) outcome = "cancelled";
+    }
+    observer_->CaptureFinished(outcome, stats, bytes, static_cast<double>(start_error_ns) / 1e9,
+                               latency_s);
+  }
+  spdlog::info("session {}: {} events, {} dropped, {} bytes written{}", request_.session_id,
+               stats.events, stats.dropped_events, bytes,
+               write_status.ok() ? "" : StrCat("; ", write_status.message()));
+  if (write_status.ok()) {
+    Finish(std::move(result));
+  } else {
+    Finish(write_status);
+  }
+}
+
+void CaptureSession::Finish(absl::StatusOr<CaptureResult> result) {
+  std::vector<std::pair<ClientId, Done>> clients;
+  {
+    MutexLock lock(&mu_);
+    status_.set_state(result.ok() ? clusterprof::v1alpha1::SESSION_STATE_DONE
+                                  : clusterprof::v1alpha1::SESSION_STATE_FAILED);
+    if (!result.ok()) status_.set_error(std::string(result.status().message()));
+    result_ = std::move(result);
+    clients.swap(clients_);
+  }
+  // Outside the lock: a client's callback may call back into the session.
+  const absl::StatusOr<CaptureResult>& final_result = *result_;
+  for (auto& [id, done] : clients) done(final_result);
+}
+
+void CaptureSession::StopEarly() {
+  stop_.store(true, std::memory_order_release);
+  clock_.Wake();
+}
+
+void CaptureSession::Terminate() {
+  spdlog::info("session {}: terminated", request_.session_id);
+  StopEarly();
+}
+
+CaptureSession::ClientId CaptureSession::Attach(Done done) {
+  {
+    MutexLock lock(&mu_);
+    if (!result_.has_value()) {
+      const ClientId id = next_client_++;
+      clients_.emplace_back(id, std::move(done));
+      ever_attached_ = true;
+      return id;
+    }
+  }
+  done(*result_);  // finished: result_ no longer changes
+  return 0;
+}
+
+void CaptureSession::Detach(ClientId client) {
+  bool last = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = std::find_if(clients_.begin(), clients_.end(),
+                           [client](const auto& c) { return c.first == client; });
+    if (it == clients_.end()) return;
+    clients_.erase(it);
+    last = clients_.empty() && ever_attached_;
+    if (last) cancelled_ = true;
+  }
+  if (last) {
+    spdlog::info(
+        "session {}: every client went away; stopping early and writing what was "
+        "recorded",
+        request_.session_id);
+    StopEarly();
+  }
+}
+
+bool CaptureSession::finished() const {
+  MutexLock lock(&mu_);
+  return result_.has_value();
+}
+
+GetSessionResponse CaptureSession::Snapshot() const {
+  MutexLock lock(&mu_);
+  return status_;
+}
+
+SessionManager::SessionManager(Clock& clock, std::vector<Tracer*> tracers,
+                               SessionObserver* observer)
+    : clock_(clock), tracers_(std::move(tracers)), observer_(observer) {}
+
+SessionManager::~SessionManager() {
+  std::thread thread;
+  {
+    MutexLock lock(&mu_);
+    if (active_ != nullptr && !active_->finished()) active_->Terminate();
+    thread = std::move(active_thread_);
+  }
+  if (thread.joinable()) thread.join();
+}
+
+absl::StatusOr<std::pair<std::shared_ptr<CaptureSession>, CaptureSession::ClientId>>
+SessionManager::StartOrJoin(CaptureRequest request, CaptureSession::Done done) {
+  std::shared_ptr<CaptureSession> session;
+  std::thread previous;
+  {
+    MutexLock lock(&mu_);
+    if (active_ != nullptr && !active_->finished()) {
+      if (active_->id() == request.session_id) {
+        session = active_;
+      } else {
+        return absl::AlreadyExistsError(
+            StrCat("another capture is running on this sidecar (session '", active_->id(),
+                   "'); retry when it ends"));
+      }
+    } else {
+      if (active_ != nullptr) {
+        finished_.push_back(active_);
+        if (finished_.size() > kFinishedKept) finished_.pop_front();
+      }
+      previous = std::move(active_thread_);
+      session = std::make_shared<CaptureSession>(std::move(request), clock_, tracers_, observer_);
+      active_ = session;
+      // The previous session has finished; its thread is only returning.
+      if (previous.joinable()) previous.join();
+      active_thread_ = std::thread([session] { session->Run(); });
+    }
+  }
+  const CaptureSession::ClientId client = session->Attach(std::move(done));
+  return std::make_pair(session, client);
+}
+
+void SessionManager::Terminate(std::string_view session_id) {
+  MutexLock lock(&mu_);
+  if (active_ != nullptr && active_->id() == session_id) active_->Terminate();
+}
+
+std::shared_ptr<CaptureSession> SessionManager::Find(std::string_view session_id) const {
+  MutexLock lock(&mu_);
+  if (active_ != nullptr && active_->id() == session_id) return active_;
+  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    if ((*it)->id() == session_id) return *it;
+  }
+  return nullptr;
+}
+
+std::string SessionManager::ActiveSessionId() const {
+  MutexLock lock(&mu_);
+  return active_ != nullptr && !active_->finished() ? active_->id() : "";
+}
+
+}  // namespace clusterprof::sidecar

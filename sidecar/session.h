@@ -1,0 +1,127 @@
+// Capture sessions: one capture at a time, from a Profile request to the files it writes.
+//
+//   WAITING --start_timestamp_ns--> CAPTURING --duration, Terminate, every client gone-->
+//   COLLECTING --XSpace built and written--> DONE (or FAILED)
+//
+// Each session runs on a thread of its own; time comes from the injected Clock, so tests drive
+// the whole state machine with a SimulatedClock. A second request with the same session_id joins
+// the running session (a restarted coordinator re-asks without capturing twice); any other is
+// refused with ALREADY_EXISTS until the session is done.
+#ifndef CLUSTERPROF_SIDECAR_SESSION_H_
+#define CLUSTERPROF_SIDECAR_SESSION_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "sidecar/capture_request.h"
+#include "sidecar/tracers/tracer.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::sidecar {
+
+// What a finished session hands its clients.
+struct CaptureResult {
+  bool empty_trace = true;
+  // Set when the request asked for emit_xspace.
+  std::shared_ptr<const tensorflow::profiler::XSpace> xspace;
+};
+
+// Observes sessions (metrics); every method may be called from session threads.
+class SessionObserver {
+ public:
+  virtual ~SessionObserver() = default;
+  // outcome: "ok", "empty", "failed", "cancelled".
+  virtual void CaptureFinished(std::string_view outcome, const TracerStats& stats,
+                               uint64_t bytes_written, double start_error_seconds,
+                               double latency_seconds) = 0;
+};
+
+class CaptureSession {
+ public:
+  // Called once with the outcome; from the session thread, or at once for a session that is
+  // already finished.
+  using Done = std::function<void(const absl::StatusOr<CaptureResult>&)>;
+
+  CaptureSession(CaptureRequest request, Clock& clock, std::vector<Tracer*> tracers,
+                 SessionObserver* observer);
+
+  const std::string& id() const { return request_.session_id; }
+  // Runs the whole session; returns when it is DONE or FAILED.
+  void Run();
+  // Stops the capture now; what was recorded is kept and written.
+  void Terminate();
+
+  // A client waiting for the outcome. A client that goes away (cancelled RPC) detaches; when no
+  // client is left the capture stops early, and its files are still written.
+  using ClientId = uint64_t;
+  ClientId Attach(Done done);
+  void Detach(ClientId client);
+
+  bool finished() const;
+  clusterprof::v1alpha1::GetSessionResponse Snapshot() const;
+
+ private:
+  void SetState(clusterprof::v1alpha1::SessionState state);
+  void StopEarly();
+  void Finish(absl::StatusOr<CaptureResult> result);
+
+  const CaptureRequest request_;
+  Clock& clock_;
+  const std::vector<Tracer*> tracers_;
+  SessionObserver* const observer_;
+  std::atomic<bool> stop_{false};
+
+  mutable Mutex mu_;
+  clusterprof::v1alpha1::GetSessionResponse status_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::pair<ClientId, Done>> clients_ ABSL_GUARDED_BY(mu_);
+  ClientId next_client_ ABSL_GUARDED_BY(mu_) = 1;
+  bool ever_attached_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::StatusOr<CaptureResult>> result_ ABSL_GUARDED_BY(mu_);
+};
+
+class SessionManager {
+ public:
+  SessionManager(Clock& clock, std::vector<Tracer*> tracers, SessionObserver* observer = nullptr);
+  // Terminates a running session and waits for it to finish writing.
+  ~SessionManager();
+
+  // Starts a session for `request`, or joins the running one with the same id; `done` gets the
+  // outcome. ALREADY_EXISTS while another session runs.
+  absl::StatusOr<std::pair<std::shared_ptr<CaptureSession>, CaptureSession::ClientId>> StartOrJoin(
+      CaptureRequest request, CaptureSession::Done done);
+  // Ends the running session `session_id` early. Unknown or finished sessions are not an error
+  // (Terminate may race with the natural end).
+  void Terminate(std::string_view session_id);
+  // The running session, or one of the last finished ones; nullptr if unknown.
+  std::shared_ptr<CaptureSession> Find(std::string_view session_id) const;
+  // Empty when idle.
+  std::string ActiveSessionId() const;
+
+ private:
+  static constexpr size_t kFinishedKept = 32;
+
+  Clock& clock_;
+  const std::vector<Tracer*> tracers_;
+  SessionObserver* const observer_;
+
+  mutable Mutex mu_;
+  std::shared_ptr<CaptureSession> active_ ABSL_GUARDED_BY(mu_);
+  std::thread active_thread_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::shared_ptr<CaptureSession>> finished_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_SESSION_H_

@@ -1,0 +1,98 @@
+// clusterprof-sidecar: serves tensorflow.ProfilerService and clusterprof.v1alpha1.Sidecar next to
+// a workload and captures its annotations (docs/sidecar.md).
+#include <signal.h>
+
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "sidecar/config.h"
+#include "sidecar/server.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  using clusterprof::sidecar::SidecarConfig;
+  CLI::App app{
+      "clusterprof-sidecar: a profiler server (the TensorFlow/JAX ProfilerService protocol) that "
+      "captures the annotations of the processes beside it"};
+  app.set_version_flag("--version", std::string("clusterprof-sidecar ") + CLUSTERPROF_VERSION);
+  SidecarConfig flags;
+  std::string config_file;
+  app.add_option("--config", config_file,
+                 "YAML file with these settings in snake_case (flags given here win)");
+  app.add_option("--address", flags.address, "Address to bind")->capture_default_str();
+  app.add_option("--port", flags.port, "gRPC port (0 picks a free one)")->capture_default_str();
+  app.add_option("--http-port", flags.http_port,
+                 "Port of /healthz, /readyz and /metrics (0 picks one, -1 turns it off)")
+      ->capture_default_str();
+  app.add_option("--host-name", flags.host_name,
+                 "Host name in traces (default: $POD_NAME, else the system host name)");
+  app.add_option("--allowed-logdir", flags.allowed_logdirs,
+                 "A logdir prefix Profile may write under (repeatable); requests for other "
+                 "places are refused")
+      ->take_all();
+  app.add_option("--shm-dir", flags.shm_dir,
+                 "Shared-memory directory of the workloads (default: $CLUSTERPROF_DIR, else "
+                 "/var/run/clusterprof)");
+  app.add_option("--max-duration-ms", flags.max_duration_ms, "Longest capture accepted")
+      ->capture_default_str();
+  app.add_option("--max-events", flags.max_events,
+                 "Events kept per capture when the request does not say")
+      ->capture_default_str();
+  app.add_option("--log-format", flags.log_format, "text or json")->capture_default_str();
+  app.add_option("--log-level", flags.log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  app.add_option("--port-file", flags.port_file,
+                 "Write the bound ports here (grpc=N, http=N lines) once serving");
+  CLI11_PARSE(app, argc, argv);
+
+  SidecarConfig config;
+  if (!config_file.empty()) {
+    if (absl::Status status = clusterprof::sidecar::LoadSidecarConfigFile(config_file, &config);
+        !status.ok()) {
+      std::cerr << "clusterprof-sidecar: " << status.message() << "\n";
+      return 2;
+    }
+  }
+  // Flags given on the command line override the file.
+  auto given = [&app](const char* name) { return app.count(name) > 0; };
+  if (given("--address")) config.address = flags.address;
+  if (given("--port")) config.port = flags.port;
+  if (given("--http-port")) config.http_port = flags.http_port;
+  if (given("--host-name")) config.host_name = flags.host_name;
+  if (given("--allowed-logdir")) config.allowed_logdirs = flags.allowed_logdirs;
+  if (given("--shm-dir")) config.shm_dir = flags.shm_dir;
+  if (given("--max-duration-ms")) config.max_duration_ms = flags.max_duration_ms;
+  if (given("--max-events")) config.max_events = flags.max_events;
+  if (given("--log-format")) config.log_format = flags.log_format;
+  if (given("--log-level")) config.log_level = flags.log_level;
+  if (given("--port-file")) config.port_file = flags.port_file;
+
+  absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
+  absl::Status logging =
+      format.ok() ? clusterprof::InitLogging(*format, config.log_level) : format.status();
+  if (!logging.ok()) {
+    std::cerr << "clusterprof-sidecar: " << logging.message() << "\n";
+    return 2;
+  }
+
+  // Signals are taken by sigwait below; every thread started from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  clusterprof::RealClock clock;
+  auto server = clusterprof::sidecar::SidecarServer::Start(config, clock);
+  if (!server.ok()) {
+    spdlog::error("{}", std::string(server.status().message()));
+    return 1;
+  }
+  int signal = 0;
+  sigwait(&signals, &signal);
+  spdlog::info("received {}; shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown();
+  return 0;
+}

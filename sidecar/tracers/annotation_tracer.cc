@@ -1,0 +1,390 @@
+#include "sidecar/tracers/annotation_tracer.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "common/strings.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "common/xspace/traceme.h"
+#include "spdlog/spdlog.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+using tensorflow::profiler::XEventMetadata;
+using tensorflow::profiler::XSpace;
+using tensorflow::profiler::XStatMetadata;
+using xspace::XEventBuilder;
+using xspace::XLineBuilder;
+using xspace::XPlaneBuilder;
+
+// Rings are looked for again every this many drains, to pick up processes that start
+// annotating in the middle of a capture.
+constexpr int kRefreshEveryDrains = 20;
+
+// Async lanes get line ids far above any thread id.
+constexpr int64_t kAsyncLineIdBase = int64_t{1} << 40;
+
+// An event's name and stats, decoded once per string id.
+struct DecodedName {
+  const XEventMetadata* metadata = nullptr;
+  std::vector<std::pair<const XStatMetadata*, traceme::Value>> stats;
+};
+
+class RingConverter {
+ public:
+  RingConverter(const shm::RingReader& reader, XPlaneBuilder& plane)
+      : reader_(reader), plane_(plane) {}
+
+  const DecodedName& Name(uint32_t id) {
+    auto [it, inserted] = names_.try_emplace(id);
+    if (!inserted) return it->second;
+    DecodedName& decoded = it->second;
+    std::string_view text = reader_.String(id);
+    if (text.empty()) text = "(unnamed)";
+    const traceme::Annotation annotation = traceme::Decode(text);
+    decoded.metadata = plane_.GetOrCreateEventMetadata(annotation.name);
+    for (const traceme::Stat& stat : annotation.stats) {
+      decoded.stats.emplace_back(plane_.GetOrCreateStatMetadata(stat.key), stat.value);
+    }
+    return decoded;
+  }
+
+  void AddEvent(XLineBuilder& line, const shm::Record& record, int64_t start_ns, int64_t end_ns) {
+    const DecodedName& name = Name(record.name_id);
+    XEventBuilder event = line.AddEvent(*name.metadata);
+    event.SetTimestampNs(start_ns);
+    event.SetDurationNs(std::max<int64_t>(0, end_ns - start_ns));
+    for (const auto& [metadata, value] : name.stats) AddValue(event, *metadata, value);
+    for (int i = 0; i < std::min<int>(record.num_args, shm::kMaxInlineArgs); ++i) {
+      const shm::Arg& arg = record.args[i];
+      const std::string_view key = reader_.String(arg.key_id);
+      if (key.empty()) continue;
+      const XStatMetadata& metadata = *plane_.GetOrCreateStatMetadata(key);
+      switch (arg.type) {
+        case shm::ArgType::kInt64:
+          event.AddStatValue(metadata, static_cast<int64_t>(arg.value));
+          break;
+        case shm::ArgType::kUint64:
+          event.AddStatValue(metadata, arg.value);
+          break;
+        case shm::ArgType::kDouble:
+          event.AddStatValue(metadata, std::bit_cast<double>(arg.value));
+          break;
+        case shm::ArgType::kString: {
+          const std::string_view text =
+              arg.value <= UINT32_MAX ? reader_.String(static_cast<uint32_t>(arg.value)) : "";
+          event.AddStatValue(metadata, *plane_.GetOrCreateStatMetadata(text));
+          break;
+        }
+        default:
+          break;  // an unknown type from a newer SDK: skip the arg, keep the event
+      }
+    }
+  }
+
+ private:
+  void AddValue(XEventBuilder& event, const XStatMetadata& metadata, const traceme::Value& value) {
+    if (const auto* text = std::get_if<std::string_view>(&value)) {
+      event.AddStatValue(metadata, *plane_.GetOrCreateStatMetadata(*text));
+    } else {
+      std::visit([&](const auto& v) { event.AddStatValue(metadata, v); }, value);
+    }
+  }
+
+  const shm::RingReader& reader_;
+  XPlaneBuilder& plane_;
+  std::unordered_map<uint32_t, DecodedName> names_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(Options options) {
+  std::error_code ec;
+  std::filesystem::create_directories(options.dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        StrCat("cannot create the shared-memory directory ", options.dir, ": ", ec.message()));
+  }
+  std::string error;
+  std::unique_ptr<shm::ControlWriter> control = shm::ControlWriter::Create(options.dir, &error);
+  if (control == nullptr) return absl::FailedPreconditionError(error);
+  return std::unique_ptr<AnnotationTracer>(
+      new AnnotationTracer(std::move(options), std::move(control)));
+}
+
+AnnotationTracer::~AnnotationTracer() {
+  control_->Disarm();
+  {
+    MutexLock lock(&mu_);
+    draining_ = false;
+  }
+  if (drainer_.joinable()) drainer_.join();
+}
+
+TracerStatus AnnotationTracer::Status() const {
+  absl::StatusOr<std::vector<std::string>> files = shm::ListRingFiles(options_.dir);
+  if (!files.ok()) return {false, std::string(files.status().message())};
+  return {true, StrCat(files->size(), " instrumented process(es) in ", options_.dir)};
+}
+
+absl::Status AnnotationTracer::Start(const CaptureWindow& window) {
+  {
+    MutexLock lock(&mu_);
+    CLUSTERPROF_CHECK(!draining_) << "annotation tracer started twice";
+    ReleaseRingsLocked();
+    window_ = window;
+    stop_ns_ = window.planned_stop_ns;
+    max_events_ = window.max_events > 0 ? window.max_events : options_.default_max_events;
+    kept_ = 0;
+    capped_ = 0;
+    open_errors_.clear();
+    RefreshRingsLocked(/*skip=*/true);
+    draining_ = true;
+  }
+  control_->Arm(window.host_tracer_level, window.device_tracer_level, window.start_ns,
+                window.planned_stop_ns);
+  drainer_ = std::thread([this] { DrainLoop(); });
+  return absl::OkStatus();
+}
+
+absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
+  control_->Disarm();
+  {
+    MutexLock lock(&mu_);
+    draining_ = false;
+  }
+  if (drainer_.joinable()) drainer_.join();
+  MutexLock lock(&mu_);
+  stop_ns_ = stop_ns;
+  // A thread that checked the level just before the disarm may still be writing its record;
+  // what it writes ends after stop_ns and is filtered out at collection.
+  RefreshRingsLocked(/*skip=*/false);
+  DrainLocked();
+  return absl::OkStatus();
+}
+
+void AnnotationTracer::DrainLoop() {
+  int drains = 0;
+  MutexLock lock(&mu_);
+  while (draining_) {
+    if (++drains % kRefreshEveryDrains == 0) RefreshRingsLocked(/*skip=*/false);
+    DrainLocked();
+    mu_.AwaitWithDeadline(
+        [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+  }
+}
+
+uint64_t AnnotationTracer::DrainOnce() {
+  MutexLock lock(&mu_);
+  return DrainLocked();
+}
+
+void AnnotationTracer::RefreshRingsLocked(bool skip) {
+  absl::StatusOr<std::vector<std::string>> files = shm::ListRingFiles(options_.dir);
+  if (!files.ok()) {
+    open_errors_.push_back(std::string(files.status().message()));
+    return;
+  }
+  for (const std::string& path : *files) {
+    if (rings_.count(path) > 0) continue;
+    absl::StatusOr<std::unique_ptr<shm::RingReader>> reader = shm::RingReader::Open(path);
+    if (!reader.ok()) {
+      // Remember the error once per file; the capture goes on with the other rings.
+      const std::string message(reader.status().message());
+      if (std::find(open_errors_.begin(), open_errors_.end(), message) == open_errors_.end()) {
+        open_errors_.push_back(message);
+      }
+      continue;
+    }
+    if (skip) (*reader)->Skip();
+    rings_[path].reader = std::move(*reader);
+  }
+}
+
+void AnnotationTracer::RecordBuffer::Append(std::span<const shm::Record> records) {
+  while (!records.empty()) {
+    const size_t offset = size_ % kBlock;
+    if (offset == 0 && size_ / kBlock == blocks_.size()) {
+      blocks_.push_back(std::make_unique_for_overwrite<shm::Record[]>(kBlock));
+    }
+    const size_t count = std::min(records.size(), kBlock - offset);
+    std::memcpy(&blocks_[size_ / kBlock][offset], records.data(), count * sizeof(shm::Record));
+    size_ += count;
+    records = records.subspan(count);
+  }
+}
+
+uint64_t AnnotationTracer::DrainLocked() {
+  uint64_t total = 0;
+  for (auto& [path, ring] : rings_) {
+    Ring* r = &ring;
+    const shm::DrainStats drained = r->reader->DrainSpans(
+        [this, r](const shm::ThreadInfo& thread, std::span<const shm::Record> records)
+            ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              const uint64_t room = max_events_ - std::min(kept_, max_events_);
+              if (records.size() > room) {
+                capped_ += records.size() - room;
+                records = records.first(room);
+              }
+              if (records.empty()) return;
+              if (thread.index >= r->threads.size()) r->threads.resize(thread.index + 1);
+              ThreadEvents& events = r->threads[thread.index];
+              if (events.tid != thread.tid || events.name != thread.name) {
+                events.tid = thread.tid;
+                events.name.assign(thread.name);
+              }
+              events.records.Append(records);
+              kept_ += records.size();
+            });
+    r->dropped += drained.dropped;
+    total += drained.records;
+  }
+  return total;
+}
+
+void AnnotationTracer::ReleaseRingsLocked() {
+  for (auto& [path, ring] : rings_) {
+    const shm::RingReader& reader = *ring.reader;
+    if (!shm::ProcessAlive(options_.proc_root, reader.pid(), reader.process_start_ticks())) {
+      if (unlink(path.c_str()) == 0) {
+        spdlog::info("removed the ring of exited process {} ({})", reader.pid(), path);
+      }
+    }
+  }
+  rings_.clear();
+}
+
+absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
+  MutexLock lock(&mu_);
+  const int64_t start_ns = window_.start_ns;
+  const int64_t stop_ns = stop_ns_;
+  XPlaneBuilder plane(xspace::FindOrAddMutablePlaneWithName(space, xspace::kHostThreadsPlaneName));
+  std::set<int64_t> used_line_ids;
+  uint64_t events = 0;
+  uint64_t dropped = capped_;
+  int64_t next_async_line = kAsyncLineIdBase;
+
+  for (auto& [path, ring] : rings_) {
+    const shm::RingReader& reader = *ring.reader;
+    RingConverter converter(reader, plane);
+    const std::string process = reader.process_name().empty() ? StrCat("pid ", reader.pid())
+                                                              : std::string(reader.process_name());
+    dropped += ring.dropped;
+    if (ring.dropped > 0) {
+      space->add_warnings(StrCat("annotations: ", ring.dropped, " events of ", process, " (pid ",
+                                 reader.pid(), ") were dropped because its ring was full"));
+    }
+    if (reader.dropped_threads() > 0) {
+      space->add_warnings(StrCat("annotations: ", reader.dropped_threads(), " threads of ", process,
+                                 " found no free ring slot; their events are missing"));
+    }
+    if (reader.dropped_strings() > 0) {
+      space->add_warnings(StrCat("annotations: the string table of ", process,
+                                 " is full; some events have no name"));
+    }
+
+    struct AsyncSpan {
+      int64_t start_ns;
+      int64_t end_ns;
+      shm::Record begin;
+    };
+    std::unordered_map<uint64_t, shm::Record> open_async;
+    std::vector<AsyncSpan> async_spans;
+
+    for (ThreadEvents& thread : ring.threads) {
+      if (thread.records.empty()) continue;
+      int64_t line_id = thread.tid;
+      if (!used_line_ids.insert(line_id).second) {
+        // Two processes in different pid namespaces may share a tid.
+        line_id = (int64_t{reader.pid()} << 32) | thread.tid;
+        used_line_ids.insert(line_id);
+      }
+      XLineBuilder line = plane.GetOrCreateLine(line_id);
+      if (!thread.name.empty()) {
+        line.SetName(thread.name);
+      } else if (thread.tid == reader.pid()) {
+        line.SetName(process);
+      } else {
+        line.SetName(StrCat(process, "/", thread.tid));
+      }
+      int64_t line_start = start_ns;
+      thread.records.ForEach([&](const shm::Record& record) {
+        if (record.kind == shm::RecordKind::kComplete && record.end_ns >= start_ns &&
+            record.start_ns <= stop_ns) {
+          line_start = std::min(line_start, record.start_ns);
+        }
+      });
+      line.SetTimestampNs(line_start);
+      line.ReserveEvents(static_cast<int>(std::min<size_t>(thread.records.size(), INT32_MAX)));
+      thread.records.ForEach([&](const shm::Record& record) {
+        switch (record.kind) {
+          case shm::RecordKind::kComplete:
+            if (record.end_ns < start_ns || record.start_ns > stop_ns) break;
+            converter.AddEvent(line, record, record.start_ns, record.end_ns);
+            ++events;
+            break;
+          case shm::RecordKind::kAsyncBegin:
+            open_async[record.async_id] = record;
+            break;
+          case shm::RecordKind::kAsyncEnd:
+            if (auto it = open_async.find(record.async_id); it != open_async.end()) {
+              async_spans.push_back({it->second.start_ns, record.end_ns, it->second});
+              open_async.erase(it);
+            }
+            break;
+        }
+      });
+    }
+    // Begun and not ended by the stop: shown up to the stop.
+    for (const auto& [id, begin] : open_async) {
+      async_spans.push_back({begin.start_ns, std::max(begin.start_ns, stop_ns), begin});
+    }
+    if (async_spans.empty()) continue;
+    // Async events may overlap; a line's events must not, so they go on as many lanes as needed
+    // (first fit by start time).
+    std::sort(async_spans.begin(), async_spans.end(), [](const AsyncSpan& a, const AsyncSpan& b) {
+      return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+    });
+    std::vector<std::pair<XLineBuilder, int64_t>> lanes;  // line, end of its last event
+    for (const AsyncSpan& span : async_spans) {
+      if (span.end_ns < start_ns || span.start_ns > stop_ns) continue;
+      auto lane = std::find_if(lanes.begin(), lanes.end(),
+                               [&](const auto& l) { return l.second <= span.start_ns; });
+      if (lane == lanes.end()) {
+        XLineBuilder line = plane.GetOrCreateLine(next_async_line++);
+        line.SetName(StrCat(process, " async", lanes.empty() ? "" : StrCat(" ", lanes.size())));
+        line.SetTimestampNs(std::min(start_ns, async_spans.front().start_ns));
+        lanes.emplace_back(line, 0);
+        lane = lanes.end() - 1;
+      }
+      converter.AddEvent(lane->first, span.begin, span.start_ns, span.end_ns);
+      lane->second = span.end_ns;
+      ++events;
+    }
+  }
+  for (const std::string& error : open_errors_) {
+    space->add_warnings(StrCat("annotations: ", error));
+  }
+  if (capped_ > 0) {
+    space->add_warnings(StrCat("annotations: ", capped_, " events beyond the cap of ", max_events_,
+                               " were dropped (raise max_events)"));
+  }
+  stats->events += events;
+  stats->dropped_events += dropped;
+  ReleaseRingsLocked();
+  return absl::OkStatus();
+}
+
+}  // namespace clusterprof::sidecar

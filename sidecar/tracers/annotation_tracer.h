@@ -1,0 +1,111 @@
+// The annotation tracer: arms the control page for a capture, drains the shared-memory rings of
+// every process that uses libclusterprof_annotate while it runs, and turns the records into the
+// `/host:CPU` plane: one line per thread, TraceMe names decoded into stats, async begin/end pairs
+// on lanes of their own. Rings of processes that are gone are removed after their last drain.
+#ifndef CLUSTERPROF_SIDECAR_TRACERS_ANNOTATION_TRACER_H_
+#define CLUSTERPROF_SIDECAR_TRACERS_ANNOTATION_TRACER_H_
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "sidecar/sdk/control_page.h"
+#include "sidecar/sdk/shm_format.h"
+#include "sidecar/tracers/ring_reader.h"
+#include "sidecar/tracers/tracer.h"
+
+namespace clusterprof::sidecar {
+
+class AnnotationTracer final : public Tracer {
+ public:
+  struct Options {
+    // The shared-memory directory ($CLUSTERPROF_DIR of the workloads).
+    std::string dir = shm::kDefaultDir;
+    // Where process liveness is checked; tests point it elsewhere.
+    std::string proc_root = "/proc";
+    // How often rings are drained during a capture. A 16384-record ring absorbs 3 M events/s
+    // from one thread at the default.
+    int64_t drain_interval_ms = 5;
+    // Events kept per capture when the request does not say (64 bytes each while capturing).
+    uint64_t default_max_events = 4'000'000;
+  };
+
+  // Creates the directory if needed and publishes the control page (disarmed).
+  static absl::StatusOr<std::unique_ptr<AnnotationTracer>> Create(Options options);
+  ~AnnotationTracer() override;
+
+  std::string_view name() const override { return "annotations"; }
+  bool EnabledFor(const CaptureWindow& window) const override {
+    return window.host_tracer_level >= 1;
+  }
+  TracerStatus Status() const override;
+  absl::Status Start(const CaptureWindow& window) override;
+  absl::Status Stop(int64_t stop_ns) override;
+  absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
+
+  // Drains every ring once (the background thread does this during a capture); returns the
+  // records read. For benchmarks and tests.
+  uint64_t DrainOnce();
+
+ private:
+  // Records copied out of a ring, in blocks: appending never moves what is there (a growing
+  // vector would copy hundreds of MB while the drainer holds the lock).
+  class RecordBuffer {
+   public:
+    void Append(std::span<const shm::Record> records);
+    size_t size() const { return size_; }
+    bool empty() const { return size_ == 0; }
+    template <typename Fn>
+    void ForEach(Fn&& fn) const {
+      for (size_t i = 0; i < size_; ++i) fn(blocks_[i / kBlock][i % kBlock]);
+    }
+
+   private:
+    static constexpr size_t kBlock = 8192;  // 512 KiB
+    std::vector<std::unique_ptr<shm::Record[]>> blocks_;
+    size_t size_ = 0;
+  };
+  struct ThreadEvents {
+    uint32_t tid = 0;
+    std::string name;
+    RecordBuffer records;
+  };
+  struct Ring {
+    std::unique_ptr<shm::RingReader> reader;
+    std::vector<ThreadEvents> threads;  // by slot index
+    uint64_t dropped = 0;               // by the producer (ring full)
+  };
+
+  explicit AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control)
+      : options_(std::move(options)), control_(std::move(control)) {}
+
+  // Opens ring files not open yet; `skip` discards what they hold (records from before Start).
+  void RefreshRingsLocked(bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DrainLoop();
+  // Closes every ring and deletes the files of processes that are gone.
+  void ReleaseRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Options options_;
+  const std::unique_ptr<shm::ControlWriter> control_;
+
+  Mutex mu_;
+  std::map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
+  CaptureWindow window_ ABSL_GUARDED_BY(mu_);
+  int64_t stop_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t max_events_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t kept_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t capped_ ABSL_GUARDED_BY(mu_) = 0;  // dropped because max_events was reached
+  std::vector<std::string> open_errors_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread drainer_;
+};
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_TRACERS_ANNOTATION_TRACER_H_

@@ -1,0 +1,70 @@
+// The interface every tracer hosted by the sidecar implements (docs/architecture.md, "Sidecar
+// side"). A capture session calls, in order and from one thread:
+//
+//   Start(window)  ->  Stop()  ->  CollectInto(space, stats)
+//
+// A tracer that cannot record (no instrumented process, CUPTI refused, ...) returns an error from
+// Start; the session turns it into a warning in XSpace.warnings and carries on with the others.
+#ifndef CLUSTERPROF_SIDECAR_TRACERS_TRACER_H_
+#define CLUSTERPROF_SIDECAR_TRACERS_TRACER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace tensorflow::profiler {
+class XSpace;
+}  // namespace tensorflow::profiler
+
+namespace clusterprof::sidecar {
+
+// What a capture asks of the tracers: levels from ProfileOptions (0 = off) and the window.
+struct CaptureWindow {
+  // Wall clock, ns since the Unix epoch: the instant the tracers start, and the planned stop
+  // (Terminate or a cancelled client may end the capture earlier).
+  int64_t start_ns = 0;
+  int64_t planned_stop_ns = 0;
+  uint32_t host_tracer_level = 0;
+  uint32_t device_tracer_level = 0;
+  uint32_t python_tracer_level = 0;
+  // Most events a tracer keeps; 0 = its own default. Beyond it events are dropped and counted.
+  uint64_t max_events = 0;
+};
+
+struct TracerStats {
+  uint64_t events = 0;
+  // Events lost anywhere between the workload and the XSpace (full rings, caps).
+  uint64_t dropped_events = 0;
+};
+
+// Readiness as GetInfo reports it.
+struct TracerStatus {
+  bool ready = false;
+  std::string reason;
+};
+
+class Tracer {
+ public:
+  virtual ~Tracer() = default;
+
+  // "annotations", "gpu", "framework", "system_metrics".
+  virtual std::string_view name() const = 0;
+  // Whether this tracer takes part in a capture with these levels.
+  virtual bool EnabledFor(const CaptureWindow& window) const = 0;
+  virtual TracerStatus Status() const = 0;
+
+  // Begins recording; called at window.start_ns.
+  virtual absl::Status Start(const CaptureWindow& window) = 0;
+  // Ends recording at `stop_ns` (wall clock); what was recorded until then is kept.
+  virtual absl::Status Stop(int64_t stop_ns) = 0;
+  // Adds what was recorded to `space` and counts it into `stats`. Warnings go into
+  // space->warnings().
+  virtual absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) = 0;
+};
+
+}  // namespace clusterprof::sidecar
+
+#endif  // CLUSTERPROF_SIDECAR_TRACERS_TRACER_H_

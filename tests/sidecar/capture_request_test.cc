@@ -1,0 +1,179 @@
+#include "sidecar/capture_request.h"
+
+#include <unistd.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+using clusterprof::testing::TempDir;
+using ::testing::HasSubstr;
+
+constexpr int64_t kNow = 1'767'225'600LL * 1'000'000'000;  // 2026-01-01T00:00:00Z
+
+class CaptureRequestTest : public ::testing::Test {
+ protected:
+  CaptureRequestTest() {
+    policy_.allowed_logdirs.push_back(*storage::ParseLogdir(allowed_.path()));
+    policy_.default_host_name = "pod-7";
+    request_.mutable_opts()->set_version(1);
+    request_.mutable_opts()->set_duration_ms(1500);
+    request_.mutable_opts()->set_host_tracer_level(3);
+    request_.set_repository_root(allowed_.Join("tb/plugins/profile"));
+    request_.set_session_id("run_1");
+    request_.set_host_name("10.0.0.2:8466");
+  }
+  absl::StatusOr<CaptureRequest> Parse() { return ParseCaptureRequest(request_, policy_, kNow); }
+
+  TempDir allowed_;
+  RequestPolicy policy_;
+  tensorflow::ProfileRequest request_;
+};
+
+TEST_F(CaptureRequestTest, AVersion1RequestIsTakenAsGiven) {
+  request_.mutable_opts()->set_start_timestamp_ns(kNow + 5);
+  request_.set_max_events(99);
+  auto parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->session_id, "run_1");
+  EXPECT_EQ(parsed->host_name, "10.0.0.2_8466") << "':' is replaced as upstream does";
+  EXPECT_EQ(parsed->duration_ns, 1500 * 1'000'000LL);
+  EXPECT_EQ(parsed->start_timestamp_ns, kNow + 5);
+  EXPECT_EQ(parsed->max_events, 99u);
+  EXPECT_EQ(parsed->options.host_tracer_level(), 3u);
+  ASSERT_TRUE(parsed->layout.has_value());
+  EXPECT_EQ(parsed->layout->RunDir(), allowed_.Join("tb/plugins/profile/run_1"));
+  EXPECT_EQ(parsed->Window(kNow).planned_stop_ns, kNow + 1500 * 1'000'000LL);
+}
+
+TEST_F(CaptureRequestTest, Version0MeansDefaultsAndDiscardsEveryOption) {
+  tensorflow::ProfileOptions* opts = request_.mutable_opts();
+  opts->set_version(0);
+  opts->set_host_tracer_level(3);
+  opts->set_start_timestamp_ns(kNow + 1'000'000'000);
+  opts->set_session_id("ignored");
+  opts->set_override_hostname("ignored-host");
+  request_.set_duration_ms(700);  // the legacy field is what remains
+  auto parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->options.version(), 1u);
+  EXPECT_EQ(parsed->options.host_tracer_level(), 2u);
+  EXPECT_EQ(parsed->options.device_tracer_level(), 1u);
+  EXPECT_EQ(parsed->options.python_tracer_level(), 0u);
+  EXPECT_TRUE(parsed->options.enable_hlo_proto());
+  EXPECT_EQ(parsed->start_timestamp_ns, 0) << "start_timestamp_ns is discarded with version 0";
+  EXPECT_EQ(parsed->duration_ns, 700 * 1'000'000LL);
+  EXPECT_EQ(parsed->session_id, "run_1");
+  EXPECT_EQ(parsed->host_name, "10.0.0.2_8466");
+}
+
+TEST_F(CaptureRequestTest, DurationFallsBackToTheRequestField) {
+  request_.mutable_opts()->set_duration_ms(0);
+  request_.set_duration_ms(250);
+  auto parsed = Parse();
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->duration_ns, 250 * 1'000'000LL);
+
+  request_.set_duration_ms(0);
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument);
+  request_.set_duration_ms(policy_.max_duration_ms + 1);
+  EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("longer than"));
+}
+
+TEST_F(CaptureRequestTest, HostNamePrecedence) {
+  (*request_.mutable_opts()->mutable_advanced_configuration())["override_hostname"]
+      .set_string_value("from-advanced");
+  EXPECT_EQ(Parse()->host_name, "from-advanced");
+  request_.mutable_opts()->set_override_hostname("from-opts");
+  EXPECT_EQ(Parse()->host_name, "from-opts");
+  request_.mutable_opts()->clear_override_hostname();
+  request_.mutable_opts()->clear_advanced_configuration();
+  request_.clear_host_name();
+  EXPECT_EQ(Parse()->host_name, "pod-7") << "the sidecar's own name last";
+}
+
+TEST_F(CaptureRequestTest, SessionIdFromOptsWinsAndAMissingOneIsDated) {
+  request_.mutable_opts()->set_session_id("from_opts");
+  EXPECT_EQ(Parse()->session_id, "from_opts");
+  request_.mutable_opts()->clear_session_id();
+  request_.clear_session_id();
+  EXPECT_EQ(Parse()->session_id, "2026_01_01_00_00_00");
+}
+
+TEST_F(CaptureRequestTest, UnsafeNamesAreInvalidArguments) {
+  const std::string too_long(300, 'x');
+  for (const std::string& bad : {std::string(".."), std::string("../../etc"), std::string("a/b"),
+                                 std::string("."), too_long}) {
+    request_.set_session_id(bad);
+    EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  request_.set_session_id("ok");
+  for (const char* bad : {"../x", "a/b", "..", "evil\n"}) {
+    request_.mutable_opts()->set_override_hostname(bad);
+    EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST_F(CaptureRequestTest, RootsOutsideTheAllowedLogdirsArePermissionDenied) {
+  TempDir elsewhere;
+  request_.set_repository_root(elsewhere.Join("plugins/profile"));
+  auto parsed = Parse();
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(allowed_.path()));
+
+  // A sibling whose name merely starts with the allowed path.
+  request_.set_repository_root(allowed_.path() + "-evil/plugins/profile");
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+
+  // '..' never gets past the parser.
+  request_.set_repository_root(allowed_.Join("../x/plugins/profile"));
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument);
+
+  request_.set_repository_root("gs://bucket/tb/plugins/profile");
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CaptureRequestTest, ASymlinkCannotLeadOutOfAnAllowedLogdir) {
+  TempDir outside;
+  ASSERT_EQ(symlink(outside.path().c_str(), allowed_.Join("link").c_str()), 0);
+  request_.set_repository_root(allowed_.Join("link/tb/plugins/profile"));
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+TEST_F(CaptureRequestTest, RelativeOrMissingRootsAndNoPrefixesAreRefused) {
+  request_.set_repository_root("tb/plugins/profile");
+  EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("relative"));
+  request_.set_repository_root("");
+  EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("emit_xspace"));
+  request_.set_repository_root(allowed_.Join("tb/not_the_profile_dir"));
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument);
+
+  request_.set_repository_root(allowed_.Join("tb/plugins/profile"));
+  policy_.allowed_logdirs.clear();
+  auto parsed = Parse();
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(parsed.status().message()), HasSubstr("--allowed-logdir"));
+}
+
+TEST_F(CaptureRequestTest, EmitXSpaceNeedsNoRootAndNoPermission) {
+  policy_.allowed_logdirs.clear();
+  request_.clear_repository_root();
+  request_.set_emit_xspace(true);
+  auto parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->layout.has_value());
+}
+
+TEST_F(CaptureRequestTest, GcsPrefixesMatchWholeComponents) {
+  policy_.allowed_logdirs = {*storage::ParseLogdir("gs://bucket/team")};
+  request_.set_repository_root("gs://bucket/team/run/plugins/profile");
+  EXPECT_TRUE(Parse().ok());
+  request_.set_repository_root("gs://bucket/teammate/plugins/profile");
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+}  // namespace
+}  // namespace clusterprof::sidecar

@@ -1,0 +1,355 @@
+#include "sidecar/session.h"
+
+#include <map>
+#include <thread>
+
+#include "common/mutex.h"
+#include "common/strings.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "common/xspace/xspace_io.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+using clusterprof::testing::FileExists;
+using clusterprof::testing::TempDir;
+using tensorflow::profiler::XSpace;
+using ::testing::HasSubstr;
+
+constexpr int64_t kMs = 1'000'000;
+
+// A tracer that records what the session asked of it and adds `events` events.
+class FakeTracer final : public Tracer {
+ public:
+  std::string_view name() const override { return "fake"; }
+  bool EnabledFor(const CaptureWindow& window) const override {
+    return window.host_tracer_level >= 1;
+  }
+  TracerStatus Status() const override { return {true, ""}; }
+  absl::Status Start(const CaptureWindow& window) override {
+    MutexLock lock(&mu_);
+    if (!start_error.ok()) return start_error;
+    window_ = window;
+    started_ = true;
+    return absl::OkStatus();
+  }
+  absl::Status Stop(int64_t stop_ns) override {
+    MutexLock lock(&mu_);
+    stop_ns_ = stop_ns;
+    return absl::OkStatus();
+  }
+  absl::Status CollectInto(XSpace* space, TracerStats* stats) override {
+    xspace::XPlaneBuilder plane(
+        xspace::FindOrAddMutablePlaneWithName(space, xspace::kHostThreadsPlaneName));
+    xspace::XLineBuilder line = plane.GetOrCreateLine(1);
+    line.SetTimestampNs(window().start_ns);
+    for (int i = 0; i < events; ++i) {
+      line.AddEvent(*plane.GetOrCreateEventMetadata("step")).SetDurationNs(10);
+    }
+    stats->events += events;
+    stats->dropped_events += 2;
+    return absl::OkStatus();
+  }
+
+  bool started() {
+    MutexLock lock(&mu_);
+    return started_;
+  }
+  CaptureWindow window() {
+    MutexLock lock(&mu_);
+    return window_;
+  }
+  int64_t stop_ns() {
+    MutexLock lock(&mu_);
+    return stop_ns_;
+  }
+
+  int events = 3;
+  absl::Status start_error;
+
+ private:
+  Mutex mu_;
+  bool started_ = false;
+  CaptureWindow window_;
+  int64_t stop_ns_ = 0;
+};
+
+class RecordingObserver final : public SessionObserver {
+ public:
+  void CaptureFinished(std::string_view outcome, const TracerStats& stats, uint64_t bytes,
+                       double start_error_seconds, double latency_seconds) override {
+    MutexLock lock(&mu_);
+    outcomes_.push_back(std::string(outcome));
+  }
+  std::vector<std::string> outcomes() {
+    MutexLock lock(&mu_);
+    return outcomes_;
+  }
+
+ private:
+  Mutex mu_;
+  std::vector<std::string> outcomes_;
+};
+
+// A client waiting for the outcome.
+struct Waiter {
+  Notification done;
+  absl::StatusOr<CaptureResult> result = absl::UnknownError("not called");
+  CaptureSession::Done Callback() {
+    return [this](const absl::StatusOr<CaptureResult>& r) {
+      result = r;
+      done.Notify();
+    };
+  }
+};
+
+class SessionTest : public ::testing::Test {
+ protected:
+  SessionTest() : sessions_(clock_, {&tracer_}, &observer_) {}
+
+  CaptureRequest Request(std::string session, int64_t start_ns, int64_t duration_ms,
+                         bool emit_xspace = false) {
+    tensorflow::ProfileRequest request;
+    request.mutable_opts()->set_version(1);
+    request.mutable_opts()->set_host_tracer_level(2);
+    request.mutable_opts()->set_duration_ms(duration_ms);
+    request.mutable_opts()->set_start_timestamp_ns(start_ns);
+    request.set_session_id(session);
+    request.set_host_name("worker-0");
+    request.set_emit_xspace(emit_xspace);
+    request.set_repository_root(logdir_.Join("plugins/profile"));
+    RequestPolicy policy;
+    policy.allowed_logdirs.push_back(*storage::ParseLogdir(logdir_.path()));
+    auto parsed = ParseCaptureRequest(request, policy, clock_.WallNs());
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    return *parsed;
+  }
+
+  std::shared_ptr<CaptureSession> Start(CaptureRequest request, Waiter& waiter,
+                                        CaptureSession::ClientId* client = nullptr) {
+    auto started = sessions_.StartOrJoin(std::move(request), waiter.Callback());
+    EXPECT_TRUE(started.ok()) << started.status();
+    if (!started.ok()) return nullptr;
+    if (client != nullptr) *client = started->second;
+    return started->first;
+  }
+
+  std::string XPlanePath(std::string_view session) {
+    return logdir_.Join(StrCat("plugins/profile/", session, "/worker-0.xplane.pb"));
+  }
+
+  TempDir logdir_;
+  SimulatedClock clock_;
+  FakeTracer tracer_;
+  RecordingObserver observer_;
+  SessionManager sessions_;
+};
+
+TEST_F(SessionTest, WaitsForTheStartThenCapturesForTheDuration) {
+  const int64_t t0 = clock_.WallNs();
+  Waiter waiter;
+  auto session = Start(Request("run1", t0 + 1000 * kMs, 2000), waiter);
+  clock_.WaitForSleepers(1);
+  EXPECT_EQ(session->Snapshot().state(), clusterprof::v1alpha1::SESSION_STATE_WAITING);
+  EXPECT_FALSE(tracer_.started());
+
+  clock_.AdvanceNs(1000 * kMs);
+  // The session wakes, starts the tracer, and sleeps again until the stop.
+  while (session->Snapshot().state() != clusterprof::v1alpha1::SESSION_STATE_CAPTURING) {
+    std::this_thread::yield();
+  }
+  clock_.WaitForSleepers(1);
+  EXPECT_TRUE(tracer_.started());
+  EXPECT_EQ(tracer_.window().start_ns, t0 + 1000 * kMs);
+  EXPECT_EQ(tracer_.window().planned_stop_ns, t0 + 3000 * kMs);
+  auto capturing = session->Snapshot();
+  EXPECT_EQ(capturing.state(), clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
+  EXPECT_EQ(capturing.start_error_ns(), 0);
+  EXPECT_FALSE(waiter.done.HasBeenNotified());
+
+  clock_.AdvanceNs(2000 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok()) << waiter.result.status();
+  EXPECT_FALSE(waiter.result->empty_trace);
+  EXPECT_EQ(waiter.result->xspace, nullptr);
+  EXPECT_EQ(tracer_.stop_ns(), t0 + 3000 * kMs);
+
+  auto done = session->Snapshot();
+  EXPECT_EQ(done.state(), clusterprof::v1alpha1::SESSION_STATE_DONE);
+  EXPECT_EQ(done.events(), 3u);
+  EXPECT_EQ(done.dropped_events(), 2u);
+  ASSERT_EQ(done.files_size(), 2);
+  EXPECT_EQ(done.files(0).uri(), XPlanePath("run1"));
+  EXPECT_EQ(done.files(0).upload_state(), clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED);
+
+  auto loaded = xspace::ReadXSpaceFile(XPlanePath("run1"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  const XSpace& space = (*loaded)->space();
+  ASSERT_EQ(space.hostnames_size(), 1);
+  EXPECT_EQ(space.hostnames(0), "worker-0");
+  const auto* env = xspace::FindPlaneWithName(space, xspace::kTaskEnvPlaneName);
+  ASSERT_NE(env, nullptr);
+  std::map<std::string, uint64_t> stats;
+  for (const auto& stat : env->stats()) {
+    stats[env->stat_metadata().at(stat.metadata_id()).name()] = stat.uint64_value();
+  }
+  EXPECT_EQ(stats[std::string(xspace::kProfileStartTime)], t0 + 1000 * kMs);
+  EXPECT_EQ(stats[std::string(xspace::kProfileStopTime)], t0 + 3000 * kMs);
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("ok"));
+  EXPECT_EQ(sessions_.ActiveSessionId(), "");
+}
+
+TEST_F(SessionTest, AStartInThePastStartsAtOnceWithAWarning) {
+  const int64_t t0 = clock_.WallNs();
+  Waiter waiter;
+  auto session = Start(Request("late", t0 - 5000 * kMs, 100), waiter);
+  clock_.WaitForSleepers(1);
+  EXPECT_TRUE(tracer_.started());
+  EXPECT_EQ(tracer_.window().start_ns, t0);
+  EXPECT_EQ(session->Snapshot().start_error_ns(), 5000 * kMs);
+  clock_.AdvanceNs(100 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  EXPECT_THAT(session->Snapshot().warnings(), ::testing::Contains(HasSubstr("in the past")));
+}
+
+TEST_F(SessionTest, TerminateEndsTheCaptureEarlyAndKeepsTheData) {
+  const int64_t t0 = clock_.WallNs();
+  Waiter waiter;
+  Start(Request("term", 0, 60'000), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(500 * kMs);
+  sessions_.Terminate("other-session");  // not ours: no effect
+  sessions_.Terminate("term");
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  EXPECT_FALSE(waiter.result->empty_trace);
+  EXPECT_EQ(tracer_.stop_ns(), t0 + 500 * kMs);
+  EXPECT_TRUE(FileExists(XPlanePath("term")));
+}
+
+TEST_F(SessionTest, TerminateWhileWaitingStillAnswers) {
+  Waiter waiter;
+  Start(Request("early", clock_.WallNs() + 10'000 * kMs, 1000), waiter);
+  clock_.WaitForSleepers(1);
+  sessions_.Terminate("early");
+  waiter.done.WaitForNotification();
+  EXPECT_TRUE(waiter.result.ok()) << waiter.result.status();
+}
+
+TEST_F(SessionTest, TheSameSessionJoinsAndAnotherIsRefused) {
+  Waiter first;
+  Waiter second;
+  Waiter third;
+  auto session = Start(Request("shared", 0, 1000), first);
+  clock_.WaitForSleepers(1);
+  auto joined = sessions_.StartOrJoin(Request("shared", 0, 1000), second.Callback());
+  ASSERT_TRUE(joined.ok());
+  EXPECT_EQ(joined->first, session) << "a second request for the session joins it";
+  auto refused = sessions_.StartOrJoin(Request("intruder", 0, 1000), third.Callback());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("'shared'"));
+
+  clock_.AdvanceNs(1000 * kMs);
+  first.done.WaitForNotification();
+  second.done.WaitForNotification();
+  EXPECT_TRUE(first.result.ok());
+  EXPECT_TRUE(second.result.ok());
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("ok")) << "captured once";
+
+  // Once done, the next session may start, and the old one is still known.
+  Waiter fourth;
+  Start(Request("next", 0, 10), fourth);
+  EXPECT_NE(sessions_.Find("shared"), nullptr);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  fourth.done.WaitForNotification();
+}
+
+TEST_F(SessionTest, WhenEveryClientIsGoneTheCaptureStopsAndStillWrites) {
+  const int64_t t0 = clock_.WallNs();
+  Waiter waiter;
+  CaptureSession::ClientId client = 0;
+  auto session = Start(Request("cancelled", 0, 60'000), waiter, &client);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(200 * kMs);
+  session->Detach(client);
+  // Detached clients are not called back; wait for the session itself.
+  while (!session->finished()) std::this_thread::yield();
+  EXPECT_FALSE(waiter.done.HasBeenNotified());
+  EXPECT_EQ(tracer_.stop_ns(), t0 + 200 * kMs);
+  EXPECT_TRUE(FileExists(XPlanePath("cancelled")));
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("cancelled"));
+}
+
+TEST_F(SessionTest, EmitXSpaceReturnsTheSpaceAndWritesNoFile) {
+  Waiter waiter;
+  Start(Request("inline", 0, 10, /*emit_xspace=*/true), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  ASSERT_NE(waiter.result->xspace, nullptr);
+  EXPECT_EQ(xspace::CountEvents(*waiter.result->xspace), 3);
+  EXPECT_FALSE(FileExists(XPlanePath("inline")));
+}
+
+TEST_F(SessionTest, AnEmptyCaptureIsReportedAsEmpty) {
+  tracer_.events = 0;
+  Waiter waiter;
+  Start(Request("quiet", 0, 10), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  EXPECT_TRUE(waiter.result->empty_trace);
+  EXPECT_TRUE(FileExists(XPlanePath("quiet"))) << "written anyway: it holds the warnings";
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("empty"));
+}
+
+TEST_F(SessionTest, ATracerThatCannotStartIsAWarning) {
+  tracer_.start_error = absl::FailedPreconditionError("no CUDA process");
+  Waiter waiter;
+  auto session = Start(Request("degraded", 0, 10), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  EXPECT_TRUE(waiter.result->empty_trace);
+  EXPECT_THAT(session->Snapshot().warnings(),
+              ::testing::Contains(HasSubstr("fake tracer did not start: no CUDA process")));
+}
+
+TEST_F(SessionTest, AWriteFailureIsInternalAndSaysHowMuchWasLost) {
+  // The run directory's parent is a file: nothing can be created under it.
+  testing::WriteFileOrDie(logdir_.Join("plugins"), "not a directory");
+  Waiter waiter;
+  auto session = Start(Request("unwritable", 0, 10), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_FALSE(waiter.result.ok());
+  EXPECT_EQ(waiter.result.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(waiter.result.status().message()), HasSubstr("recorded 3 events"));
+  EXPECT_EQ(session->Snapshot().state(), clusterprof::v1alpha1::SESSION_STATE_FAILED);
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("failed"));
+}
+
+TEST_F(SessionTest, DestroyingTheManagerEndsARunningCapture) {
+  Waiter waiter;
+  {
+    SessionManager sessions(clock_, {&tracer_});
+    auto started = sessions.StartOrJoin(Request("shutdown", 0, 60'000), waiter.Callback());
+    ASSERT_TRUE(started.ok());
+    clock_.WaitForSleepers(1);
+  }
+  EXPECT_TRUE(waiter.done.HasBeenNotified());
+  EXPECT_TRUE(FileExists(XPlanePath("shutdown")));
+}
+
+}  // namespace
+}  // namespace clusterprof::sidecar

@@ -1,0 +1,379 @@
+// clusterprof-sidecar and the coordinator as real processes on loopback: several sidecars, each
+// next to an annotating workload, captured together; and the faults a capture must survive.
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
+#include "common/clock.h"
+#include "common/strings.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "common/xspace/xspace_io.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "operator/coordinator/coordinator.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+#include "tsl/profiler/protos/profiler_service.grpc.pb.h"
+
+namespace clusterprof {
+namespace {
+
+using coordinator::Outcome;
+using ::testing::HasSubstr;
+using testing::ListFilesRecursively;
+using testing::Subprocess;
+using testing::TempDir;
+
+constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
+constexpr char kAnnotator[] = CLUSTERPROF_TEST_ANNOTATOR_PATH;
+constexpr char kCli[] = CLUSTERPROF_CLI_PATH;
+
+// One sidecar (and optionally its workload), standing in for a host.
+class Host {
+ public:
+  Host(const TempDir& root, int index, const std::string& logs) : index_(index) {
+    shm_dir_ = root.Join(StrCat("shm", index));
+    const std::string port_file = root.Join(StrCat("ports", index));
+    log_ = root.Join(StrCat("sidecar", index, ".log"));
+    sidecar_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{kSidecar, "--port", "0", "--http-port", "-1", "--shm-dir",
+                                 shm_dir_, "--port-file", port_file, "--allowed-logdir", logs,
+                                 "--host-name", name(), "--log-level", "debug"},
+        std::map<std::string, std::string>{}, log_);
+    EXPECT_TRUE(testing::WaitForFile(port_file)) << "sidecar " << index << " did not start";
+    std::ifstream ports(port_file);
+    std::string line;
+    while (std::getline(ports, line)) {
+      if (StartsWith(line, "grpc=")) port_ = std::stoi(line.substr(5));
+    }
+    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+  }
+
+  void StartWorkload(std::vector<std::string> args = {}) {
+    std::vector<std::string> argv = {kAnnotator};
+    argv.insert(argv.end(), args.begin(), args.end());
+    workload_ = std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir_}}, log_);
+  }
+
+  std::string name() const { return StrCat("host-", index_); }
+  std::string address() const { return StrCat("127.0.0.1:", port_); }
+  const std::string& shm_dir() const { return shm_dir_; }
+  Subprocess& workload() { return *workload_; }
+  std::string Log() const { return testing::ReadFileOrDie(log_); }
+
+  std::unique_ptr<tensorflow::ProfilerService::Stub> Profiler() const {
+    return tensorflow::ProfilerService::NewStub(channel_);
+  }
+  std::unique_ptr<clusterprof::v1alpha1::Sidecar::Stub> Sidecar() const {
+    return clusterprof::v1alpha1::Sidecar::NewStub(channel_);
+  }
+
+ private:
+  int index_;
+  int port_ = 0;
+  std::string shm_dir_;
+  std::string log_;
+  std::unique_ptr<Subprocess> sidecar_;
+  std::unique_ptr<Subprocess> workload_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+class SidecarIntegrationTest : public ::testing::Test {
+ protected:
+  SidecarIntegrationTest() : logs_(root_.Join("logs")) {}
+
+  std::vector<std::unique_ptr<Host>> StartHosts(int count, bool workloads = true) {
+    std::vector<std::unique_ptr<Host>> hosts;
+    for (int i = 0; i < count; ++i) {
+      hosts.push_back(std::make_unique<Host>(root_, i, logs_));
+      if (workloads) hosts.back()->StartWorkload();
+    }
+    return hosts;
+  }
+
+  coordinator::CaptureOptions Options(const std::vector<std::unique_ptr<Host>>& hosts) {
+    coordinator::CaptureOptions options;
+    for (const auto& host : hosts) options.targets.push_back({host->address(), ""});
+    options.logdir = *storage::ParseLogdir(logs_);
+    options.duration_ms = 600;
+    options.delay_ms = 300;
+    options.retry_backoff_ms = 200;
+    return options;
+  }
+
+  tensorflow::ProfileRequest ProfileRequest(std::string_view session, int64_t duration_ms) {
+    tensorflow::ProfileRequest request;
+    request.mutable_opts()->set_version(1);
+    request.mutable_opts()->set_host_tracer_level(2);
+    request.mutable_opts()->set_duration_ms(duration_ms);
+    request.set_session_id(std::string(session));
+    request.set_host_name("direct");
+    request.set_repository_root(StrCat(logs_, "/plugins/profile"));
+    return request;
+  }
+
+  clusterprof::v1alpha1::GetSessionResponse WaitForSession(const Host& host,
+                                                           std::string_view session) {
+    auto stub = host.Sidecar();
+    clusterprof::v1alpha1::GetSessionResponse response;
+    for (int i = 0; i < 1000; ++i) {
+      grpc::ClientContext context;
+      clusterprof::v1alpha1::GetSessionRequest request;
+      request.set_session_id(std::string(session));
+      response.Clear();
+      if (stub->GetSession(&context, request, &response).ok() &&
+          (response.state() == clusterprof::v1alpha1::SESSION_STATE_DONE ||
+           response.state() == clusterprof::v1alpha1::SESSION_STATE_FAILED)) {
+        return response;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << "session " << session << " did not finish";
+    return response;
+  }
+
+  TempDir root_;
+  const std::string logs_;
+  RealClock clock_;
+};
+
+TEST_F(SidecarIntegrationTest, CapturesAcrossFourSidecars) {
+  auto hosts = StartHosts(4);
+  coordinator::CaptureOptions options = Options(hosts);
+  options.run = "four_hosts";
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status() << "\n" << hosts[0]->Log();
+  EXPECT_EQ(result->succeeded, 4);
+  ASSERT_EQ(result->targets.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    const coordinator::TargetResult& target = result->targets[i];
+    SCOPED_TRACE(target.host_name);
+    EXPECT_EQ(target.host_name, hosts[i]->name()) << "the sidecar's own name is used";
+    EXPECT_EQ(target.outcome, Outcome::kOk) << target.message;
+    EXPECT_TRUE(target.is_sidecar);
+    EXPECT_GE(target.clock_uncertainty_ns, 0);
+    EXPECT_TRUE(target.start_known);
+    EXPECT_GT(target.events, 0u);
+    EXPECT_GT(target.bytes, 0u);
+    ASSERT_EQ(target.files.size(), 2u);
+
+    auto loaded = xspace::ReadXSpaceFile(target.files[0]);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const auto& space = (*loaded)->space();
+    EXPECT_THAT(space.hostnames(), ::testing::ElementsAre(hosts[i]->name()));
+    const auto* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+    ASSERT_NE(plane, nullptr);
+    std::set<std::string> lines;
+    for (const auto& line : plane->lines()) lines.insert(line.name());
+    EXPECT_THAT(lines, ::testing::Contains("worker-0"));
+    EXPECT_EQ(static_cast<uint64_t>(xspace::CountEvents(space)), target.events);
+  }
+  EXPECT_TRUE(
+      testing::FileExists(StrCat(logs_, "/plugins/profile/four_hosts/clusterprof_run.json")));
+  EXPECT_EQ(result->manifest_uri,
+            StrCat(logs_, "/plugins/profile/four_hosts/clusterprof_run.json"));
+}
+
+TEST_F(SidecarIntegrationTest, ADownSidecarIsReportedAndTheOthersSucceed) {
+  auto hosts = StartHosts(2);
+  coordinator::CaptureOptions options = Options(hosts);
+  const std::string down = StrCat("127.0.0.1:", testing::UnusedPort());
+  options.targets.push_back({down, ""});
+  options.num_tracing_attempts = 2;
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(result->failed, 1);
+  const coordinator::TargetResult& failed = result->targets[2];
+  EXPECT_EQ(failed.address, down);
+  EXPECT_EQ(failed.outcome, Outcome::kFailed);
+  EXPECT_THAT(failed.message, HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(failed.attempts, 2) << "UNAVAILABLE is retried";
+  EXPECT_EQ(result->targets[0].attempts, 1) << "hosts that succeeded are not captured again";
+}
+
+TEST_F(SidecarIntegrationTest, NoHostWithDataFailsLikeUpstream) {
+  coordinator::CaptureOptions options;
+  options.targets.push_back({StrCat("127.0.0.1:", testing::UnusedPort()), ""});
+  options.logdir = *storage::ParseLogdir(logs_);
+  options.duration_ms = 100;
+  options.num_tracing_attempts = 1;
+  auto result = coordinator::Capture(options, clock_);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(result.status().message()), HasSubstr("No trace event was collected"));
+}
+
+TEST_F(SidecarIntegrationTest, ABusySidecarAnswersAlreadyExistsThenARetrySucceeds) {
+  auto hosts = StartHosts(1);
+  // Another client's capture keeps the sidecar busy for 800 ms.
+  std::thread blocker([&] {
+    grpc::ClientContext context;
+    tensorflow::ProfileResponse response;
+    auto stub = hosts[0]->Profiler();
+    EXPECT_TRUE(stub->Profile(&context, ProfileRequest("blocker", 800), &response).ok());
+  });
+  auto sidecar = hosts[0]->Sidecar();
+  for (int i = 0; i < 500; ++i) {  // wait until it is capturing
+    grpc::ClientContext context;
+    clusterprof::v1alpha1::GetInfoResponse info;
+    sidecar->GetInfo(&context, {}, &info);
+    if (info.active_session_id() == "blocker") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  coordinator::CaptureOptions options = Options(hosts);
+  options.delay_ms = 0;
+  options.fan_out_lead_ms = 50;
+  options.retry_backoff_ms = 1500;
+  options.num_tracing_attempts = 2;
+  auto result = coordinator::Capture(options, clock_);
+  blocker.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->targets[0].outcome, Outcome::kOk);
+  EXPECT_EQ(result->targets[0].attempts, 2);
+  EXPECT_THAT(hosts[0]->Log(), HasSubstr("another capture is running"));
+}
+
+TEST_F(SidecarIntegrationTest, TerminateEndsACaptureEarlyAndKeepsItsData) {
+  auto hosts = StartHosts(1);
+  const auto begin = std::chrono::steady_clock::now();
+  grpc::Status status;
+  std::thread capture([&] {
+    grpc::ClientContext context;
+    tensorflow::ProfileResponse response;
+    status = hosts[0]->Profiler()->Profile(&context, ProfileRequest("long", 20'000), &response);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  grpc::ClientContext context;
+  tensorflow::TerminateRequest terminate;
+  terminate.set_session_id("long");
+  tensorflow::TerminateResponse terminated;
+  ASSERT_TRUE(hosts[0]->Profiler()->Terminate(&context, terminate, &terminated).ok());
+  capture.join();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, std::chrono::seconds(15))
+      << "Terminate ended the 20 s capture";
+  auto session = WaitForSession(*hosts[0], "long");
+  EXPECT_EQ(session.state(), clusterprof::v1alpha1::SESSION_STATE_DONE);
+  EXPECT_GT(session.events(), 0u);
+  EXPECT_TRUE(testing::FileExists(StrCat(logs_, "/plugins/profile/long/direct.xplane.pb")));
+}
+
+TEST_F(SidecarIntegrationTest, ACancelledClientStillGetsItsFilesWritten) {
+  auto hosts = StartHosts(1);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(700));
+  tensorflow::ProfileResponse response;
+  const grpc::Status status =
+      hosts[0]->Profiler()->Profile(&context, ProfileRequest("gone", 20'000), &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  auto session = WaitForSession(*hosts[0], "gone");
+  EXPECT_EQ(session.state(), clusterprof::v1alpha1::SESSION_STATE_DONE);
+  EXPECT_GT(session.events(), 0u);
+  EXPECT_LT(session.stop_time_ns() - session.start_time_ns(), 15'000'000'000LL)
+      << "the capture stopped when its client went away";
+  EXPECT_TRUE(testing::FileExists(StrCat(logs_, "/plugins/profile/gone/direct.xplane.pb")));
+}
+
+TEST_F(SidecarIntegrationTest, ACrashingWorkloadKeepsItsEventsUpToTheCrash) {
+  std::vector<std::unique_ptr<Host>> hosts;
+  hosts.push_back(std::make_unique<Host>(root_, 0, logs_));
+  hosts[0]->StartWorkload({"--threads", "1", "--crash-after", "40"});
+  coordinator::CaptureOptions options = Options(hosts);
+  options.duration_ms = 1500;
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  auto exit = hosts[0]->workload().Wait(std::chrono::seconds(5));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*exit) && WTERMSIG(*exit) == SIGKILL) << "the workload crashed";
+  EXPECT_GE(result->targets[0].events, 40u) << "its events up to the crash are kept";
+  auto loaded = xspace::ReadXSpaceFile(result->targets[0].files[0]);
+  ASSERT_TRUE(loaded.ok());
+  int steps = 0;
+  const auto* plane = xspace::FindPlaneWithName((*loaded)->space(), xspace::kHostThreadsPlaneName);
+  for (const auto& line : plane->lines()) {
+    for (const auto& event : line.events()) {
+      steps += plane->event_metadata().at(event.metadata_id()).name() == "step";
+    }
+  }
+  EXPECT_EQ(steps, 20);
+  EXPECT_THAT(ListFilesRecursively(hosts[0]->shm_dir()), ::testing::ElementsAre("control"))
+      << "the dead process's ring was removed after its last drain";
+}
+
+TEST_F(SidecarIntegrationTest, AStartInThePastStartsAtOnce) {
+  auto hosts = StartHosts(1);
+  tensorflow::ProfileRequest request = ProfileRequest("past", 300);
+  request.mutable_opts()->set_start_timestamp_ns(clock_.WallNs() - 5'000'000'000LL);
+  grpc::ClientContext context;
+  tensorflow::ProfileResponse response;
+  ASSERT_TRUE(hosts[0]->Profiler()->Profile(&context, request, &response).ok());
+  auto session = WaitForSession(*hosts[0], "past");
+  EXPECT_GE(session.start_error_ns(), 5'000'000'000LL);
+  EXPECT_THAT(session.warnings(), ::testing::Contains(HasSubstr("in the past")));
+}
+
+TEST_F(SidecarIntegrationTest, UnsafePathsAreRefusedAndNothingIsWritten) {
+  auto hosts = StartHosts(1, /*workloads=*/false);
+  auto profiler = hosts[0]->Profiler();
+  auto call = [&](const tensorflow::ProfileRequest& request) {
+    grpc::ClientContext context;
+    tensorflow::ProfileResponse response;
+    return profiler->Profile(&context, request, &response);
+  };
+  tensorflow::ProfileRequest outside = ProfileRequest("ok", 100);
+  outside.set_repository_root(root_.Join("elsewhere/plugins/profile"));
+  grpc::Status status = call(outside);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(status.error_message(), HasSubstr("--allowed-logdir"));
+
+  tensorflow::ProfileRequest escape = ProfileRequest("ok", 100);
+  escape.set_repository_root(StrCat(logs_, "/../escape/plugins/profile"));
+  EXPECT_EQ(call(escape).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  EXPECT_EQ(call(ProfileRequest("../../x", 100)).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  tensorflow::ProfileRequest host = ProfileRequest("ok", 100);
+  host.mutable_opts()->set_override_hostname("../evil");
+  EXPECT_EQ(call(host).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  std::vector<std::string> files = ListFilesRecursively(root_.path());
+  for (const std::string& file : files) {
+    EXPECT_FALSE(StartsWith(file, "logs") || StartsWith(file, "elsewhere") ||
+                 StartsWith(file, "escape") || file == "x")
+        << "written: " << file;
+  }
+}
+
+TEST_F(SidecarIntegrationTest, TheCliPrintsASummaryAndFailsWithoutData) {
+  auto hosts = StartHosts(2);
+  const std::string out = root_.Join("cli.out");
+  Subprocess ok({kCli, "capture", "--service-addr",
+                 StrCat("grpc://", hosts[0]->address(), ",", hosts[1]->address()), "--logdir",
+                 logs_, "--duration-ms", "400", "--run", "cli_run"},
+                {}, out);
+  auto status = ok.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  const std::string text = testing::ReadFileOrDie(out);
+  EXPECT_EQ(WEXITSTATUS(*status), 0) << text;
+  EXPECT_THAT(text, HasSubstr("host-0"));
+  EXPECT_THAT(text, HasSubstr("2 of 2 hosts returned data"));
+  EXPECT_THAT(text, HasSubstr("plugins/profile/cli_run"));
+
+  const std::string failed_out = root_.Join("cli_failed.out");
+  Subprocess failed({kCli, "capture", "--service-addr", StrCat("127.0.0.1:", testing::UnusedPort()),
+                     "--logdir", logs_, "--duration-ms", "100", "--num-tracing-attempts", "1"},
+                    {}, failed_out);
+  status = failed.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WEXITSTATUS(*status), 1);
+  EXPECT_THAT(testing::ReadFileOrDie(failed_out), HasSubstr("No trace event was collected"));
+}
+
+}  // namespace
+}  // namespace clusterprof

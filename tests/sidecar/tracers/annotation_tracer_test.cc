@@ -1,0 +1,332 @@
+#include "sidecar/tracers/annotation_tracer.h"
+
+#include <unistd.h>
+
+#include <bit>
+#include <map>
+#include <thread>
+
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "gtest/gtest.h"
+#include "sidecar/sdk/ring_writer.h"
+#include "tests/support/temp_dir.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+using clusterprof::testing::FileExists;
+using clusterprof::testing::TempDir;
+using clusterprof::testing::WriteFileOrDie;
+using tensorflow::profiler::XEvent;
+using tensorflow::profiler::XLine;
+using tensorflow::profiler::XPlane;
+using tensorflow::profiler::XSpace;
+using tensorflow::profiler::XStat;
+
+constexpr int64_t kStart = 1'000'000'000'000;  // ns; the capture window in these tests
+constexpr int64_t kStop = kStart + 1'000'000'000;
+
+// Writes records into a ring file as a workload process would.
+class FakeProcess {
+ public:
+  explicit FakeProcess(const std::string& dir, uint32_t slots = 1024) {
+    shm::RingOptions options;
+    options.process_name = "trainer";
+    options.slots_per_thread = slots;
+    options.max_threads = 4;
+    std::string error;
+    writer_ = shm::RingWriter::Create(dir, options, &error);
+    EXPECT_NE(writer_, nullptr) << error;
+  }
+  shm::ThreadRing* Thread(uint32_t tid, std::string_view name = "") {
+    shm::ThreadRing* ring = writer_->ClaimThread(tid);
+    if (!name.empty()) ring->SetName(writer_->Intern(name));
+    return ring;
+  }
+  shm::Record Complete(std::string_view name, int64_t start, int64_t end) {
+    shm::Record record{};
+    record.kind = shm::RecordKind::kComplete;
+    record.name_id = writer_->Intern(name);
+    record.start_ns = start;
+    record.end_ns = end;
+    return record;
+  }
+  shm::Record Async(bool begin, std::string_view name, uint64_t id, int64_t at) {
+    shm::Record record{};
+    record.kind = begin ? shm::RecordKind::kAsyncBegin : shm::RecordKind::kAsyncEnd;
+    if (begin) record.name_id = writer_->Intern(name);
+    record.async_id = id;
+    record.start_ns = record.end_ns = at;
+    return record;
+  }
+  uint32_t Intern(std::string_view text) { return writer_->Intern(text); }
+  const std::string& path() const { return writer_->path(); }
+
+ private:
+  std::unique_ptr<shm::RingWriter> writer_;
+};
+
+CaptureWindow Window() {
+  CaptureWindow window;
+  window.start_ns = kStart;
+  window.planned_stop_ns = kStop;
+  window.host_tracer_level = 2;
+  return window;
+}
+
+std::string EventName(const XPlane& plane, const XEvent& event) {
+  return plane.event_metadata().at(event.metadata_id()).name();
+}
+
+std::map<std::string, const XStat*> Stats(const XPlane& plane, const XEvent& event) {
+  std::map<std::string, const XStat*> stats;
+  for (const XStat& stat : event.stats()) {
+    stats[plane.stat_metadata().at(stat.metadata_id()).name()] = &stat;
+  }
+  return stats;
+}
+
+const XLine* LineNamed(const XPlane& plane, std::string_view name) {
+  for (const XLine& line : plane.lines()) {
+    if (line.name() == name) return &line;
+  }
+  return nullptr;
+}
+
+class AnnotationTracerTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<AnnotationTracer> NewTracer(std::string proc_root = "/proc",
+                                              uint64_t max_events = 1000,
+                                              int64_t drain_interval_ms = 1) {
+    AnnotationTracer::Options options;
+    options.dir = dir_.path();
+    options.proc_root = std::move(proc_root);
+    options.default_max_events = max_events;
+    options.drain_interval_ms = drain_interval_ms;
+    auto tracer = AnnotationTracer::Create(options);
+    EXPECT_TRUE(tracer.ok()) << tracer.status();
+    return std::move(*tracer);
+  }
+  XSpace Capture(AnnotationTracer& tracer, const std::function<void()>& during,
+                 TracerStats* stats) {
+    EXPECT_TRUE(tracer.Start(Window()).ok());
+    during();
+    EXPECT_TRUE(tracer.Stop(kStop).ok());
+    XSpace space;
+    EXPECT_TRUE(tracer.CollectInto(&space, stats).ok());
+    return space;
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(AnnotationTracerTest, ArmsTheControlPageOnlyWhileCapturing) {
+  auto tracer = NewTracer();
+  shm::ControlReader reader;
+  ASSERT_TRUE(reader.TryAttach(dir_.path()));
+  EXPECT_EQ(reader.page().host_level.load(), 0u);
+  ASSERT_TRUE(tracer->Start(Window()).ok());
+  EXPECT_EQ(reader.page().host_level.load(), 2u);
+  EXPECT_EQ(reader.page().start_ns.load(), kStart);
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  EXPECT_EQ(reader.page().host_level.load(), 0u);
+}
+
+TEST_F(AnnotationTracerTest, OneLinePerThreadWithDecodedStats) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* main = process.Thread(101, "main");
+  shm::ThreadRing* worker = process.Thread(102);
+  // Written before the capture: discarded at Start.
+  main->Append(process.Complete("stale", kStart - 500, kStart - 400));
+
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer,
+      [&] {
+        shm::Record step =
+            process.Complete("train#step_num=7,_r=1,shape=[1,2]#", kStart + 100, kStart + 900);
+        step.num_args = 2;
+        step.args[0] = {process.Intern("loss"), shm::ArgType::kDouble,
+                        std::bit_cast<uint64_t>(0.25)};
+        step.args[1] = {process.Intern("phase"), shm::ArgType::kString, process.Intern("warmup")};
+        main->Append(process.Complete("forward", kStart + 200, kStart + 300));
+        main->Append(step);
+        worker->Append(process.Complete("load", kStart + 150, kStart + 250));
+      },
+      &stats);
+
+  EXPECT_EQ(stats.events, 3u);
+  EXPECT_EQ(stats.dropped_events, 0u);
+  const XPlane* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+  ASSERT_NE(plane, nullptr);
+  ASSERT_EQ(plane->lines_size(), 2);
+  const XLine* main_line = LineNamed(*plane, "main");
+  ASSERT_NE(main_line, nullptr);
+  EXPECT_EQ(main_line->id(), 101);
+  ASSERT_EQ(main_line->events_size(), 2);
+  const XLine* worker_line = LineNamed(*plane, "trainer/102");
+  ASSERT_NE(worker_line, nullptr) << "an unnamed thread is named after its process and tid";
+  EXPECT_EQ(worker_line->events_size(), 1);
+
+  const XEvent* step = nullptr;
+  for (const XEvent& event : main_line->events()) {
+    if (EventName(*plane, event) == "train") step = &event;
+  }
+  ASSERT_NE(step, nullptr) << "the TraceMe name is decoded: 'train', not the encoded text";
+  EXPECT_EQ(main_line->timestamp_ns() * 1000 + step->offset_ps(), (kStart + 100) * 1000);
+  EXPECT_EQ(step->duration_ps(), 800'000);
+  auto event_stats = Stats(*plane, *step);
+  ASSERT_TRUE(event_stats.count("step_num"));
+  EXPECT_EQ(event_stats["step_num"]->int64_value(), 7);
+  EXPECT_EQ(event_stats["_r"]->int64_value(), 1);
+  ASSERT_TRUE(event_stats.count("shape"));
+  EXPECT_EQ(plane->stat_metadata().at(event_stats["shape"]->ref_value()).name(), "[1,2]");
+  EXPECT_DOUBLE_EQ(event_stats["loss"]->double_value(), 0.25);
+  EXPECT_EQ(plane->stat_metadata().at(event_stats["phase"]->ref_value()).name(), "warmup");
+}
+
+TEST_F(AnnotationTracerTest, EventsOutsideTheWindowAreLeftOut) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "t");
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer,
+      [&] {
+        thread->Append(process.Complete("before", kStart - 300, kStart - 200));
+        thread->Append(process.Complete("straddles", kStart - 100, kStart + 100));
+        thread->Append(process.Complete("after", kStop + 100, kStop + 200));
+      },
+      &stats);
+  EXPECT_EQ(stats.events, 1u);
+  const XPlane* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+  ASSERT_EQ(plane->lines_size(), 1);
+  EXPECT_EQ(EventName(*plane, plane->lines(0).events(0)), "straddles");
+  EXPECT_LE(plane->lines(0).timestamp_ns(), kStart - 100) << "no negative offsets";
+}
+
+TEST_F(AnnotationTracerTest, OverlappingAsyncEventsGetLanesOfTheirOwn) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* a = process.Thread(1, "producer");
+  shm::ThreadRing* b = process.Thread(2, "consumer");
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer,
+      [&] {
+        a->Append(process.Async(true, "fetch", 1, kStart + 100));
+        a->Append(process.Async(true, "fetch", 2, kStart + 200));  // overlaps fetch 1
+        b->Append(process.Async(false, "", 1, kStart + 500));
+        b->Append(process.Async(false, "", 2, kStart + 600));
+        a->Append(process.Async(true, "never_ends", 3, kStart + 700));
+        b->Append(process.Async(false, "", 99, kStart + 800));  // no begin: ignored
+      },
+      &stats);
+  EXPECT_EQ(stats.events, 3u);
+  const XPlane* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+  const XLine* lane0 = LineNamed(*plane, "trainer async");
+  const XLine* lane1 = LineNamed(*plane, "trainer async 1");
+  ASSERT_NE(lane0, nullptr);
+  ASSERT_NE(lane1, nullptr);
+  EXPECT_EQ(lane0->events_size() + lane1->events_size(), 3);
+  for (const XLine* lane : {lane0, lane1}) {
+    for (int i = 1; i < lane->events_size(); ++i) {
+      const XEvent& prev = lane->events(i - 1);
+      EXPECT_LE(prev.offset_ps() + prev.duration_ps(), lane->events(i).offset_ps())
+          << "events on one line must not overlap";
+    }
+  }
+  // The one that never ended is shown up to the stop.
+  bool found = false;
+  for (const XLine* lane : {lane0, lane1}) {
+    for (const XEvent& event : lane->events()) {
+      if (EventName(*plane, event) != "never_ends") continue;
+      found = true;
+      EXPECT_EQ(lane->timestamp_ns() * 1000 + event.offset_ps() + event.duration_ps(),
+                kStop * 1000);
+    }
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST_F(AnnotationTracerTest, FullRingsAndTheEventCapAreCountedAndReported) {
+  // No drain between Start and Stop: the 8-slot ring takes 8 of 12 records and drops 4; the
+  // cap keeps 5 of those 8.
+  auto tracer = NewTracer("/proc", /*max_events=*/5, /*drain_interval_ms=*/3'600'000);
+  FakeProcess process(dir_.path(), /*slots=*/8);
+  shm::ThreadRing* thread = process.Thread(3, "busy");
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer,
+      [&] {
+        for (int i = 0; i < 12; ++i)
+          thread->Append(process.Complete("e", kStart + i, kStart + i + 1));
+      },
+      &stats);
+  EXPECT_EQ(stats.events, 5u);
+  EXPECT_EQ(stats.dropped_events, 7u) << "4 by the full ring, 3 by the cap";
+  bool cap_warning = false;
+  bool ring_warning = false;
+  for (const std::string& warning : space.warnings()) {
+    cap_warning = cap_warning || warning.find("cap of 5") != std::string::npos;
+    ring_warning = ring_warning || warning.find("4 events of trainer") != std::string::npos;
+  }
+  EXPECT_TRUE(cap_warning);
+  EXPECT_TRUE(ring_warning);
+}
+
+TEST_F(AnnotationTracerTest, RingsOfExitedProcessesAreDrainedThenRemoved) {
+  // A proc root without our pid: the writer looks like a process that has exited.
+  TempDir empty_proc;
+  auto tracer = NewTracer(empty_proc.path());
+  auto process = std::make_unique<FakeProcess>(dir_.path());
+  shm::ThreadRing* thread = process->Thread(5, "doomed");
+  const std::string path = process->path();
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer, [&] { thread->Append(process->Complete("last_words", kStart + 10, kStart + 20)); },
+      &stats);
+  EXPECT_EQ(stats.events, 1u) << "the dead process's events are kept";
+  EXPECT_FALSE(FileExists(path)) << "and its ring is removed after the drain";
+}
+
+TEST_F(AnnotationTracerTest, RingsOfLiveProcessesStay) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  process.Thread(5, "alive")->Append(process.Complete("x", kStart + 1, kStart + 2));
+  TracerStats stats;
+  Capture(
+      *tracer, [] {}, &stats);
+  EXPECT_TRUE(FileExists(process.path()));
+}
+
+TEST_F(AnnotationTracerTest, ACorruptRingIsAWarningNotAFailure) {
+  auto tracer = NewTracer();
+  WriteFileOrDie(dir_.Join("ring-1-1.shm"), std::string(4096, 'x'));
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(9, "ok");
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer, [&] { thread->Append(process.Complete("fine", kStart + 1, kStart + 2)); }, &stats);
+  EXPECT_EQ(stats.events, 1u);
+  ASSERT_GE(space.warnings_size(), 1);
+  EXPECT_NE(space.warnings(0).find("ring-1-1.shm"), std::string::npos) << space.warnings(0);
+}
+
+TEST_F(AnnotationTracerTest, ProcessesThatStartDuringTheCaptureAreFound) {
+  auto tracer = NewTracer();
+  ASSERT_TRUE(tracer->Start(Window()).ok());
+  FakeProcess late(dir_.path());
+  late.Thread(11, "late")->Append(late.Complete("hello", kStart + 5, kStart + 6));
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  XSpace space;
+  TracerStats stats;
+  ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
+  EXPECT_EQ(stats.events, 1u);
+}
+
+}  // namespace
+}  // namespace clusterprof::sidecar
