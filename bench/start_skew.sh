@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Start skew across local sidecars: starts N sidecars (no workloads), runs `clusterprof capture`
+# against all of them K times, and reports p50/p99/max of |achieved start - T0| from the run
+# manifests (the start each sidecar reports, mapped onto the coordinator's clock).
+#
+#   bench/start_skew.sh [--sidecars 16] [--captures 20] [--duration-ms 100] [--delay-ms 300]
+#                       [--build-dir build]
+set -euo pipefail
+sidecars=16
+captures=20
+duration_ms=100
+delay_ms=300
+build_dir="$(cd "$(dirname "$0")/.." && pwd)/build"
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --sidecars) sidecars="$2"; shift 2 ;;
+    --captures) captures="$2"; shift 2 ;;
+    --duration-ms) duration_ms="$2"; shift 2 ;;
+    --delay-ms) delay_ms="$2"; shift 2 ;;
+    --build-dir) build_dir="$2"; shift 2 ;;
+    *) echo "start_skew.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+addresses=()
+for i in $(seq 0 $((sidecars - 1))); do
+  mkdir -p "$work/shm$i"
+  "$build_dir/sidecar/clusterprof-sidecar" --port 0 --http-port -1 --host-name "s$i" \
+    --shm-dir "$work/shm$i" --allowed-logdir "$work/logs" --port-file "$work/ports$i" \
+    --log-level warn 2>>"$work/sidecars.log" &
+  pids+=($!)
+done
+for i in $(seq 0 $((sidecars - 1))); do
+  for _ in $(seq 200); do [[ -s "$work/ports$i" ]] && break; sleep 0.05; done
+  addresses+=("127.0.0.1:$(sed -n 's/^grpc=//p' "$work/ports$i")")
+done
+service_addr="$(IFS=,; echo "${addresses[*]}")"
+
+for c in $(seq 1 "$captures"); do
+  "$build_dir/operator/clusterprof" capture --service-addr "$service_addr" \
+    --logdir "$work/logs" --duration-ms "$duration_ms" --delay-ms "$delay_ms" \
+    --run "skew_$c" --no-progress >/dev/null 2>>"$work/capture.log"
+done
+
+python3 - "$work/logs/plugins/profile" "$sidecars" "$captures" <<'PY'
+import glob, json, sys
+root, sidecars, captures = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+errors, per_capture = [], []
+for path in sorted(glob.glob(root + "/skew_*/clusterprof_run.json")):
+    run = json.load(open(path))
+    values = [abs(t["start_error_ns"]) for t in run["targets"] if t["start_error_ns"] is not None]
+    errors += values
+    per_capture.append(max(values))
+errors.sort()
+def pct(values, p):
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+print("start skew over %d captures x %d sidecars (%d samples)" % (captures, sidecars, len(errors)))
+print("  |achieved start - T0|  p50 %.1f us   p99 %.1f us   max %.1f us" %
+      (pct(errors, 50) / 1e3, pct(errors, 99) / 1e3, errors[-1] / 1e3))
+per_capture.sort()
+print("  worst host per capture p50 %.1f us   max %.1f us" %
+      (pct(per_capture, 50) / 1e3, per_capture[-1] / 1e3))
+PY
