@@ -72,9 +72,10 @@ struct Arg {
 // the thread's ring, and fills `record` (start, name, the first two args inline; further args
 // go TraceMe-encoded into `extra`). Returns false when nothing is to be recorded.
 bool BeginComplete(int level, std::string_view name, std::initializer_list<Arg> args,
-                   shm::Record* record, std::string* extra);
-// Finishes and writes the event. `extra` holds metadata pairs to encode into the name.
-bool EndComplete(std::string_view name, const std::string& extra, shm::Record* record);
+                   shm::Record* record, std::string** extra);
+// Finishes and writes the event. `extra` (may be null; deleted here) holds metadata pairs to
+// encode into the name.
+bool EndComplete(std::string_view name, std::string* extra, shm::Record* record);
 // Writes the event as EndComplete does, with the end time the caller set in `record` (the C ABI
 // records events that its caller timed).
 bool WriteComplete(std::string_view name, std::string_view extra, shm::Record* record);
@@ -96,20 +97,27 @@ class Trace {
       : Trace(name, {}, level) {}
   Trace(std::string_view name, std::initializer_list<annotate_internal::Arg> args,
         int level = kAnnotationLevelInfo) {
-    if (level <= annotate_internal::CurrentLevel()) {
+    // Off, the members stay untouched but active_: nothing else is constructed or destroyed.
+    if (level <= annotate_internal::CurrentLevel()) [[unlikely]] {
+      extra_ = nullptr;
       active_ = annotate_internal::BeginComplete(level, name, args, &record_, &extra_);
       name_ = name;
     }
   }
   ~Trace() {
-    if (active_) annotate_internal::EndComplete(name_, extra_, &record_);
+    if (active_) [[unlikely]] {
+      annotate_internal::EndComplete(name_, extra_, &record_);
+    }
   }
   Trace(const Trace&) = delete;
   Trace& operator=(const Trace&) = delete;
 
   // Adds metadata recorded with the event, as Python's set_metadata does.
   void SetMetadata(std::initializer_list<annotate_internal::Arg> args) {
-    if (active_) annotate_internal::EncodePairs(args, &extra_);
+    if (active_) {
+      if (extra_ == nullptr) extra_ = new std::string();
+      annotate_internal::EncodePairs(args, extra_);
+    }
   }
   bool active() const { return active_; }
 
@@ -117,7 +125,8 @@ class Trace {
   bool active_ = false;
   std::string_view name_;
   shm::Record record_;
-  std::string extra_;  // TraceMe-encoded pairs beyond the inline args; allocated only when used
+  // TraceMe-encoded pairs beyond the inline args: allocated only when there are some.
+  std::string* extra_;
 };
 
 // Names the calling thread in traces (its line in XProf and Perfetto).

@@ -101,7 +101,7 @@ SplitName Split(std::string_view encoded) {
 // and `split`. Returns false when nothing is to be recorded.
 bool Begin(int level, std::string_view encoded, shm::Record* record, SplitName* split) {
   *split = Split(encoded);
-  std::string unused;  // BeginComplete spills args beyond the inline ones here; there are none
+  std::string* unused = nullptr;  // BeginComplete spills args beyond the inline ones; none here
   switch (split->num_inline) {
     case 0:
       return BeginComplete(level, split->name, {}, record, &unused);

@@ -147,7 +147,7 @@ uint32_t RingWriter::Intern(std::string_view text) {
     return 0;
   }
   char* entry = static_cast<char*>(base_) + header_->strings_offset + offset;
-  std::memcpy(entry + sizeof(StringEntryHeader), text.data(), text.size());
+  if (!text.empty()) std::memcpy(entry + sizeof(StringEntryHeader), text.data(), text.size());
   auto* entry_header = new (entry) StringEntryHeader();
   // Length last: a reader that sees it sees the bytes. Stored as length + 1 so the empty string
   // is distinguishable from "not written yet".

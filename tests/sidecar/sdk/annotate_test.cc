@@ -1,6 +1,13 @@
 #include "sidecar/sdk/annotate.h"
 
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <bit>
+#include <chrono>
+#include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -192,6 +199,81 @@ TEST_F(AnnotateTest, RemovedControlFileTurnsRecordingOff) {
   while (TracingEnabled()) std::this_thread::yield();
   { Trace trace("after"); }
   EXPECT_TRUE(Drain().empty());
+}
+
+TEST_F(AnnotateTest, AForkedChildWritesARingOfItsOwn) {
+  Arm(2);
+  { Trace parent("parent_before_fork"); }
+  std::optional<Trace> spanning;
+  spanning.emplace("spans_the_fork");
+  const pid_t child = fork();
+  if (child == 0) {
+    spanning.reset();  // begun in the parent: not written into the parent's ring from here
+    { Trace trace("child_event"); }
+    _exit(GetAnnotationStats().ring_path.empty() ? 1 : 0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child had a ring";
+  spanning.reset();
+
+  auto files = shm::ListRingFiles(dir_.path());
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files->size(), 2u) << "one ring per process";
+  std::map<uint32_t, std::vector<std::string>> by_pid;
+  for (const std::string& file : *files) {
+    auto reader = shm::RingReader::Open(file);
+    ASSERT_TRUE(reader.ok());
+    (*reader)->Drain([&](const shm::ThreadInfo&, const shm::Record& r) {
+      by_pid[(*reader)->pid()].push_back(std::string((*reader)->String(r.name_id)));
+    });
+  }
+  EXPECT_THAT(by_pid[getpid()], ElementsAre("parent_before_fork", "spans_the_fork"));
+  EXPECT_THAT(by_pid[child], ElementsAre("child_event"));
+}
+
+TEST_F(AnnotateTest, TimestampsFollowTheWallClock) {
+  Arm(2);
+  { Trace warm("warm_up"); }  // sets the SDK up (ring file and all) before the timed events
+  // Long enough for the poller to calibrate the TSC where it is used.
+  std::vector<int64_t> wall_starts;
+  for (int i = 0; i < 3; ++i) {
+    timespec before;
+    clock_gettime(CLOCK_REALTIME, &before);
+    wall_starts.push_back(before.tv_sec * 1'000'000'000LL + before.tv_nsec);
+    { Trace trace("timed"); }
+    timespec after;
+    clock_gettime(CLOCK_REALTIME, &after);
+    const int64_t before_ns = before.tv_sec * 1'000'000'000LL + before.tv_nsec;
+    const int64_t after_ns = after.tv_sec * 1'000'000'000LL + after.tv_nsec;
+    const int64_t now = annotate_internal::NowNs();
+    // Generous bounds: the point is the clock and its scale, not precision.
+    EXPECT_GT(now, after_ns - 1'000'000);
+    EXPECT_LT(now, after_ns + 1'000'000'000);
+    EXPECT_GE(after_ns, before_ns);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  std::vector<int64_t> starts;
+  auto files = shm::ListRingFiles(dir_.path());
+  ASSERT_TRUE(files.ok());
+  for (const std::string& file : *files) {
+    auto reader = shm::RingReader::Open(file);
+    ASSERT_TRUE(reader.ok());
+    (*reader)->Drain([&](const shm::ThreadInfo&, const shm::Record& r) {
+      EXPECT_LE(r.start_ns, r.end_ns);
+      if ((*reader)->String(r.name_id) == "timed") starts.push_back(r.start_ns);
+    });
+  }
+  ASSERT_EQ(starts.size(), 3u);
+  // The intervals between events, on the SDK's clock (TSC-derived after the first calibration),
+  // agree with the system clock's: the scale is right, not only the offset.
+  for (size_t i = 1; i < starts.size(); ++i) {
+    const int64_t sdk = starts[i] - starts[i - 1];
+    const int64_t wall = wall_starts[i] - wall_starts[i - 1];
+    EXPECT_NEAR(static_cast<double>(sdk), static_cast<double>(wall), 5e6 + 0.01 * wall)
+        << "event " << i;
+  }
 }
 
 }  // namespace
