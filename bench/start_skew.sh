@@ -25,7 +25,7 @@ work="$(mktemp -d)"
 pids=()
 cleanup() {
   [[ ${#pids[@]} -gt 0 ]] && kill "${pids[@]}" 2>/dev/null && wait "${pids[@]}" 2>/dev/null
-  rm -rf "$work"
+  [[ -n "${KEEP:-}" ]] && echo "kept $work" || rm -rf "$work"
 }
 trap cleanup EXIT
 
@@ -43,27 +43,42 @@ for i in $(seq 0 $((sidecars - 1))); do
 done
 service_addr="$(IFS=,; echo "${addresses[*]}")"
 
+# The sidecars have no workloads, so every trace is empty and capture exits 1 ("no trace event
+# was collected"); the manifest records each start all the same. One attempt: no retries.
 for c in $(seq 1 "$captures"); do
   "$build_dir/operator/clusterprof" capture --service-addr "$service_addr" \
     --logdir "$work/logs" --duration-ms "$duration_ms" --delay-ms "$delay_ms" \
-    --run "skew_$c" --no-progress >/dev/null 2>>"$work/capture.log"
+    --num-tracing-attempts 1 --run "skew_$c" --no-progress >/dev/null 2>>"$work/capture.log" ||
+    true
 done
 
 python3 - "$work/logs/plugins/profile" "$sidecars" "$captures" <<'PY'
 import glob, json, sys
 root, sidecars, captures = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-errors, per_capture = [], []
+# All sidecars share this machine's clock, so the true error of a start is the sidecar's own
+# start time minus T0; the manifest's start_error_ns maps starts through the estimated clock
+# offsets, which only a probe error would make differ.
+errors, per_capture, reported = [], [], []
 for path in sorted(glob.glob(root + "/skew_*/clusterprof_run.json")):
     run = json.load(open(path))
-    values = [abs(t["start_error_ns"]) for t in run["targets"] if t["start_error_ns"] is not None]
+    values = []
+    for t in run["targets"]:
+        if t["start_error_ns"] is None:
+            continue
+        offset = t["clock_offset_ns"] if t["clock_offset_applied"] else 0
+        values.append(abs(t["achieved_start_ns"] + offset - run["t0_ns"]))
+        reported.append(abs(t["start_error_ns"]))
     errors += values
     per_capture.append(max(values))
 errors.sort()
 def pct(values, p):
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 print("start skew over %d captures x %d sidecars (%d samples)" % (captures, sidecars, len(errors)))
-print("  |achieved start - T0|  p50 %.1f us   p99 %.1f us   max %.1f us" %
+print("  |actual start - T0|   p50 %.1f us   p99 %.1f us   max %.1f us" %
       (pct(errors, 50) / 1e3, pct(errors, 99) / 1e3, errors[-1] / 1e3))
+reported.sort()
+print("  as reported (through the probed offsets): p50 %.1f us   p99 %.1f us" %
+      (pct(reported, 50) / 1e3, pct(reported, 99) / 1e3))
 per_capture.sort()
 print("  worst host per capture p50 %.1f us   max %.1f us" %
       (pct(per_capture, 50) / 1e3, per_capture[-1] / 1e3))

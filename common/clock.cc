@@ -1,5 +1,6 @@
 #include "common/clock.h"
 
+#include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
@@ -36,29 +37,37 @@ void RealClock::SleepUntilMonotonicNs(int64_t deadline_ns) {
   }
 }
 
-void RealClock::SleepUntilWallNs(int64_t deadline_ns) {
-  // Sleep on CLOCK_REALTIME with an absolute deadline, so a wall-clock step during the sleep is
-  // honoured by the kernel, then spin the last stretch for precision.
-  const int64_t sleep_until = deadline_ns - kSpinWindowNs;
-  if (WallNs() < sleep_until) {
-    const timespec ts = ToTimespec(sleep_until);
-    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
-    }
+namespace {
+
+// The last stretch before a wall-clock instant: an absolute sleep on CLOCK_REALTIME (a clock step
+// during it is honoured by the kernel) to shortly before the instant, then a spin.
+void SleepPreciselyUntilWallNs(int64_t deadline_ns) {
+  // The default 50 us of timer slack would be most of the error budget.
+  prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+  const timespec ts = ToTimespec(deadline_ns - RealClock::kSpinWindowNs);
+  while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
   }
-  while (WallNs() < deadline_ns) {
+  while (ReadClock(CLOCK_REALTIME) < deadline_ns) {
   }
 }
 
+}  // namespace
+
+void RealClock::SleepUntilWallNs(int64_t deadline_ns) { SleepPreciselyUntilWallNs(deadline_ns); }
+
 bool RealClock::SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) {
   // Wait on a condition variable in slices, so a wall-clock step is noticed within a slice and
-  // Wake() ends the wait at once; then spin the last stretch as SleepUntilWallNs does.
+  // Wake() ends the wait at once; only the last kFinalSleepNs cannot be interrupted.
   constexpr int64_t kSliceNs = 100 * kNanosPerMilli;
   while (true) {
     if (stop.load(std::memory_order_acquire)) return false;
     const int64_t remaining = deadline_ns - WallNs();
     if (remaining <= 0) return true;
-    if (remaining <= kSpinWindowNs) continue;
-    const int64_t wait_ns = std::min(remaining - kSpinWindowNs, kSliceNs);
+    if (remaining <= kFinalSleepNs) {
+      SleepPreciselyUntilWallNs(deadline_ns);
+      return true;
+    }
+    const int64_t wait_ns = std::min(remaining - kFinalSleepNs, kSliceNs);
     MutexLock lock(&wake_mu_);
     const uint64_t wakes = wakes_;
     wake_mu_.AwaitWithDeadline(

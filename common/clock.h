@@ -43,9 +43,13 @@ class Clock {
 // The system clocks: CLOCK_REALTIME and CLOCK_MONOTONIC. Thread-safe.
 class RealClock final : public Clock {
  public:
-  // How long before a wall-clock deadline SleepUntilWallNs stops sleeping and starts spinning.
-  // Kernel wake-up latency on a busy machine is tens to hundreds of microseconds.
-  static constexpr int64_t kSpinWindowNs = 500 * kNanosPerMicro;
+  // Wall-clock deadlines are met in three steps: a condition-variable wait (which Wake() ends)
+  // until kFinalSleepNs before the instant; then clock_nanosleep on CLOCK_REALTIME, with the
+  // thread's timer slack at 1 ns, until kSpinWindowNs before it; then a spin on the clock. The
+  // spin is short on purpose: many sidecars on one machine must not starve each other of CPU
+  // right at the start instant (a long spin costs more precision than it buys).
+  static constexpr int64_t kFinalSleepNs = 2 * kNanosPerMilli;
+  static constexpr int64_t kSpinWindowNs = 0;
 
   int64_t WallNs() const override;
   int64_t MonotonicNs() const override;

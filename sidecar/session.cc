@@ -1,6 +1,7 @@
 #include "sidecar/session.h"
 
 #include <algorithm>
+#include <thread>
 
 #include "common/check.h"
 #include "common/storage/host_files.h"
@@ -53,6 +54,15 @@ void CaptureSession::SetState(SessionState state) {
 void CaptureSession::Run() {
   std::vector<std::string> warnings;
   const int64_t requested = request_.start_timestamp_ns;
+  // Slow setup now, so the start instant itself costs little.
+  const CaptureWindow planned = request_.Window(requested);
+  for (Tracer* tracer : tracers_) {
+    if (!tracer->EnabledFor(planned)) continue;
+    if (absl::Status status = tracer->Prepare(planned); !status.ok()) {
+      spdlog::warn("session {}: {} tracer: {}", request_.session_id, tracer->name(),
+                   std::string(status.message()));
+    }
+  }
   if (requested > 0) {
     const int64_t now = clock_.WallNs();
     if (requested < now) {
@@ -84,6 +94,9 @@ void CaptureSession::Run() {
     status_.set_start_time_ns(start_ns);
     status_.set_start_error_ns(start_error_ns);
   }
+  // The time-critical part is done. Other sidecars on this machine may have woken at the same
+  // instant and be waiting for a CPU: let them take their start time before this thread logs.
+  std::this_thread::yield();
   spdlog::info("session {}: capturing for {} with {} tracer(s){}", request_.session_id,
                FormatMs(request_.duration_ns), started.size(),
                requested > 0 ? StrCat(", start error ", FormatMs(start_error_ns)) : "");

@@ -263,6 +263,15 @@ shm::ThreadRing* ThreadRingForThisThread(int level) {
       std::fclose(comm);
     }
     options.process_name = name;
+    if (const char* events = std::getenv(shm::kRingEventsEnv); events != nullptr) {
+      const long long value = std::atoll(events);
+      if (value >= 1024 && value <= (1 << 22)) {
+        options.slots_per_thread = static_cast<uint32_t>(value);
+      } else {
+        std::fprintf(stderr, "clusterprof: ignoring %s=%s (give 1024 to 4194304)\n",
+                     shm::kRingEventsEnv, events);
+      }
+    }
     state.ring = shm::RingWriter::Create(state.dir, options, &error);
     if (state.ring == nullptr) {
       state.ring_failed = true;

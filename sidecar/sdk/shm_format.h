@@ -120,10 +120,13 @@ struct StringEntryHeader {
   std::atomic<uint32_t> length_plus_one;
 };
 
-// Defaults for a process ring: 64 threads x 16384 records x 64 bytes = 64 MiB of sparse file;
-// pages are only touched as threads record.
+// Defaults for a process ring: 64 threads x 65536 records x 64 bytes = 256 MiB of sparse file;
+// pages are only touched as threads record (4 MiB for a thread that fills its ring). A ring holds
+// 64 ms of a thread producing 1 M events/s: room for a drainer that a busy machine keeps off
+// the CPU for tens of milliseconds. CLUSTERPROF_RING_EVENTS sets another size per thread.
 inline constexpr uint32_t kDefaultMaxThreads = 64;
-inline constexpr uint32_t kDefaultSlotsPerThread = 16384;
+inline constexpr uint32_t kDefaultSlotsPerThread = 65536;
+inline constexpr char kRingEventsEnv[] = "CLUSTERPROF_RING_EVENTS";
 inline constexpr uint64_t kDefaultStringsCapacity = 4 << 20;
 
 }  // namespace clusterprof::shm

@@ -1,5 +1,7 @@
 #include "sidecar/tracers/annotation_tracer.h"
 
+#include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +30,8 @@ using xspace::XEventBuilder;
 using xspace::XLineBuilder;
 using xspace::XPlaneBuilder;
 
-// Rings are looked for again every this many drains, to pick up processes that start
-// annotating in the middle of a capture.
+// Rings are looked for again every this many drains even when the directory's mtime says
+// nothing changed (file systems with coarse timestamps).
 constexpr int kRefreshEveryDrains = 20;
 
 // Async lanes get line ids far above any thread id.
@@ -116,6 +118,15 @@ absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(Optio
     return absl::FailedPreconditionError(
         StrCat("cannot create the shared-memory directory ", options.dir, ": ", ec.message()));
   }
+  struct statfs fs;
+  constexpr long kTmpfsMagic = 0x01021994;
+  if (statfs(options.dir.c_str(), &fs) == 0 && fs.f_type != kTmpfsMagic) {
+    spdlog::warn(
+        "the shared-memory directory {} is not on tmpfs: the kernel will write the workloads' "
+        "ring pages back to disk, which slows annotations down; use tmpfs (in Kubernetes an "
+        "emptyDir with medium: Memory)",
+        options.dir);
+  }
   std::string error;
   std::unique_ptr<shm::ControlWriter> control = shm::ControlWriter::Create(options.dir, &error);
   if (control == nullptr) return absl::FailedPreconditionError(error);
@@ -123,13 +134,21 @@ absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(Optio
       new AnnotationTracer(std::move(options), std::move(control)));
 }
 
+AnnotationTracer::AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control)
+    : options_(std::move(options)), control_(std::move(control)) {
+  // One drainer for the tracer's life, idle between captures: Start only flips a flag, so the
+  // instants after a synchronized start cost little CPU (many sidecars may share a machine).
+  drainer_ = std::thread([this] { DrainLoop(); });
+}
+
 AnnotationTracer::~AnnotationTracer() {
   control_->Disarm();
   {
     MutexLock lock(&mu_);
     draining_ = false;
+    shutting_down_ = true;
   }
-  if (drainer_.joinable()) drainer_.join();
+  drainer_.join();
 }
 
 TracerStatus AnnotationTracer::Status() const {
@@ -138,34 +157,46 @@ TracerStatus AnnotationTracer::Status() const {
   return {true, StrCat(files->size(), " instrumented process(es) in ", options_.dir)};
 }
 
+void AnnotationTracer::PrepareLocked(const CaptureWindow& window) {
+  ReleaseRingsLocked();
+  window_ = window;
+  stop_ns_ = window.planned_stop_ns;
+  max_events_ = window.max_events > 0 ? window.max_events : options_.default_max_events;
+  kept_ = 0;
+  capped_ = 0;
+  open_errors_.clear();
+  RefreshRingsLocked(/*skip=*/false);
+  prepared_ = true;
+}
+
+absl::Status AnnotationTracer::Prepare(const CaptureWindow& window) {
+  MutexLock lock(&mu_);
+  CLUSTERPROF_CHECK(!draining_) << "annotation tracer prepared while capturing";
+  PrepareLocked(window);
+  return absl::OkStatus();
+}
+
 absl::Status AnnotationTracer::Start(const CaptureWindow& window) {
   {
     MutexLock lock(&mu_);
     CLUSTERPROF_CHECK(!draining_) << "annotation tracer started twice";
-    ReleaseRingsLocked();
+    if (!prepared_) PrepareLocked(window);
+    prepared_ = false;
     window_ = window;
     stop_ns_ = window.planned_stop_ns;
-    max_events_ = window.max_events > 0 ? window.max_events : options_.default_max_events;
-    kept_ = 0;
-    capped_ = 0;
-    open_errors_.clear();
-    RefreshRingsLocked(/*skip=*/true);
-    draining_ = true;
+    // What the rings hold from before the start is not part of this capture.
+    for (auto& [path, ring] : rings_) ring.reader->Skip();
+    draining_ = true;  // the drainer wakes when the lock is released
   }
   control_->Arm(window.host_tracer_level, window.device_tracer_level, window.start_ns,
                 window.planned_stop_ns);
-  drainer_ = std::thread([this] { DrainLoop(); });
   return absl::OkStatus();
 }
 
 absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
   control_->Disarm();
-  {
-    MutexLock lock(&mu_);
-    draining_ = false;
-  }
-  if (drainer_.joinable()) drainer_.join();
   MutexLock lock(&mu_);
+  draining_ = false;
   stop_ns_ = stop_ns;
   // A thread that checked the level just before the disarm may still be writing its record;
   // what it writes ends after stop_ns and is filtered out at collection.
@@ -175,14 +206,31 @@ absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
 }
 
 void AnnotationTracer::DrainLoop() {
-  int drains = 0;
   MutexLock lock(&mu_);
-  while (draining_) {
-    if (++drains % kRefreshEveryDrains == 0) RefreshRingsLocked(/*skip=*/false);
-    DrainLocked();
+  while (true) {
+    mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return draining_ || shutting_down_; });
+    if (shutting_down_) return;
+    // The first drain waits one interval: at the start instant the CPU belongs to the sessions
+    // (of every sidecar on the machine) taking their start times.
     mu_.AwaitWithDeadline(
         [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
         std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+    int drains = 0;
+    timespec dir_mtime{};
+    while (draining_) {
+      // A process that starts annotating mid-capture creates its ring then: look for new rings
+      // whenever the directory changed (a stat per drain), and in any case now and then.
+      struct stat st;
+      const bool changed =
+          stat(options_.dir.c_str(), &st) == 0 &&
+          (st.st_mtim.tv_sec != dir_mtime.tv_sec || st.st_mtim.tv_nsec != dir_mtime.tv_nsec);
+      if (changed) dir_mtime = st.st_mtim;
+      if (changed || ++drains % kRefreshEveryDrains == 0) RefreshRingsLocked(/*skip=*/false);
+      DrainLocked();
+      mu_.AwaitWithDeadline(
+          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+    }
   }
 }
 

@@ -44,6 +44,8 @@ class AnnotationTracer final : public Tracer {
     return window.host_tracer_level >= 1;
   }
   TracerStatus Status() const override;
+  // Finds the rings before the start instant, so Start itself is cheap.
+  absl::Status Prepare(const CaptureWindow& window) override;
   absl::Status Start(const CaptureWindow& window) override;
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
@@ -81,8 +83,8 @@ class AnnotationTracer final : public Tracer {
     uint64_t dropped = 0;               // by the producer (ring full)
   };
 
-  explicit AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control)
-      : options_(std::move(options)), control_(std::move(control)) {}
+  AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control);
+  void PrepareLocked(const CaptureWindow& window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Opens ring files not open yet; `skip` discards what they hold (records from before Start).
   void RefreshRingsLocked(bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -102,7 +104,9 @@ class AnnotationTracer final : public Tracer {
   uint64_t kept_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t capped_ ABSL_GUARDED_BY(mu_) = 0;  // dropped because max_events was reached
   std::vector<std::string> open_errors_ ABSL_GUARDED_BY(mu_);
+  bool prepared_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   std::thread drainer_;
 };
 

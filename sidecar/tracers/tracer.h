@@ -56,7 +56,11 @@ class Tracer {
   virtual bool EnabledFor(const CaptureWindow& window) const = 0;
   virtual TracerStatus Status() const = 0;
 
-  // Begins recording; called at window.start_ns.
+  // Slow setup, called before the session waits for the start instant (window.start_ns is the
+  // requested start then, or 0 for "at once"). Optional: Start must work without it.
+  virtual absl::Status Prepare(const CaptureWindow& window) { return absl::OkStatus(); }
+  // Begins recording; called at window.start_ns. Keep it quick: every sidecar on a machine runs
+  // its Start at the same instant.
   virtual absl::Status Start(const CaptureWindow& window) = 0;
   // Ends recording at `stop_ns` (wall clock); what was recorded until then is kept.
   virtual absl::Status Stop(int64_t stop_ns) = 0;
