@@ -95,6 +95,9 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
     }
     policy.allowed_logdirs.push_back(std::move(*logdir));
   }
+  for (const storage::Logdir& logdir : policy.allowed_logdirs) {
+    spdlog::info("Profile may write under {}", logdir.uri);
+  }
   if (policy.allowed_logdirs.empty()) {
     spdlog::warn(
         "no --allowed-logdir given: Profile requests that write files will be refused "
