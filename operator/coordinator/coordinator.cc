@@ -146,12 +146,14 @@ class Run {
 void Run::Connect() {
   for (const Target& target : options_.targets) {
     TargetState state;
-    state.result.address = target.address;
+    std::string_view address = target.address;
+    ConsumePrefix(&address, "grpc://");  // as ParseServiceAddresses does
+    state.result.address = std::string(address);
     state.result.host_name = target.host_name;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(INT32_MAX);
-    state.channel =
-        grpc::CreateCustomChannel(target.address, grpc::InsecureChannelCredentials(), args);
+    state.channel = grpc::CreateCustomChannel(state.result.address,
+                                              grpc::InsecureChannelCredentials(), args);
     state.profiler = tensorflow::ProfilerService::NewStub(state.channel);
     state.sidecar = clusterprof::v1alpha1::Sidecar::NewStub(state.channel);
     targets_.push_back(std::move(state));
@@ -402,6 +404,9 @@ absl::StatusOr<RunResult> Run::Execute() {
                                storage::RunLayout::Create(options_.logdir, run));
   layout_ = std::move(layout);
   for (const Target& target : options_.targets) {
+    std::string_view address = target.address;
+    ConsumePrefix(&address, "grpc://");
+    if (address.empty()) return absl::InvalidArgumentError("a target has an empty address");
     if (!target.host_name.empty()) {
       CLUSTERPROF_RETURN_IF_ERROR(storage::HostFileStem(target.host_name).status());
     }

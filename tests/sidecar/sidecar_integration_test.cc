@@ -186,9 +186,11 @@ TEST_F(SidecarIntegrationTest, ADownSidecarIsReportedAndTheOthersSucceed) {
   coordinator::CaptureOptions options = Options(hosts);
   const std::string down = StrCat("127.0.0.1:", testing::UnusedPort());
   options.targets.push_back({down, ""});
+  options.targets[0].address = StrCat("grpc://", hosts[0]->address());  // stripped, as upstream
   options.num_tracing_attempts = 2;
   auto result = coordinator::Capture(options, clock_);
   ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->targets[0].address, hosts[0]->address());
   EXPECT_EQ(result->succeeded, 2);
   EXPECT_EQ(result->failed, 1);
   const coordinator::TargetResult& failed = result->targets[2];
