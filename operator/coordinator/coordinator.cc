@@ -152,8 +152,8 @@ void Run::Connect() {
     state.result.host_name = target.host_name;
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(INT32_MAX);
-    state.channel = grpc::CreateCustomChannel(state.result.address,
-                                              grpc::InsecureChannelCredentials(), args);
+    state.channel =
+        grpc::CreateCustomChannel(state.result.address, grpc::InsecureChannelCredentials(), args);
     state.profiler = tensorflow::ProfilerService::NewStub(state.channel);
     state.sidecar = clusterprof::v1alpha1::Sidecar::NewStub(state.channel);
     targets_.push_back(std::move(state));
