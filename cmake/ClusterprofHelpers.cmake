@@ -35,9 +35,6 @@ function(clusterprof_add_test name)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
-  target_compile_definitions(${name} PRIVATE
-    CLUSTERPROF_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
-    CLUSTERPROF_BINARY_DIR="${PROJECT_BINARY_DIR}")
   set(environment)
   if(CLUSTERPROF_SANITIZE STREQUAL "thread")
     set(environment "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/tsan.supp")
