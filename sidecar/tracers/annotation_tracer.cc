@@ -348,8 +348,9 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
       int64_t end_ns;
       shm::Record begin;
     };
-    std::unordered_map<uint64_t, shm::Record> open_async;
-    std::vector<AsyncSpan> async_spans;
+    // Async begins and ends of every thread of the process, matched by id in time order once all
+    // threads are read (an end is often on a thread whose records come before the begin's).
+    std::vector<shm::Record> async_records;
 
     for (ThreadEvents& thread : ring.threads) {
       if (thread.records.empty()) continue;
@@ -384,16 +385,26 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
             ++events;
             break;
           case shm::RecordKind::kAsyncBegin:
-            open_async[record.async_id] = record;
-            break;
           case shm::RecordKind::kAsyncEnd:
-            if (auto it = open_async.find(record.async_id); it != open_async.end()) {
-              async_spans.push_back({it->second.start_ns, record.end_ns, it->second});
-              open_async.erase(it);
-            }
+            async_records.push_back(record);
             break;
         }
       });
+    }
+    std::stable_sort(
+        async_records.begin(), async_records.end(), [](const shm::Record& a, const shm::Record& b) {
+          if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+          return a.kind == shm::RecordKind::kAsyncBegin && b.kind == shm::RecordKind::kAsyncEnd;
+        });
+    std::unordered_map<uint64_t, shm::Record> open_async;
+    std::vector<AsyncSpan> async_spans;
+    for (const shm::Record& record : async_records) {
+      if (record.kind == shm::RecordKind::kAsyncBegin) {
+        open_async[record.async_id] = record;
+      } else if (auto it = open_async.find(record.async_id); it != open_async.end()) {
+        async_spans.push_back({it->second.start_ns, record.end_ns, it->second});
+        open_async.erase(it);
+      }
     }
     // Begun and not ended by the stop: shown up to the stop.
     for (const auto& [id, begin] : open_async) {

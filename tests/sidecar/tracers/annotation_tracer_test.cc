@@ -252,6 +252,34 @@ TEST_F(AnnotationTracerTest, OverlappingAsyncEventsGetLanesOfTheirOwn) {
   EXPECT_TRUE(found);
 }
 
+TEST_F(AnnotationTracerTest, AsyncEndsOnAThreadReadBeforeTheBeginsStillMatch) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  // The consumer claims its slot first, so its records (the ends) are read first.
+  shm::ThreadRing* consumer = process.Thread(1, "trainer");
+  shm::ThreadRing* producer = process.Thread(2, "loader");
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer,
+      [&] {
+        for (uint64_t batch = 0; batch < 3; ++batch) {
+          const int64_t t = kStart + 1000 * static_cast<int64_t>(batch);
+          producer->Append(process.Async(true, "batch_in_queue", batch, t));
+          consumer->Append(process.Async(false, "", batch, t + 100));
+        }
+      },
+      &stats);
+  EXPECT_EQ(stats.events, 3u);
+  const XPlane* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+  const XLine* lane = LineNamed(*plane, "trainer async");
+  ASSERT_NE(lane, nullptr);
+  ASSERT_EQ(lane->events_size(), 3) << "non-overlapping spans share one lane";
+  for (const XEvent& event : lane->events()) {
+    EXPECT_EQ(event.duration_ps(), 100'000) << "each batch ends 100 ns after it begins";
+  }
+  EXPECT_EQ(LineNamed(*plane, "trainer async 1"), nullptr);
+}
+
 TEST_F(AnnotationTracerTest, FullRingsAndTheEventCapAreCountedAndReported) {
   // No drain between Start and Stop: the 8-slot ring takes 8 of 12 records and drops 4; the
   // cap keeps 5 of those 8.
