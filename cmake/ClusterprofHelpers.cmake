@@ -16,11 +16,16 @@ macro(clusterprof_configure_sanitizers)
   endif()
 endmacro()
 
-# clusterprof_add_test(NAME SOURCES... [DEPS targets...] [LABELS extra...] [TIMEOUT s])
+# clusterprof_add_test(NAME SOURCES... [DEPS targets...] [LABELS extra...] [TIMEOUT s]
+#                      [ONE_PROCESS])
 # Builds a GoogleTest binary and registers its tests with ctest. The label comes from the name's
 # suffix: _test -> unit, _integration_test -> integration, _e2e_test -> e2e.
+# ctest runs each test in a process of its own; with ONE_PROCESS it runs the whole binary as one
+# ctest test instead, for suites that share an expensive fixture (a Kubernetes control plane)
+# across their tests. ctest then reports the binary as a whole: a test of it that skipped shows
+# in its output only (a skip regular expression would also hide the failures of the others).
 function(clusterprof_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "ONE_PROCESS" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(name MATCHES "_e2e_test$")
     set(label e2e)
   elseif(name MATCHES "_integration_test$")
@@ -39,9 +44,16 @@ function(clusterprof_add_test name)
   if(CLUSTERPROF_SANITIZE STREQUAL "thread")
     set(environment "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/tsan.supp")
   endif()
-  gtest_discover_tests(${name}
-    DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${environment}")
+  if(ARG_ONE_PROCESS)
+    add_test(NAME ${name} COMMAND ${name})
+    set_tests_properties(${name} PROPERTIES
+      LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} ENVIRONMENT "${environment}")
+  else()
+    gtest_discover_tests(${name}
+      DISCOVERY_TIMEOUT 60
+      PROPERTIES LABELS "${label};${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+                 ENVIRONMENT "${environment}")
+  endif()
 endfunction()
 
 # clusterprof_add_fuzzer(NAME SOURCES... DEPS targets... CORPUS dir)

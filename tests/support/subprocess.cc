@@ -16,7 +16,7 @@
 namespace clusterprof::testing {
 
 Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
-                       std::string log_path) {
+                       std::string log_path, std::string stderr_path) {
   std::vector<char*> args;
   for (std::string& arg : argv) args.push_back(arg.data());
   args.push_back(nullptr);
@@ -29,6 +29,10 @@ Subprocess::Subprocess(std::vector<std::string> argv, std::map<std::string, std:
         dup2(fd, STDOUT_FILENO);
         dup2(fd, STDERR_FILENO);
       }
+    }
+    if (!stderr_path.empty()) {
+      const int fd = open(stderr_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd >= 0) dup2(fd, STDERR_FILENO);
     }
     // A child must not outlive a test that crashed.
     prctl(PR_SET_PDEATHSIG, SIGKILL);

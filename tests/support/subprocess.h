@@ -16,9 +16,10 @@ namespace clusterprof::testing {
 class Subprocess {
  public:
   // Starts argv[0] (a path) with `argv`; `env` adds to (or replaces in) this process's
-  // environment. stdout and stderr go to `log_path` (appended), or are inherited when empty.
+  // environment. stdout and stderr go to `log_path` (appended), or are inherited when empty;
+  // a non-empty `stderr_path` takes stderr instead (appended).
   Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
-             std::string log_path = "");
+             std::string log_path = "", std::string stderr_path = "");
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
