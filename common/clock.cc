@@ -78,6 +78,24 @@ bool RealClock::SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bo
   }
 }
 
+bool RealClock::SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) {
+  // std::chrono::steady_clock is CLOCK_MONOTONIC, the clock MonotonicNs() reads.
+  const auto deadline =
+      std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns));
+  MutexLock lock(&wake_mu_);
+  while (true) {
+    if (stop.load(std::memory_order_acquire)) return false;
+    if (MonotonicNs() >= deadline_ns) return true;
+    // A Wake() for someone else's flag ends this wait too; the loop goes back to sleep.
+    const uint64_t wakes = wakes_;
+    wake_mu_.AwaitWithDeadline(
+        [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return wakes_ != wakes || stop.load(std::memory_order_acquire);
+        },
+        deadline);
+  }
+}
+
 void RealClock::Wake() {
   MutexLock lock(&wake_mu_);
   ++wakes_;
@@ -123,6 +141,18 @@ bool SimulatedClock::SleepUntilWallNsUnless(int64_t deadline_ns, const std::atom
   mu_.Await(done);
   --sleepers_;
   return wall_ns_ >= deadline_ns;
+}
+
+bool SimulatedClock::SleepUntilMonotonicNsUnless(int64_t deadline_ns,
+                                                 const std::atomic<bool>& stop) {
+  MutexLock lock(&mu_);
+  ++sleepers_;
+  auto done = [this, deadline_ns, &stop]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return monotonic_ns_ >= deadline_ns || stop.load(std::memory_order_acquire);
+  };
+  mu_.Await(done);
+  --sleepers_;
+  return monotonic_ns_ >= deadline_ns;
 }
 
 void SimulatedClock::Wake() {

@@ -34,7 +34,11 @@ class Clock {
   // As SleepUntilWallNs, but returns early once `stop` is true; whoever sets `stop` then calls
   // Wake(). Returns true when the deadline was reached, false when stopped first.
   virtual bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) = 0;
-  // Makes every SleepUntilWallNsUnless re-check its stop flag.
+  // As SleepUntilMonotonicNs, but returns early once `stop` is true; whoever sets `stop` then
+  // calls Wake(). Returns true when the deadline was reached, false when stopped first. Threads
+  // that wait for "a deadline or news" (timers, queues, retry loops) use this.
+  virtual bool SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) = 0;
+  // Makes every SleepUntil*Unless re-check its stop flag.
   virtual void Wake() = 0;
 
   void SleepForNs(int64_t duration_ns) { SleepUntilMonotonicNs(MonotonicNs() + duration_ns); }
@@ -56,6 +60,7 @@ class RealClock final : public Clock {
   void SleepUntilMonotonicNs(int64_t deadline_ns) override;
   void SleepUntilWallNs(int64_t deadline_ns) override;
   bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
+  bool SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
   void Wake() override;
 
  private:
@@ -78,6 +83,7 @@ class SimulatedClock final : public Clock {
   void SleepUntilMonotonicNs(int64_t deadline_ns) override;
   void SleepUntilWallNs(int64_t deadline_ns) override;
   bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
+  bool SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
   void Wake() override;
 
   // Moves both clocks forward by `delta_ns` (>= 0) and wakes the sleepers whose time has come.

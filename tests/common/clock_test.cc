@@ -73,5 +73,53 @@ TEST(SimulatedClockTest, PastDeadlineReturnsAtOnce) {
   clock.SleepForNs(0);
 }
 
+TEST(RealClockTest, MonotonicSleepUnlessReachesTheDeadline) {
+  RealClock clock;
+  std::atomic<bool> stop{false};
+  const int64_t deadline = clock.MonotonicNs() + 2 * kNanosPerMilli;
+  EXPECT_TRUE(clock.SleepUntilMonotonicNsUnless(deadline, stop));
+  EXPECT_GE(clock.MonotonicNs(), deadline);
+}
+
+TEST(RealClockTest, MonotonicSleepUnlessEndsWhenStopped) {
+  RealClock clock;
+  std::atomic<bool> stop{false};
+  std::atomic<bool> other{false};
+  std::thread sleeper([&] {
+    // An hour away: only the stop flag can end this.
+    EXPECT_FALSE(clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 3600 * kNanosPerSecond,
+                                                   stop));
+  });
+  // A wake for another flag leaves the sleeper asleep; its own flag ends the sleep.
+  other = true;
+  clock.Wake();
+  stop = true;
+  clock.Wake();
+  sleeper.join();
+}
+
+TEST(SimulatedClockTest, MonotonicSleepUnlessWakesOnAdvanceOrStop) {
+  SimulatedClock clock;
+  std::atomic<bool> stop{false};
+  bool reached = false;
+  std::thread sleeper(
+      [&] { reached = clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 100, stop); });
+  clock.WaitForSleepers(1);
+  clock.AdvanceNs(99);
+  EXPECT_EQ(clock.sleepers(), 1);
+  clock.AdvanceNs(1);
+  sleeper.join();
+  EXPECT_TRUE(reached);
+
+  std::thread stopped([&] {
+    reached = clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 100, stop);
+  });
+  clock.WaitForSleepers(1);
+  stop = true;
+  clock.Wake();
+  stopped.join();
+  EXPECT_FALSE(reached);
+}
+
 }  // namespace
 }  // namespace clusterprof
