@@ -1,0 +1,517 @@
+#include "operator/kube/rest_client.h"
+
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "cpprest/http_client.h"
+#include "operator/kube/api_error.h"
+#include "operator/kube/rate_limiter.h"
+#include "operator/kube/watch_decoder.h"
+
+namespace clusterprof::kube {
+namespace {
+
+namespace http = web::http;
+namespace client = web::http::client;
+
+// Adds every certificate of a PEM bundle to the context's trust store. Boost's
+// add_certificate_authority takes one; kubeconfigs often carry several.
+absl::Status AddCertificateAuthorities(boost::asio::ssl::context& context,
+                                       const std::string& pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  if (bio == nullptr) return absl::ResourceExhaustedError("out of memory reading the CA bundle");
+  X509_STORE* store = SSL_CTX_get_cert_store(context.native_handle());
+  int added = 0;
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);  // fails only for duplicates, which is harmless
+    X509_free(cert);
+    ++added;
+  }
+  BIO_free(bio);
+  if (added == 0) {
+    return absl::InvalidArgumentError("the CA bundle holds no PEM certificate");
+  }
+  return absl::OkStatus();
+}
+
+// Applies the config's TLS material to `context`.
+absl::Status ConfigureTls(const RestConfig& config, boost::asio::ssl::context& context) {
+  if (!config.ca_pem.empty()) {
+    CLUSTERPROF_RETURN_IF_ERROR(AddCertificateAuthorities(context, config.ca_pem));
+  }
+  if (!config.client_cert_pem.empty() || !config.client_key_pem.empty()) {
+    boost::system::error_code error;
+    context.use_certificate_chain(
+        boost::asio::buffer(config.client_cert_pem.data(), config.client_cert_pem.size()), error);
+    if (error) {
+      return absl::InvalidArgumentError(
+          StrCat("the client certificate does not load: ", error.message()));
+    }
+    context.use_private_key(
+        boost::asio::buffer(config.client_key_pem.data(), config.client_key_pem.size()),
+        boost::asio::ssl::context::pem, error);
+    if (error) {
+      return absl::InvalidArgumentError(
+          StrCat("the client key does not load (or does not match the certificate): ",
+                 error.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string ContentTypeFor(PatchType type) {
+  switch (type) {
+    case PatchType::kMerge:
+      return "application/merge-patch+json";
+    case PatchType::kJson:
+      return "application/json-patch+json";
+    case PatchType::kStrategicMerge:
+      return "application/strategic-merge-patch+json";
+  }
+  return "application/merge-patch+json";
+}
+
+std::string EncodeQueryValue(std::string_view value) {
+  return web::uri::encode_data_string(std::string(value));
+}
+
+// A transport failure (no HTTP response) as a status.
+absl::Status TransportError(std::string_view request, const std::string& server,
+                            const std::exception& e) {
+  if (const auto* http_error = dynamic_cast<const http::http_exception*>(&e)) {
+    if (http_error->error_code() == std::errc::timed_out) {
+      return absl::DeadlineExceededError(StrCat(request, ": no answer from ", server, " in time"));
+    }
+  }
+  return absl::UnavailableError(StrCat(request, ": cannot reach ", server, ": ", e.what()));
+}
+
+std::string HeaderValue(const http::http_headers& headers, const std::string& name) {
+  const auto it = headers.find(name);
+  return it == headers.end() ? std::string() : it->second;
+}
+
+absl::StatusOr<web::json::value> ParseJsonBody(std::string_view request, const std::string& body) {
+  try {
+    std::error_code error;
+    web::json::value json = web::json::value::parse(body, error);
+    if (error) {
+      return absl::InternalError(StrCat(request, ": the response is not JSON (", error.message(),
+                                        "): ", body.substr(0, 200)));
+    }
+    return json;
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        StrCat(request, ": the response is not JSON (", e.what(), "): ", body.substr(0, 200)));
+  }
+}
+
+}  // namespace
+
+std::string_view WatchEventTypeName(WatchEvent::Type type) {
+  switch (type) {
+    case WatchEvent::Type::kAdded:
+      return "ADDED";
+    case WatchEvent::Type::kModified:
+      return "MODIFIED";
+    case WatchEvent::Type::kDeleted:
+      return "DELETED";
+    case WatchEvent::Type::kBookmark:
+      return "BOOKMARK";
+    case WatchEvent::Type::kError:
+      return "ERROR";
+  }
+  return "UNKNOWN";
+}
+
+std::string EncodeListOptions(const ListOptions& options, bool watch) {
+  std::vector<std::string> params;
+  if (watch) params.push_back("watch=true");
+  if (!options.label_selector.empty()) {
+    params.push_back(StrCat("labelSelector=", EncodeQueryValue(options.label_selector)));
+  }
+  if (!options.field_selector.empty()) {
+    params.push_back(StrCat("fieldSelector=", EncodeQueryValue(options.field_selector)));
+  }
+  if (!watch && options.limit > 0) params.push_back(StrCat("limit=", options.limit));
+  if (!watch && !options.continue_token.empty()) {
+    params.push_back(StrCat("continue=", EncodeQueryValue(options.continue_token)));
+  }
+  if (!options.resource_version.empty()) {
+    params.push_back(StrCat("resourceVersion=", EncodeQueryValue(options.resource_version)));
+  }
+  if (watch && options.timeout_seconds > 0) {
+    params.push_back(StrCat("timeoutSeconds=", options.timeout_seconds));
+  }
+  if (watch && options.allow_watch_bookmarks) params.push_back("allowWatchBookmarks=true");
+  std::string query;
+  for (const std::string& param : params) StrAppend(&query, query.empty() ? "?" : "&", param);
+  return query;
+}
+
+// The cpprestsdk side: two http_clients on the same server, one for requests (with the request
+// deadline) and one for watches (with the idle limit).
+class RestClient::Impl {
+ public:
+  Impl(RestConfig config, const RestClientOptions& options)
+      : config_(std::move(config)),
+        options_(options),
+        user_agent_(config_.user_agent.empty() ? options.user_agent : config_.user_agent),
+        requests_(config_.server, MakeConfig(options.request_timeout_ns)),
+        watches_(config_.server,
+                 MakeConfig(options.watch_idle_margin_ns + 600 * kNanosPerSecond)) {}
+
+  const RestConfig& config() const { return config_; }
+
+  // Sends one request, with the current token, and returns the response; the body of a watch
+  // is left unread.
+  absl::StatusOr<http::http_response> Send(const std::string& method,
+                                           const std::string& path_and_query,
+                                           std::string_view body, std::string_view content_type,
+                                           bool watch, const pplx::cancellation_token& cancel) {
+    const std::string what = StrCat(method, " ", path_and_query);
+    for (int attempt = 0;; ++attempt) {
+      http::http_request request(method);
+      request.set_request_uri(path_and_query);
+      request.headers().add("Accept", "application/json");
+      request.headers().add("User-Agent", user_agent_);
+      if (config_.token != nullptr) {
+        absl::StatusOr<std::string> token = config_.token->Token();
+        if (!token.ok()) {
+          return absl::UnauthenticatedError(
+              StrCat(what, ": no bearer token for ", config_.description, ": ",
+                     token.status().message()));
+        }
+        request.headers().add("Authorization", StrCat("Bearer ", *token));
+      }
+      if (!body.empty()) request.set_body(std::string(body), std::string(content_type));
+      http::http_response response;
+      try {
+        response = (watch ? watches_ : requests_).request(request, cancel).get();
+      } catch (const pplx::task_canceled&) {
+        return absl::CancelledError(StrCat(what, ": cancelled"));
+      } catch (const std::exception& e) {
+        return TransportError(what, config_.server, e);
+      }
+      // A rotated token: ask the source again once.
+      if (response.status_code() == http::status_codes::Unauthorized && attempt == 0 &&
+          config_.token != nullptr) {
+        config_.token->Invalidate();
+        continue;
+      }
+      return response;
+    }
+  }
+
+  // The response body as a string.
+  absl::StatusOr<std::string> ReadBody(std::string_view what, http::http_response& response) {
+    try {
+      return response.extract_utf8string(true).get();
+    } catch (const std::exception& e) {
+      return TransportError(what, config_.server, e);
+    }
+  }
+
+ private:
+  client::http_client_config MakeConfig(int64_t timeout_ns) {
+    client::http_client_config config;
+    config.set_timeout(std::chrono::microseconds(timeout_ns / kNanosPerMicro));
+    config.set_validate_certificates(!config_.insecure_skip_tls_verify);
+    const RestConfig* rest = &config_;
+    config.set_ssl_context_callback([rest](boost::asio::ssl::context& context) {
+      // Create() loaded the same material once already, so this cannot fail here.
+      (void)ConfigureTls(*rest, context);
+    });
+    return config;
+  }
+
+  const RestConfig config_;
+  const RestClientOptions options_;
+  const std::string user_agent_;
+  client::http_client requests_;
+  client::http_client watches_;
+};
+
+namespace {
+
+// A watch over a cpprestsdk response whose body is still arriving.
+class CppRestWatchStream final : public WatchStream {
+ public:
+  CppRestWatchStream(std::string what, http::http_response response,
+                     pplx::cancellation_token_source cancel)
+      : what_(std::move(what)),
+        response_(std::move(response)),
+        body_(response_.body().streambuf()),
+        cancel_(std::move(cancel)),
+        chunk_(kChunkBytes) {}
+
+  ~CppRestWatchStream() override {
+    // The connection would otherwise keep reading an endless body into memory.
+    cancel_.cancel();
+  }
+
+  absl::StatusOr<std::optional<WatchEvent>> Next() override {
+    while (true) {
+      absl::StatusOr<std::optional<WatchEvent>> event = decoder_.Next();
+      if (!event.ok()) return Annotate(event.status(), what_);
+      if (event->has_value()) return event;
+      if (cancel_.get_token().is_canceled()) {
+        return absl::UnavailableError(StrCat(what_, ": watch cancelled"));
+      }
+      size_t want = 1;
+      try {
+        const size_t available = body_.in_avail();
+        if (available != 0 && available != static_cast<size_t>(-1)) {
+          want = std::min(available, kChunkBytes);
+        }
+        const size_t got = body_.getn(chunk_.data(), want).get();
+        if (got == 0) {
+          if (decoder_.buffered() > 0) {
+            return absl::UnavailableError(
+                StrCat(what_, ": the watch stream ended inside an event"));
+          }
+          return std::optional<WatchEvent>();
+        }
+        decoder_.Feed(std::string_view(reinterpret_cast<const char*>(chunk_.data()), got));
+      } catch (const std::exception& e) {
+        return absl::UnavailableError(StrCat(what_, ": the watch stream broke: ", e.what()));
+      }
+    }
+  }
+
+  void Cancel() override { cancel_.cancel(); }
+
+ private:
+  static constexpr size_t kChunkBytes = 64 << 10;
+
+  const std::string what_;
+  http::http_response response_;
+  concurrency::streams::streambuf<uint8_t> body_;
+  pplx::cancellation_token_source cancel_;
+  std::vector<uint8_t> chunk_;
+  WatchDecoder decoder_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RestClient>> RestClient::Create(RestConfig config, Clock* clock,
+                                                               RestClientOptions options) {
+  if (config.server.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat("no API server address in ", config.description.empty() ? "the client config"
+                                                                        : config.description));
+  }
+  while (EndsWith(config.server, "/")) config.server.pop_back();
+  if (!web::uri::validate(config.server) || !(StartsWith(config.server, "https://") ||
+                                              StartsWith(config.server, "http://"))) {
+    return absl::InvalidArgumentError(StrCat("the API server address \"", config.server,
+                                             "\" is not an http:// or https:// URL (",
+                                             config.description, ")"));
+  }
+  // Load the TLS material once here so that a bad certificate is an error now, with the
+  // config's name, rather than a failed handshake on every request.
+  try {
+    boost::asio::ssl::context context(boost::asio::ssl::context::sslv23);
+    if (absl::Status status = ConfigureTls(config, context); !status.ok()) {
+      return Annotate(status, config.description);
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat(config.description, ": TLS setup failed: ", e.what()));
+  }
+  std::unique_ptr<TokenBucket> limiter;
+  if (options.qps > 0) {
+    limiter = std::make_unique<TokenBucket>(clock, options.qps, std::max(options.burst, 1));
+  }
+  try {
+    auto impl = std::make_unique<Impl>(std::move(config), options);
+    return std::unique_ptr<RestClient>(new RestClient(std::move(impl), clock, std::move(limiter)));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(StrCat("cannot make an HTTP client: ", e.what()));
+  }
+}
+
+RestClient::RestClient(std::unique_ptr<Impl> impl, Clock* clock,
+                       std::unique_ptr<TokenBucket> limiter)
+    : impl_(std::move(impl)), clock_(clock), limiter_(std::move(limiter)) {}
+
+RestClient::~RestClient() = default;
+
+const RestConfig& RestClient::config() const { return impl_->config(); }
+
+void RestClient::Throttle() {
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  if (limiter_ == nullptr) return;
+  const int64_t wait_ns = limiter_->ReserveNs();
+  if (wait_ns <= 0) return;
+  throttled_ns_.fetch_add(wait_ns, std::memory_order_relaxed);
+  clock_->SleepForNs(wait_ns);
+}
+
+absl::StatusOr<RestResponse> RestClient::Raw(std::string_view method,
+                                             std::string_view path_and_query,
+                                             std::string_view body,
+                                             std::string_view content_type) {
+  Throttle();
+  const std::string what = StrCat(method, " ", path_and_query);
+  pplx::cancellation_token_source never;
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      http::http_response response,
+      impl_->Send(std::string(method), std::string(path_and_query), body, content_type,
+                  /*watch=*/false, never.get_token()));
+  RestResponse out;
+  out.http_code = response.status_code();
+  CLUSTERPROF_ASSIGN_OR_RETURN(out.body, impl_->ReadBody(what, response));
+  return out;
+}
+
+absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
+                                                    const std::string& path_and_query,
+                                                    const web::json::value* body,
+                                                    std::string_view content_type) {
+  Throttle();
+  const std::string what = StrCat(method, " ", path_and_query);
+  const std::string body_text = body == nullptr ? std::string() : body->serialize();
+  pplx::cancellation_token_source never;
+  CLUSTERPROF_ASSIGN_OR_RETURN(http::http_response response,
+                               impl_->Send(std::string(method), path_and_query, body_text,
+                                           content_type, /*watch=*/false, never.get_token()));
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::string response_body, impl_->ReadBody(what, response));
+  const int code = response.status_code();
+  if (code < 200 || code > 299) {
+    return ApiErrorFromResponse(code, response_body,
+                                HeaderValue(response.headers(), "Retry-After"), what);
+  }
+  return ParseJsonBody(what, response_body);
+}
+
+absl::StatusOr<web::json::value> RestClient::Get(const ResourceType& type, std::string_view ns,
+                                                 std::string_view name,
+                                                 std::string_view subresource) {
+  return DoJson("GET", type.ObjectPath(ns, name, subresource), nullptr, "");
+}
+
+absl::StatusOr<ObjectList> RestClient::List(const ResourceType& type, std::string_view ns,
+                                            const ListOptions& options) {
+  const std::string path = StrCat(type.CollectionPath(ns), EncodeListOptions(options, false));
+  CLUSTERPROF_ASSIGN_OR_RETURN(web::json::value json, DoJson("GET", path, nullptr, ""));
+  ObjectList list;
+  if (!json.is_object() || !json.has_object_field("metadata")) {
+    return absl::InternalError(StrCat("GET ", path, ": the response is not a list"));
+  }
+  web::json::value& metadata = json.at("metadata");
+  if (metadata.has_string_field("resourceVersion")) {
+    list.resource_version = metadata.at("resourceVersion").as_string();
+  }
+  if (metadata.has_string_field("continue")) {
+    list.continue_token = metadata.at("continue").as_string();
+  }
+  if (json.has_array_field("items")) {
+    web::json::array& items = json.at("items").as_array();
+    list.items.reserve(items.size());
+    for (web::json::value& item : items) list.items.push_back(std::move(item));
+  }
+  return list;
+}
+
+absl::StatusOr<ObjectList> RestClient::ListAll(const ResourceType& type, std::string_view ns,
+                                               ListOptions options) {
+  ObjectList all;
+  while (true) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(ObjectList page, List(type, ns, options));
+    // Every page of a paged list is a snapshot at the first page's resourceVersion.
+    if (all.resource_version.empty()) all.resource_version = page.resource_version;
+    if (all.items.empty()) {
+      all.items = std::move(page.items);
+    } else {
+      all.items.insert(all.items.end(), std::make_move_iterator(page.items.begin()),
+                       std::make_move_iterator(page.items.end()));
+    }
+    if (page.continue_token.empty()) return all;
+    options.continue_token = std::move(page.continue_token);
+    // The continue token carries the snapshot; a resourceVersion beside it is an error.
+    options.resource_version.clear();
+  }
+}
+
+absl::StatusOr<web::json::value> RestClient::Create(const ResourceType& type, std::string_view ns,
+                                                    const web::json::value& object) {
+  web::json::value body = object;
+  if (!body.has_field("apiVersion")) body["apiVersion"] = web::json::value(type.ApiVersion());
+  if (!body.has_field("kind") && !type.kind.empty()) body["kind"] = web::json::value(type.kind);
+  return DoJson("POST", type.CollectionPath(ns), &body, "application/json");
+}
+
+absl::StatusOr<web::json::value> RestClient::Update(const ResourceType& type, std::string_view ns,
+                                                    const web::json::value& object,
+                                                    std::string_view subresource) {
+  if (!object.has_object_field("metadata") ||
+      !object.at("metadata").has_string_field("name")) {
+    return absl::InvalidArgumentError(
+        StrCat("update of ", type.Describe(), ": the object has no metadata.name"));
+  }
+  const std::string name = object.at("metadata").at("name").as_string();
+  web::json::value body = object;
+  if (!body.has_field("apiVersion")) body["apiVersion"] = web::json::value(type.ApiVersion());
+  if (!body.has_field("kind") && !type.kind.empty()) body["kind"] = web::json::value(type.kind);
+  return DoJson("PUT", type.ObjectPath(ns, name, subresource), &body, "application/json");
+}
+
+absl::StatusOr<web::json::value> RestClient::Patch(const ResourceType& type, std::string_view ns,
+                                                   std::string_view name, PatchType patch_type,
+                                                   const web::json::value& patch,
+                                                   std::string_view subresource) {
+  return DoJson("PATCH", type.ObjectPath(ns, name, subresource), &patch,
+                ContentTypeFor(patch_type));
+}
+
+absl::Status RestClient::Delete(const ResourceType& type, std::string_view ns,
+                                std::string_view name, const DeleteOptions& options) {
+  web::json::value body = web::json::value::object();
+  body["apiVersion"] = web::json::value("v1");
+  body["kind"] = web::json::value("DeleteOptions");
+  if (!options.uid.empty() || !options.resource_version.empty()) {
+    web::json::value preconditions = web::json::value::object();
+    if (!options.uid.empty()) preconditions["uid"] = web::json::value(options.uid);
+    if (!options.resource_version.empty()) {
+      preconditions["resourceVersion"] = web::json::value(options.resource_version);
+    }
+    body["preconditions"] = preconditions;
+  }
+  if (!options.propagation_policy.empty()) {
+    body["propagationPolicy"] = web::json::value(options.propagation_policy);
+  }
+  if (options.grace_period_seconds >= 0) {
+    body["gracePeriodSeconds"] = web::json::value(options.grace_period_seconds);
+  }
+  return DoJson("DELETE", type.ObjectPath(ns, name), &body, "application/json").status();
+}
+
+absl::StatusOr<std::unique_ptr<WatchStream>> RestClient::Watch(const ResourceType& type,
+                                                               std::string_view ns,
+                                                               const ListOptions& options) {
+  Throttle();
+  const std::string path = StrCat(type.CollectionPath(ns), EncodeListOptions(options, true));
+  const std::string what = StrCat("GET ", path);
+  pplx::cancellation_token_source cancel;
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      http::http_response response,
+      impl_->Send("GET", path, "", "", /*watch=*/true, cancel.get_token()));
+  const int code = response.status_code();
+  if (code != 200) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(std::string body, impl_->ReadBody(what, response));
+    return ApiErrorFromResponse(code, body, HeaderValue(response.headers(), "Retry-After"),
+                                what);
+  }
+  return std::unique_ptr<WatchStream>(
+      new CppRestWatchStream(what, std::move(response), std::move(cancel)));
+}
+
+}  // namespace clusterprof::kube
