@@ -31,9 +31,12 @@ namespace clusterprof::kube {
 
 class KubeFixture : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
+  static void SetUpTestSuite() { StartPlane({}); }
+
+  // For suites that need other server flags: call from their own SetUpTestSuite.
+  static void StartPlane(const testing::KubeControlPlaneOptions& options) {
     absl::StatusOr<std::unique_ptr<testing::KubeControlPlane>> plane =
-        testing::KubeControlPlane::Start();
+        testing::KubeControlPlane::Start(options);
     start_status_ = new absl::Status(plane.status());
     if (plane.ok()) plane_ = plane->release();
   }

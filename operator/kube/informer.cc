@@ -1,0 +1,497 @@
+#include "operator/kube/informer.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "common/check.h"
+#include "common/strings.h"
+#include "operator/kube/api_error.h"
+#include "spdlog/spdlog.h"
+
+namespace clusterprof::kube {
+namespace {
+
+std::string LabelIndexKey(std::string_view key, std::string_view value) {
+  return StrCat(key, "=", value);
+}
+
+// The resourceVersion an ERROR event's Status or a failed call carries no hint of: 410 in a
+// Status object.
+bool IsGoneStatusObject(const web::json::value& status) {
+  return status.is_object() && status.has_integer_field("code") &&
+         status.at("code").as_integer() == 410;
+}
+
+}  // namespace
+
+// ObjectStore
+
+ObjectPtr ObjectStore::Get(std::string_view key) const {
+  MutexLock lock(&mu_);
+  const auto it = objects_.find(AbslView(key));
+  return it == objects_.end() ? nullptr : it->second;
+}
+
+std::vector<ObjectPtr> ObjectStore::List(std::string_view ns,
+                                         const LabelSelector* selector) const {
+  MutexLock lock(&mu_);
+  // Start from the smallest candidate set an index gives: an equality requirement's label
+  // index, else the namespace's, else everything.
+  const absl::flat_hash_set<ObjectPtr>* candidates = nullptr;
+  if (selector != nullptr) {
+    for (const LabelRequirement& r : selector->requirements()) {
+      if (r.op != LabelRequirement::Operator::kEquals &&
+          !(r.op == LabelRequirement::Operator::kIn && r.values.size() == 1)) {
+        continue;
+      }
+      const auto it = by_label_.find(LabelIndexKey(r.key, r.values[0]));
+      if (it == by_label_.end()) return {};
+      if (candidates == nullptr || it->second.size() < candidates->size()) {
+        candidates = &it->second;
+      }
+    }
+  }
+  if (!ns.empty()) {
+    const auto it = by_namespace_.find(AbslView(ns));
+    if (it == by_namespace_.end()) return {};
+    if (candidates == nullptr || it->second.size() < candidates->size()) {
+      candidates = &it->second;
+    }
+  }
+  std::vector<ObjectPtr> out;
+  auto consider = [&](const ObjectPtr& object) {
+    if (!ns.empty() && object->metadata.namespace_ != ns) return;
+    if (selector != nullptr && !selector->Matches(object->metadata.labels)) return;
+    out.push_back(object);
+  };
+  if (candidates != nullptr) {
+    out.reserve(candidates->size());
+    for (const ObjectPtr& object : *candidates) consider(object);
+  } else {
+    out.reserve(objects_.size());
+    for (const auto& [key, object] : objects_) consider(object);
+  }
+  return out;
+}
+
+size_t ObjectStore::size() const {
+  MutexLock lock(&mu_);
+  return objects_.size();
+}
+
+void ObjectStore::IndexLocked(const ObjectPtr& object) {
+  by_namespace_[object->metadata.namespace_].insert(object);
+  for (const auto& [key, value] : object->metadata.labels) {
+    by_label_[LabelIndexKey(key, value)].insert(object);
+  }
+}
+
+void ObjectStore::UnindexLocked(const ObjectPtr& object) {
+  auto remove = [&](auto& index, const std::string& key) {
+    const auto it = index.find(key);
+    if (it == index.end()) return;
+    it->second.erase(object);
+    if (it->second.empty()) index.erase(it);
+  };
+  remove(by_namespace_, object->metadata.namespace_);
+  for (const auto& [key, value] : object->metadata.labels) {
+    remove(by_label_, LabelIndexKey(key, value));
+  }
+}
+
+ObjectStore::Change ObjectStore::Upsert(ObjectPtr object) {
+  MutexLock lock(&mu_);
+  ObjectPtr& slot = objects_[object->metadata.Key()];
+  Change change{slot == nullptr ? Change::Kind::kAdd : Change::Kind::kUpdate, slot, object};
+  if (slot != nullptr) UnindexLocked(slot);
+  slot = std::move(object);
+  IndexLocked(slot);
+  return change;
+}
+
+ObjectStore::Change ObjectStore::Remove(const ObjectPtr& object) {
+  MutexLock lock(&mu_);
+  const auto it = objects_.find(object->metadata.Key());
+  if (it == objects_.end()) return {Change::Kind::kDelete, nullptr, nullptr};
+  Change change{Change::Kind::kDelete, it->second, nullptr};
+  UnindexLocked(it->second);
+  objects_.erase(it);
+  return change;
+}
+
+std::vector<ObjectStore::Change> ObjectStore::Replace(std::vector<ObjectPtr> objects) {
+  absl::flat_hash_map<std::string, ObjectPtr> fresh;
+  fresh.reserve(objects.size());
+  for (ObjectPtr& object : objects) {
+    std::string key = object->metadata.Key();
+    fresh.insert_or_assign(std::move(key), std::move(object));
+  }
+  std::vector<Change> changes;
+  MutexLock lock(&mu_);
+  for (auto it = objects_.begin(); it != objects_.end();) {
+    if (!fresh.contains(it->first)) {
+      changes.push_back({Change::Kind::kDelete, it->second, nullptr});
+      UnindexLocked(it->second);
+      objects_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [key, object] : fresh) {
+    ObjectPtr& slot = objects_[key];
+    if (slot == nullptr) {
+      changes.push_back({Change::Kind::kAdd, nullptr, object});
+    } else if (slot->metadata.resource_version != object->metadata.resource_version) {
+      changes.push_back({Change::Kind::kUpdate, slot, object});
+      UnindexLocked(slot);
+    } else {
+      continue;  // unchanged: keep the cached object
+    }
+    slot = std::move(object);
+    IndexLocked(slot);
+  }
+  return changes;
+}
+
+// Informer
+
+Informer::Informer(RestClient* client, Clock* clock, InformerOptions options)
+    : client_(client),
+      clock_(clock),
+      options_(std::move(options)),
+      backoff_ns_(options_.initial_backoff_ns),
+      jitter_state_(static_cast<uint64_t>(clock->MonotonicNs()) | 1) {}
+
+Informer::~Informer() { Stop(); }
+
+void Informer::AddEventHandler(ResourceEventHandler* handler) {
+  MutexLock lock(&dispatch_mu_);
+  handlers_.push_back(handler);
+  for (const ObjectPtr& object : store_.List()) handler->OnAdd(object, /*initial_list=*/true);
+}
+
+void Informer::Start() {
+  CLUSTERPROF_CHECK(!thread_.joinable()) << "Informer::Start called twice";
+  thread_ = std::thread([this] { Run(); });
+  if (options_.resync_period_ns > 0) resync_thread_ = std::thread([this] { RunResync(); });
+}
+
+void Informer::Stop() {
+  {
+    MutexLock lock(&mu_);
+    stopped_ = true;
+    if (watch_ != nullptr) watch_->Cancel();
+  }
+  stop_.store(true, std::memory_order_release);
+  clock_->Wake();
+  if (thread_.joinable()) thread_.join();
+  if (resync_thread_.joinable()) resync_thread_.join();
+}
+
+bool Informer::HasSynced() const {
+  MutexLock lock(&mu_);
+  return synced_;
+}
+
+bool Informer::WaitForSync() {
+  MutexLock lock(&mu_);
+  mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return synced_ || stopped_; });
+  return synced_;
+}
+
+ObjectPtr Informer::Get(std::string_view ns, std::string_view name) const {
+  return store_.Get(ObjectKey(options_.type.namespaced ? ns : "", name));
+}
+
+std::vector<ObjectPtr> Informer::List(std::string_view ns, const LabelSelector* selector) const {
+  return store_.List(ns, selector);
+}
+
+std::string Informer::resource_version() const {
+  MutexLock lock(&mu_);
+  return resource_version_;
+}
+
+InformerStats Informer::stats() const {
+  MutexLock lock(&mu_);
+  return stats_;
+}
+
+std::string Informer::last_error() const {
+  MutexLock lock(&mu_);
+  return last_error_;
+}
+
+void Informer::SetError(const absl::Status& status) {
+  MutexLock lock(&mu_);
+  last_error_ = status.ok() ? "" : std::string(status.message());
+}
+
+void Informer::Dispatch(const std::vector<ObjectStore::Change>& changes, bool initial_list) {
+  MutexLock lock(&dispatch_mu_);
+  for (const ObjectStore::Change& change : changes) {
+    for (ResourceEventHandler* handler : handlers_) {
+      switch (change.kind) {
+        case ObjectStore::Change::Kind::kAdd:
+          handler->OnAdd(change.new_object, initial_list);
+          break;
+        case ObjectStore::Change::Kind::kUpdate:
+          handler->OnUpdate(change.old_object, change.new_object);
+          break;
+        case ObjectStore::Change::Kind::kDelete:
+          // Deletions found by a list are inferred: the final state is unknown.
+          handler->OnDelete(change.old_object, /*final_state_unknown=*/true);
+          break;
+      }
+    }
+  }
+}
+
+absl::Status Informer::ListAndReplace(bool relist) {
+  const Decoder decoder = options_.decoder ? options_.decoder : JsonDecoder();
+  ListOptions list_options;
+  list_options.label_selector = options_.label_selector;
+  list_options.field_selector = options_.field_selector;
+  list_options.limit = options_.page_size;
+  // Decode page by page, so that only one page of raw JSON is held at a time.
+  std::vector<ObjectPtr> objects;
+  std::string resource_version;
+  int64_t decode_errors = 0;
+  while (true) {
+    if (stop_.load(std::memory_order_acquire)) return absl::CancelledError("stopped");
+    absl::StatusOr<ObjectList> page =
+        client_->List(options_.type, options_.namespace_, list_options);
+    if (!page.ok()) {
+      // An expired continue token: the snapshot is gone; start the list again.
+      if (IsGone(page.status()) && !list_options.continue_token.empty()) {
+        objects.clear();
+        resource_version.clear();
+        list_options.continue_token.clear();
+        continue;
+      }
+      return page.status();
+    }
+    if (resource_version.empty()) resource_version = page->resource_version;
+    for (web::json::value& item : page->items) {
+      absl::StatusOr<std::shared_ptr<Object>> object = decoder(item);
+      if (!object.ok()) {
+        ++decode_errors;
+        spdlog::warn("informer {}: skipping an object that does not decode: {}", options_.name,
+                     std::string(object.status().message()));
+        continue;
+      }
+      objects.push_back(*std::move(object));
+    }
+    if (page->continue_token.empty()) break;
+    list_options.continue_token = std::move(page->continue_token);
+  }
+  bool initial;
+  {
+    MutexLock lock(&mu_);
+    initial = !synced_;
+  }
+  std::vector<ObjectStore::Change> changes = store_.Replace(std::move(objects));
+  {
+    MutexLock lock(&mu_);
+    resource_version_ = resource_version;
+    ++stats_.lists;
+    if (relist) ++stats_.relists;
+    stats_.decode_errors += decode_errors;
+  }
+  Dispatch(changes, initial);
+  {
+    MutexLock lock(&mu_);
+    synced_ = true;
+  }
+  return absl::OkStatus();
+}
+
+void Informer::Apply(WatchEvent& event) {
+  const Decoder& decoder = options_.decoder ? options_.decoder : JsonDecoder();
+  absl::StatusOr<std::shared_ptr<Object>> decoded = decoder(event.object);
+  if (!decoded.ok()) {
+    spdlog::warn("informer {}: skipping a {} event whose object does not decode: {}",
+                 options_.name, std::string(WatchEventTypeName(event.type)),
+                 std::string(decoded.status().message()));
+    MutexLock lock(&mu_);
+    ++stats_.decode_errors;
+    return;
+  }
+  ObjectPtr object = *std::move(decoded);
+  const std::string resource_version = object->metadata.resource_version;
+  std::vector<ObjectStore::Change> changes;
+  bool final_state_known = true;
+  if (event.type == WatchEvent::Type::kDeleted) {
+    ObjectStore::Change change = store_.Remove(object);
+    // Deliver the deleted object as the server last had it.
+    change.old_object = object;
+    changes.push_back(std::move(change));
+  } else {
+    changes.push_back(store_.Upsert(std::move(object)));
+  }
+  {
+    MutexLock lock(&mu_);
+    resource_version_ = resource_version;
+    ++stats_.events;
+  }
+  MutexLock lock(&dispatch_mu_);
+  for (const ObjectStore::Change& change : changes) {
+    for (ResourceEventHandler* handler : handlers_) {
+      switch (change.kind) {
+        case ObjectStore::Change::Kind::kAdd:
+          handler->OnAdd(change.new_object, false);
+          break;
+        case ObjectStore::Change::Kind::kUpdate:
+          handler->OnUpdate(change.old_object, change.new_object);
+          break;
+        case ObjectStore::Change::Kind::kDelete:
+          handler->OnDelete(change.old_object, !final_state_known);
+          break;
+      }
+    }
+  }
+}
+
+absl::Status Informer::WatchOnce(bool* delivered) {
+  ListOptions options;
+  options.label_selector = options_.label_selector;
+  options.field_selector = options_.field_selector;
+  options.allow_watch_bookmarks = true;
+  options.resource_version = resource_version();
+  // xorshift: spread reconnects without a shared random engine.
+  jitter_state_ ^= jitter_state_ << 13;
+  jitter_state_ ^= jitter_state_ >> 7;
+  jitter_state_ ^= jitter_state_ << 17;
+  options.timeout_seconds =
+      options_.min_watch_timeout_s +
+      static_cast<int>(jitter_state_ % static_cast<uint64_t>(std::max(1, options_.min_watch_timeout_s)));
+  absl::StatusOr<std::unique_ptr<WatchStream>> watch =
+      client_->Watch(options_.type, options_.namespace_, options);
+  if (!watch.ok()) return watch.status();
+  {
+    MutexLock lock(&mu_);
+    ++stats_.watches;
+    if (stopped_) return absl::CancelledError("stopped");
+    watch_ = watch->get();
+  }
+  absl::Status result = absl::OkStatus();
+  while (!stop_.load(std::memory_order_acquire)) {
+    absl::StatusOr<std::optional<WatchEvent>> event = (*watch)->Next();
+    if (!event.ok()) {
+      result = event.status();
+      break;
+    }
+    if (!event->has_value()) break;  // the server's timeout: watch again from here
+    WatchEvent& e = **event;
+    if (e.type == WatchEvent::Type::kError) {
+      if (IsGoneStatusObject(e.object)) {
+        result = absl::OutOfRangeError(
+            StrCat("watch of ", options_.type.Describe(), ": resourceVersion ",
+                   options.resource_version, " is too old (410 Gone)"));
+      } else {
+        result = absl::UnavailableError(
+            StrCat("watch of ", options_.type.Describe(), " sent an error: ",
+                   e.object.serialize()));
+      }
+      break;
+    }
+    if (e.type == WatchEvent::Type::kBookmark) {
+      const web::json::value& object = e.object;
+      if (object.has_object_field("metadata") &&
+          object.at("metadata").has_string_field("resourceVersion")) {
+        MutexLock lock(&mu_);
+        resource_version_ = object.at("metadata").at("resourceVersion").as_string();
+        ++stats_.bookmarks;
+      }
+      continue;
+    }
+    Apply(e);
+    *delivered = true;
+  }
+  MutexLock lock(&mu_);
+  watch_ = nullptr;
+  return result;
+}
+
+bool Informer::Backoff(int64_t at_least_ns) {
+  jitter_state_ ^= jitter_state_ << 13;
+  jitter_state_ ^= jitter_state_ >> 7;
+  jitter_state_ ^= jitter_state_ << 17;
+  // Up to 50% more than the backoff, like wait.Jitter(d, 0.5)... minus nothing: never shorter.
+  const int64_t jitter =
+      static_cast<int64_t>(jitter_state_ % static_cast<uint64_t>(backoff_ns_ / 2 + 1));
+  const int64_t wait_ns = std::max(backoff_ns_ + jitter, at_least_ns);
+  backoff_ns_ = std::min(backoff_ns_ * 2, options_.max_backoff_ns);
+  return clock_->SleepUntilMonotonicNsUnless(clock_->MonotonicNs() + wait_ns, stop_);
+}
+
+void Informer::Run() {
+  bool need_list = true;
+  bool relist = false;
+  while (!stop_.load(std::memory_order_acquire)) {
+    if (need_list) {
+      absl::Status status = ListAndReplace(relist);
+      if (stop_.load(std::memory_order_acquire)) break;
+      if (!status.ok()) {
+        SetError(status);
+        int64_t at_least_ns = 0;
+        if (const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status)) {
+          if (info->http_code == 429) {
+            MutexLock lock(&mu_);
+            ++stats_.throttled;
+          }
+          if (info->retry_after_s > 0) at_least_ns = info->retry_after_s * kNanosPerSecond;
+        }
+        spdlog::warn("informer {}: list failed: {}", options_.name,
+                     std::string(status.message()));
+        if (!Backoff(at_least_ns)) break;
+        continue;
+      }
+      SetError(absl::OkStatus());
+      need_list = false;
+      relist = false;
+    }
+    bool delivered = false;
+    absl::Status status = WatchOnce(&delivered);
+    if (stop_.load(std::memory_order_acquire)) break;
+    if (delivered) backoff_ns_ = options_.initial_backoff_ns;
+    if (status.ok()) continue;  // a clean end: watch again at once
+    if (IsGone(status) || status.code() == absl::StatusCode::kOutOfRange) {
+      spdlog::info("informer {}: {}; listing again", options_.name,
+                   std::string(status.message()));
+      need_list = true;
+      relist = true;
+      continue;
+    }
+    {
+      MutexLock lock(&mu_);
+      ++stats_.watch_errors;
+    }
+    SetError(status);
+    int64_t at_least_ns = 0;
+    if (const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status)) {
+      if (info->http_code == 429) {
+        MutexLock lock(&mu_);
+        ++stats_.throttled;
+      }
+      if (info->retry_after_s > 0) at_least_ns = info->retry_after_s * kNanosPerSecond;
+    }
+    spdlog::warn("informer {}: watch failed: {}", options_.name, std::string(status.message()));
+    if (!Backoff(at_least_ns)) break;
+  }
+}
+
+void Informer::RunResync() {
+  int64_t next = clock_->MonotonicNs() + options_.resync_period_ns;
+  while (clock_->SleepUntilMonotonicNsUnless(next, stop_)) {
+    next += options_.resync_period_ns;
+    if (!HasSynced()) continue;
+    MutexLock lock(&dispatch_mu_);
+    for (const ObjectPtr& object : store_.List()) {
+      for (ResourceEventHandler* handler : handlers_) handler->OnUpdate(object, object);
+    }
+  }
+}
+
+}  // namespace clusterprof::kube
