@@ -23,6 +23,9 @@ bool IsGoneStatusObject(const web::json::value& status) {
          status.at("code").as_integer() == 410;
 }
 
+// A watch shorter than this that delivered nothing counts as a failure.
+constexpr int64_t kShortWatchNs = kNanosPerSecond;
+
 }  // namespace
 
 // ObjectStore
@@ -321,12 +324,14 @@ void Informer::Apply(WatchEvent& event) {
   ObjectPtr object = *std::move(decoded);
   const std::string resource_version = object->metadata.resource_version;
   std::vector<ObjectStore::Change> changes;
-  bool final_state_known = true;
   if (event.type == WatchEvent::Type::kDeleted) {
     ObjectStore::Change change = store_.Remove(object);
-    // Deliver the deleted object as the server last had it.
-    change.old_object = object;
-    changes.push_back(std::move(change));
+    // Deliver the deleted object as the server last had it; nothing when the cache never had
+    // it (no phantom deletes).
+    if (change.old_object != nullptr) {
+      change.old_object = object;
+      changes.push_back(std::move(change));
+    }
   } else {
     changes.push_back(store_.Upsert(std::move(object)));
   }
@@ -346,7 +351,7 @@ void Informer::Apply(WatchEvent& event) {
           handler->OnUpdate(change.old_object, change.new_object);
           break;
         case ObjectStore::Change::Kind::kDelete:
-          handler->OnDelete(change.old_object, !final_state_known);
+          handler->OnDelete(change.old_object, /*final_state_unknown=*/false);
           break;
       }
     }
@@ -453,10 +458,18 @@ void Informer::Run() {
       relist = false;
     }
     bool delivered = false;
+    const int64_t watch_start_ns = clock_->MonotonicNs();
     absl::Status status = WatchOnce(&delivered);
     if (stop_.load(std::memory_order_acquire)) break;
     if (delivered) backoff_ns_ = options_.initial_backoff_ns;
-    if (status.ok()) continue;  // a clean end: watch again at once
+    if (status.ok() && !delivered &&
+        clock_->MonotonicNs() - watch_start_ns < kShortWatchNs) {
+      // A watch that ends at once with nothing in it is a server (or proxy) in trouble, not
+      // its timeout: back off rather than spin.
+      status = absl::UnavailableError(
+          StrCat("watch of ", options_.type.Describe(), " ended at once with no events"));
+    }
+    if (status.ok()) continue;  // the server's timeout: watch again at once
     if (IsGone(status) || status.code() == absl::StatusCode::kOutOfRange) {
       spdlog::info("informer {}: {}; listing again", options_.name,
                    std::string(status.message()));
