@@ -140,7 +140,8 @@ class WorkQueue {
 // one sleeper on the clock (SimulatedClock::WaitForSleepers counts it).
 //
 // Thread-safe. ShutDown (or destruction) drops the items still waiting, stops the waiting loop
-// and shuts the WorkQueue down. `clock` and `metrics` (may be null) must outlive the queue.
+// and shuts the WorkQueue down; destroy the queue only once its workers have returned from Get.
+// `clock` and `metrics` (may be null) must outlive the queue.
 class RateLimitingQueue {
  public:
   // As client-go's heartbeat: the longest the waiting loop sleeps without looking again, a

@@ -24,7 +24,7 @@ TEST(WorkQueueTest, AnItemIsQueuedOnceHoweverOftenAdded) {
   queue.Add("ns/b");
   queue.Add("ns/a");
   queue.Add("ns/a");
-  EXPECT_EQ(queue.Len(), 2);
+  ASSERT_EQ(queue.Len(), 2);
   EXPECT_EQ(queue.Get(), "ns/a");
   EXPECT_EQ(queue.Get(), "ns/b");
   EXPECT_EQ(queue.Len(), 0);
@@ -54,7 +54,7 @@ TEST(WorkQueueTest, AnItemAddedWhileProcessingComesBackAfterDone) {
   EXPECT_EQ(queue.Len(), 0);
   EXPECT_EQ(queue.Stats().depth, 1);
   queue.Done("ns/a");
-  EXPECT_EQ(queue.Len(), 1);
+  ASSERT_EQ(queue.Len(), 1);
   EXPECT_EQ(queue.Get(), "ns/a");
   queue.Done("ns/a");
   EXPECT_EQ(queue.Len(), 0);
@@ -68,6 +68,7 @@ TEST(WorkQueueTest, AProcessingItemIsNotHandedToASecondWorker) {
   queue.Add("ns/a");
   ASSERT_EQ(queue.Get(), "ns/a");
   queue.Add("ns/a");
+  ASSERT_EQ(queue.Len(), 0);
   std::optional<std::string> second;
   std::thread worker([&] { second = queue.Get(); });
   // The second worker has to wait although the item was added again.
@@ -307,7 +308,7 @@ TEST(RateLimitingQueueTest, AddAfterMakesTheItemAvailableAtTheDeadline) {
   clock.AdvanceNs(100 * kMs - 1);
   EXPECT_EQ(queue.Len(), 0);
   clock.AdvanceNs(1);
-  EXPECT_EQ(queue.Len(), 1);
+  ASSERT_EQ(queue.Len(), 1);
   EXPECT_EQ(queue.Stats().waiting, 0);
   EXPECT_EQ(queue.Get(), "ns/a");
 }
@@ -322,7 +323,7 @@ TEST(RateLimitingQueueTest, TheEarlierDeadlineWins) {
   clock.AdvanceNs(50 * kMs - 1);
   EXPECT_EQ(queue.Len(), 0);
   clock.AdvanceNs(1);
-  EXPECT_EQ(queue.Len(), 1);
+  ASSERT_EQ(queue.Len(), 1);
   ASSERT_EQ(queue.Get(), "ns/a");
   queue.Done("ns/a");
   // It waited once: nothing comes back at the later deadlines.
@@ -339,6 +340,7 @@ TEST(RateLimitingQueueTest, DueItemsComeOutInDeadlineOrder) {
   queue.AddAfter("b", 20 * kMs);
   queue.AddAfter("d", 20 * kMs);
   clock.AdvanceNs(30 * kMs);
+  ASSERT_EQ(queue.Len(), 4);
   EXPECT_EQ(queue.Get(), "a");
   EXPECT_EQ(queue.Get(), "b");
   EXPECT_EQ(queue.Get(), "d");
@@ -372,16 +374,16 @@ TEST(RateLimitingQueueTest, ABlockedGetWakesWhenTheDeadlinePasses) {
   EXPECT_EQ(got, "ns/a");
 }
 
-TEST(RateLimitingQueueTest, TheWaitingLoopSleepsOnTheClock) {
+TEST(RateLimitingQueueTest, AnEarlierDeadlineWakesTheSleepingWaitingLoop) {
   SimulatedClock clock;
   RateLimitingQueue queue(&clock, DefaultControllerRateLimiter(&clock));
-  // Found asleep (its heartbeat), and again after an earlier deadline woke it.
-  clock.WaitForSleepers(1);
-  queue.AddAfter("ns/a", kMs);
+  // The waiting loop is asleep until its heartbeat (nothing was waiting when it looked).
   clock.WaitForSleepers(1);
   std::optional<std::string> got;
   std::thread worker([&] { got = queue.Get(); });
   queue.WaitForBlockedGets(1);
+  // Unless AddAfter wakes the loop to look again, it sleeps through this deadline.
+  queue.AddAfter("ns/a", kMs);
   clock.AdvanceNs(kMs);
   worker.join();
   EXPECT_EQ(got, "ns/a");
