@@ -36,7 +36,7 @@ std::optional<std::string> WorkQueue::Get() {
   if (queue_.empty() && !shutting_down_) {
     ++blocked_gets_;
     mu_.Await([this]()
-                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !queue_.empty() || shutting_down_; });
+                  ABSL_NO_THREAD_SAFETY_ANALYSIS { return !queue_.empty() || shutting_down_; });
     --blocked_gets_;
   }
   if (queue_.empty()) return std::nullopt;
@@ -81,8 +81,7 @@ void WorkQueue::ShutDownWithDrain() {
   MutexLock lock(&mu_);
   shutting_down_ = true;
   draining_ = true;
-  mu_.Await([this]()
-                ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return processing_.empty() || !draining_; });
+  mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return processing_.empty() || !draining_; });
 }
 
 bool WorkQueue::ShuttingDown() {
@@ -108,7 +107,7 @@ WorkQueueStats WorkQueue::Stats() {
 
 void WorkQueue::WaitForBlockedGets(int count) {
   MutexLock lock(&mu_);
-  mu_.Await([this, count]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return blocked_gets_ >= count; });
+  mu_.Await([this, count]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return blocked_gets_ >= count; });
 }
 
 RateLimitingQueue::RateLimitingQueue(Clock* clock, std::unique_ptr<RateLimiter> limiter,

@@ -243,6 +243,7 @@ TEST(WorkQueueTest, ConcurrentWorkersNeverShareAnItemAndMissNoAdd) {
   int processed = 0;
 
   std::vector<std::thread> workers;
+  workers.reserve(kWorkers);
   for (int w = 0; w < kWorkers; ++w) {
     workers.emplace_back([&] {
       while (std::optional<std::string> item = queue.Get()) {
@@ -265,6 +266,7 @@ TEST(WorkQueueTest, ConcurrentWorkersNeverShareAnItemAndMissNoAdd) {
     });
   }
   std::vector<std::thread> producers;
+  producers.reserve(kProducers);
   for (int p = 0; p < kProducers; ++p) {
     producers.emplace_back([&, p] {
       for (int i = 0; i < kAddsPerProducer; ++i) {
