@@ -77,8 +77,8 @@ bool TokenBucket::AcceptUnless(const std::atomic<bool>& stop) {
   if (stop.load(std::memory_order_acquire)) return false;
   const Reservation reservation = Reserve();
   if (reservation.wait_ns == 0) return true;
-  return clock_->SleepUntilMonotonicNsUnless(
-      SaturatingAdd(reservation.now_ns, reservation.wait_ns), stop);
+  return clock_->SleepUntilMonotonicNsUnless(SaturatingAdd(reservation.now_ns, reservation.wait_ns),
+                                             stop);
 }
 
 ItemExponentialFailureRateLimiter::ItemExponentialFailureRateLimiter(int64_t base_delay_ns,
