@@ -28,6 +28,7 @@
 
 // cpprestsdk's U() macro collides with gtest's templates unless turned off.
 #define _TURN_OFF_PLATFORM_STRING
+#include <cpprest/containerstream.h>
 #include <cpprest/http_client.h>
 #include <cpprest/json.h>
 
@@ -245,7 +246,12 @@ class FaultProxyTest : public ::testing::Test {
       request.set_request_uri(path);
       request.headers().add("Authorization", "Bearer " + plane_->admin_token());
       request.headers().add("Accept", "application/json");
-      if (!body.empty()) request.set_body(body, "application/json");
+      if (!body.empty()) {
+        // Bytes, not a string: cpprestsdk's string bodies read a char buffer as an unsigned char
+        // one, which UBSan reports.
+        request.headers().set_content_type("application/json");
+        request.set_body(std::vector<unsigned char>(body.begin(), body.end()));
+      }
       web::http::http_response response = client.request(request).get();
       result.status_code = response.status_code();
       if (response.headers().has("Retry-After")) {
@@ -439,15 +445,17 @@ TEST_F(FaultProxyTest, CpprestsdkSeesADroppedWatchAsAnError) {
                 .status_code,
             201);
   Concurrency::streams::istream body = response.body();
-  Concurrency::streams::stringstreambuf line;
-  ASSERT_GT(body.read_line(line).get(), 0u);
-  const web::json::value event = ParseJson(line.collection());
-  EXPECT_EQ(StringField(event, "type"), "ADDED") << line.collection();
-  EXPECT_EQ(StringField(event.at("object").at("metadata"), "name"), "seen") << line.collection();
+  // Byte buffers: a char one (stringstreambuf) is read as unsigned char, which UBSan reports.
+  Concurrency::streams::container_buffer<std::vector<uint8_t>> line_buffer;
+  ASSERT_GT(body.read_line(line_buffer).get(), 0u);
+  const std::string line(line_buffer.collection().begin(), line_buffer.collection().end());
+  const web::json::value event = ParseJson(line);
+  EXPECT_EQ(StringField(event, "type"), "ADDED") << line;
+  EXPECT_EQ(StringField(event.at("object").at("metadata"), "name"), "seen") << line;
 
   EXPECT_EQ(proxy_->DropWatches(), 1);
   EXPECT_ANY_THROW({
-    Concurrency::streams::stringstreambuf rest;
+    Concurrency::streams::container_buffer<std::vector<uint8_t>> rest;
     body.read_line(rest).get();
     // A clean end would read nothing and report the end of the stream.
     if (body.is_eof()) ADD_FAILURE() << "the dropped watch ended cleanly";
