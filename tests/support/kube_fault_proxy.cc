@@ -290,6 +290,27 @@ class BufferedReader {
   std::string buffer_;
 };
 
+// Reads a chunked body to its end (trailers dropped) into `body`; false when it is malformed or
+// the source ends first.
+bool ReadChunkedBody(BufferedReader* reader, std::string* body) {
+  while (true) {
+    std::string size_line;
+    if (!reader->ReadThrough("\r\n", kMaxHeadBytes, &size_line)) return false;
+    const std::optional<uint64_t> size =
+        ParseNumber(std::string_view(size_line).substr(0, size_line.size() - 2), 16);
+    if (!size.has_value()) return false;
+    if (*size == 0) break;
+    std::string crlf;
+    if (!reader->ReadExactly(*size, body) || !reader->ReadExactly(2, &crlf) || crlf != "\r\n") {
+      return false;
+    }
+  }
+  for (std::string trailer; trailer != "\r\n";) {
+    if (!reader->ReadThrough("\r\n", kMaxHeadBytes, &trailer)) return false;
+  }
+  return true;
+}
+
 std::string OpenSslErrors() {
   std::string errors;
   while (const unsigned long error = ERR_get_error()) {
@@ -663,22 +684,7 @@ void KubeFaultProxy::Serve(Connection* connection) {
     const std::string* content_length = FindHeader(request.headers, "Content-Length");
     bool body_ok = true;
     if (transfer_encoding != nullptr && ContainsIgnoreCase(*transfer_encoding, "chunked")) {
-      while (body_ok) {
-        std::string size_line;
-        std::optional<uint64_t> size;
-        body_ok =
-            reader.ReadThrough("\r\n", kMaxHeadBytes, &size_line) &&
-            (size = ParseNumber(std::string_view(size_line).substr(0, size_line.size() - 2), 16))
-                .has_value();
-        if (!body_ok || *size == 0) break;
-        std::string crlf;
-        body_ok = reader.ReadExactly(*size, &request.body) && reader.ReadExactly(2, &crlf);
-      }
-      // Trailers, up to the empty line.
-      std::string trailer;
-      while (body_ok && (body_ok = reader.ReadThrough("\r\n", kMaxHeadBytes, &trailer)) &&
-             trailer != "\r\n") {
-      }
+      body_ok = ReadChunkedBody(&reader, &request.body);
     } else if (content_length != nullptr) {
       const std::optional<uint64_t> size = ParseNumber(*content_length);
       body_ok = size.has_value() && reader.ReadExactly(*size, &request.body);
