@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -88,6 +89,13 @@ std::string NamespaceJson(const std::string& name) {
   return StrCat(R"({"apiVersion":"v1","kind":"Namespace","metadata":{"name":")", name, R"("}})");
 }
 
+// A chunk size line's number.
+std::string HexSize(size_t size) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%zx", size);
+  return text;
+}
+
 struct ProxiedResponse {
   int status_code = 0;
   // The Retry-After header; empty when there was none.
@@ -95,14 +103,21 @@ struct ProxiedResponse {
   std::string body;
 };
 
-// A chunked HTTP/1.1 stream read over a plain socket, for what an HTTP library hides: whether
-// the terminating chunk came before the connection ended.
-class RawWatch {
+// One HTTP/1.1 exchange over a plain socket, for what an HTTP library hides: how the request is
+// framed, and whether the terminating chunk of the response came before the connection ended.
+class RawConnection {
  public:
   // Connects to 127.0.0.1:`port` and sends GET `target`.
-  static std::unique_ptr<RawWatch> Open(int port, const std::string& target,
-                                        const std::string& token) {
-    auto watch = std::unique_ptr<RawWatch>(new RawWatch());
+  static std::unique_ptr<RawConnection> Open(int port, const std::string& target,
+                                             const std::string& token) {
+    return OpenRequest(
+        port, StrCat("GET ", target, " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ",
+                     token, "\r\nAccept: application/json\r\n\r\n"));
+  }
+
+  // Connects to 127.0.0.1:`port` and sends `request` as it is.
+  static std::unique_ptr<RawConnection> OpenRequest(int port, const std::string& request) {
+    auto watch = std::unique_ptr<RawConnection>(new RawConnection());
     watch->fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     timeval timeout{};
     timeout.tv_sec = kReadTimeout.count();
@@ -115,9 +130,6 @@ class RawWatch {
       ADD_FAILURE() << "cannot connect to the proxy on port " << port;
       return nullptr;
     }
-    const std::string request =
-        StrCat("GET ", target, " HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ", token,
-               "\r\nAccept: application/json\r\n\r\n");
     if (send(watch->fd_, request.data(), request.size(), MSG_NOSIGNAL) !=
         static_cast<ssize_t>(request.size())) {
       ADD_FAILURE() << "cannot send the request";
@@ -126,7 +138,7 @@ class RawWatch {
     return watch;
   }
 
-  ~RawWatch() {
+  ~RawConnection() {
     if (fd_ >= 0) close(fd_);
   }
 
@@ -168,7 +180,7 @@ class RawWatch {
   bool timed_out() const { return timed_out_; }
 
  private:
-  RawWatch() = default;
+  RawConnection() = default;
 
   bool Receive() {
     char data[4096];
@@ -379,6 +391,26 @@ TEST_F(FaultProxyTest, PostBodiesPassThrough) {
   ExpectStatus(conflict, 409, "AlreadyExists");
 }
 
+TEST_F(FaultProxyTest, ChunkedRequestBodiesPassThrough) {
+  const std::string config_map = ConfigMapJson("sent-in-chunks");
+  const size_t half = config_map.size() / 2;
+  std::unique_ptr<RawConnection> post = RawConnection::OpenRequest(
+      proxy_->port(),
+      StrCat("POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+             "Authorization: Bearer ",
+             plane_->admin_token(),
+             "\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+             HexSize(half), "\r\n", config_map.substr(0, half), "\r\n",
+             HexSize(config_map.size() - half), "\r\n", config_map.substr(half), "\r\n0\r\n\r\n"));
+  ASSERT_NE(post, nullptr);
+  EXPECT_THAT(post->ReadHead(), HasSubstr("HTTP/1.1 201 Created"));
+
+  absl::StatusOr<HttpResponse> direct =
+      plane_->Get("/api/v1/namespaces/default/configmaps/sent-in-chunks", plane_->admin_token());
+  ASSERT_TRUE(direct.ok()) << direct.status();
+  EXPECT_EQ(direct->status_code, 200) << direct->body;
+}
+
 TEST_F(FaultProxyTest, LatencyDelaysEachRequest) {
   constexpr int kLatencyMs = 300;
   proxy_->SetLatencyMs(kLatencyMs);
@@ -393,7 +425,7 @@ TEST_F(FaultProxyTest, WatchStreamsEventsAndDropWatchesBreaksTheStream) {
   ASSERT_EQ(
       Send(web::http::methods::POST, "/api/v1/namespaces", NamespaceJson("watch-drop")).status_code,
       201);
-  std::unique_ptr<RawWatch> watch = RawWatch::Open(
+  std::unique_ptr<RawConnection> watch = RawConnection::Open(
       proxy_->port(), "/api/v1/namespaces/watch-drop/configmaps?watch=true", plane_->admin_token());
   ASSERT_NE(watch, nullptr);
   const std::string head = watch->ReadHead();
@@ -467,9 +499,9 @@ TEST_F(FaultProxyTest, DropWatchesAfterEventsForwardsExactlyThatMany) {
                 .status_code,
             201);
   proxy_->SetDropWatchesAfterEvents(2);
-  std::unique_ptr<RawWatch> watch =
-      RawWatch::Open(proxy_->port(), "/api/v1/namespaces/watch-limit/configmaps?watch=true",
-                     plane_->admin_token());
+  std::unique_ptr<RawConnection> watch =
+      RawConnection::Open(proxy_->port(), "/api/v1/namespaces/watch-limit/configmaps?watch=true",
+                          plane_->admin_token());
   ASSERT_NE(watch, nullptr);
   ASSERT_THAT(watch->ReadHead(), HasSubstr("HTTP/1.1 200"));
   for (const char* name : {"one", "two", "three"}) {
@@ -489,7 +521,7 @@ TEST_F(FaultProxyTest, DropWatchesAfterEventsForwardsExactlyThatMany) {
 }
 
 TEST_F(FaultProxyTest, AClientThatHangsUpEndsTheUpstreamWatch) {
-  std::unique_ptr<RawWatch> watch = RawWatch::Open(
+  std::unique_ptr<RawConnection> watch = RawConnection::Open(
       proxy_->port(), "/api/v1/namespaces/default/configmaps?watch=true", plane_->admin_token());
   ASSERT_NE(watch, nullptr);
   ASSERT_THAT(watch->ReadHead(), HasSubstr("HTTP/1.1 200"));
@@ -500,7 +532,7 @@ TEST_F(FaultProxyTest, AClientThatHangsUpEndsTheUpstreamWatch) {
 }
 
 TEST_F(FaultProxyTest, DestructionBreaksOpenWatches) {
-  std::unique_ptr<RawWatch> watch = RawWatch::Open(
+  std::unique_ptr<RawConnection> watch = RawConnection::Open(
       proxy_->port(), "/api/v1/namespaces/default/configmaps?watch=true", plane_->admin_token());
   ASSERT_NE(watch, nullptr);
   ASSERT_THAT(watch->ReadHead(), HasSubstr("HTTP/1.1 200"));
