@@ -29,8 +29,8 @@ namespace clusterprof::testing {
 namespace {
 
 // Limits on what a client or the upstream server may send in a request or response head.
-constexpr size_t kMaxHeadBytes = 64 * 1024;
-constexpr size_t kReadBufferBytes = 16 * 1024;
+constexpr size_t kMaxHeadBytes = size_t{64} * 1024;
+constexpr size_t kReadBufferBytes = size_t{16} * 1024;
 
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
@@ -290,14 +290,19 @@ class BufferedReader {
   std::string buffer_;
 };
 
+// `line` without its terminating "\r\n".
+std::string_view WithoutCrlf(std::string_view line) {
+  ConsumeSuffix(&line, "\r\n");
+  return line;
+}
+
 // Reads a chunked body to its end (trailers dropped) into `body`; false when it is malformed or
 // the source ends first.
 bool ReadChunkedBody(BufferedReader* reader, std::string* body) {
   while (true) {
     std::string size_line;
     if (!reader->ReadThrough("\r\n", kMaxHeadBytes, &size_line)) return false;
-    const std::optional<uint64_t> size =
-        ParseNumber(std::string_view(size_line).substr(0, size_line.size() - 2), 16);
+    const std::optional<uint64_t> size = ParseNumber(WithoutCrlf(size_line), 16);
     if (!size.has_value()) return false;
     if (*size == 0) break;
     std::string crlf;
@@ -425,8 +430,8 @@ struct KubeFaultProxy::Upstream : public ByteSource {
   SSL* ssl = nullptr;
 };
 
-absl::StatusOr<std::unique_ptr<KubeFaultProxy>> KubeFaultProxy::Start(std::string upstream_url,
-                                                                      std::string ca_file) {
+absl::StatusOr<std::unique_ptr<KubeFaultProxy>> KubeFaultProxy::Start(
+    const std::string& upstream_url, const std::string& ca_file) {
   std::unique_ptr<KubeFaultProxy> proxy(new KubeFaultProxy());
   std::string_view rest = upstream_url;
   if (ConsumePrefix(&rest, "https://")) {
@@ -654,11 +659,12 @@ void KubeFaultProxy::Serve(Connection* connection) {
     std::string head;
     if (!reader.ReadThrough("\r\n\r\n", kMaxHeadBytes, &head)) break;
     const size_t line_end = head.find("\r\n");
-    const std::string_view line = std::string_view(head).substr(0, line_end);
+    const std::string_view head_view = head;
+    const std::string_view line = head_view.substr(0, line_end);
     const size_t first_space = line.find(' ');
     const size_t last_space = line.rfind(' ');
     if (first_space == std::string_view::npos || first_space == last_space ||
-        !ParseHeaders(std::string_view(head).substr(line_end + 2), &request.headers)) {
+        !ParseHeaders(head_view.substr(line_end + 2), &request.headers)) {
       SendAll(fd, StatusResponse(400, "malformed request head", -1, false));
       break;
     }
@@ -875,14 +881,13 @@ bool KubeFaultProxy::StreamResponse(Connection* connection, const Request& reque
     if (!reader.ReadThrough("\r\n\r\n", kMaxHeadBytes, &response_head)) {
       return bad_gateway("no response head from the upstream server");
     }
-    const std::string_view line =
-        std::string_view(response_head).substr(0, response_head.find("\r\n"));
+    const std::string_view response_view = response_head;
+    const std::string_view line = response_view.substr(0, response_view.find("\r\n"));
     const size_t space = line.find(' ');
     const std::optional<uint64_t> code =
         space == std::string_view::npos ? std::nullopt : ParseNumber(line.substr(space + 1, 3));
     headers.clear();
-    if (!code.has_value() ||
-        !ParseHeaders(std::string_view(response_head).substr(line.size() + 2), &headers)) {
+    if (!code.has_value() || !ParseHeaders(response_view.substr(line.size() + 2), &headers)) {
       return bad_gateway("malformed response head from the upstream server");
     }
     status = static_cast<int>(*code);
@@ -990,8 +995,7 @@ bool KubeFaultProxy::StreamResponse(Connection* connection, const Request& reque
       while (true) {
         std::string size_line;
         if (!reader.ReadThrough("\r\n", kMaxHeadBytes, &size_line)) return false;
-        const std::optional<uint64_t> size =
-            ParseNumber(std::string_view(size_line).substr(0, size_line.size() - 2), 16);
+        const std::optional<uint64_t> size = ParseNumber(WithoutCrlf(size_line), 16);
         if (!size.has_value()) return false;
         if (*size == 0) break;
         for (uint64_t left = *size; left > 0; left -= piece.size()) {

@@ -43,8 +43,8 @@ namespace clusterprof::testing {
 class KubeFaultProxy {
  public:
   // `upstream_url`: "https://HOST:PORT" (verified against `ca_file`, PEM) or "http://HOST:PORT".
-  static absl::StatusOr<std::unique_ptr<KubeFaultProxy>> Start(std::string upstream_url,
-                                                               std::string ca_file);
+  static absl::StatusOr<std::unique_ptr<KubeFaultProxy>> Start(const std::string& upstream_url,
+                                                               const std::string& ca_file);
 
   ~KubeFaultProxy();
   KubeFaultProxy(const KubeFaultProxy&) = delete;
