@@ -19,6 +19,7 @@
 #include "operator/kube/object.h"
 #include "spdlog/spdlog.h"
 #include "tests/operator/kube/kube_fixture.h"
+#include "tests/support/kube_fault_proxy.h"
 
 namespace clusterprof::kube {
 namespace {
@@ -89,11 +90,12 @@ class RecordingHandler : public ResourceEventHandler {
 class InformerTest : public KubeFixture {
  protected:
   static void SetUpTestSuite() {
-    // A watch cache of 20 events per resource: a watch that falls 20 changes behind gets
-    // 410 Gone, so relists are easy to provoke.
+    // ConfigMap watches come from etcd itself (no watch cache: since 1.19 it keeps 75 s of
+    // events however small it is set), and etcd is compacted every second, so a watch that
+    // falls behind by more than a few seconds gets 410 Gone.
     testing::KubeControlPlaneOptions options;
-    options.extra_apiserver_flags = {"--default-watch-cache-size=20",
-                                     "--watch-cache-sizes=configmaps#20"};
+    options.extra_apiserver_flags = {"--watch-cache-sizes=configmaps#0",
+                                     "--etcd-compaction-interval=1s"};
     StartPlane(options);
   }
 
@@ -129,6 +131,47 @@ class InformerTest : public KubeFixture {
     }
     return state;
   }
+
+  // A fault proxy in front of the server, and an admin client that goes through it.
+  void StartProxy() {
+    absl::StatusOr<std::unique_ptr<testing::KubeFaultProxy>> proxy =
+        testing::KubeFaultProxy::Start(plane_->url(), plane_->ca_file());
+    ASSERT_TRUE(proxy.ok()) << proxy.status();
+    proxy_ = *std::move(proxy);
+    RestConfig config;
+    config.server = proxy_->url();
+    config.token = StaticToken(plane_->admin_token());
+    config.description = "the fault proxy";
+    absl::StatusOr<std::unique_ptr<RestClient>> client =
+        RestClient::Create(config, &clock_, Unlimited());
+    ASSERT_TRUE(client.ok()) << client.status();
+    proxied_ = *std::move(client);
+  }
+
+  // Changes `name`, then waits until the server no longer has `resource_version` (etcd has
+  // compacted it away), checked by watching from it: then a watch resumed from there gets 410.
+  void ChangeAndWaitUntilGone(const std::string& name, const std::string& resource_version) {
+    ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
+                              web::json::value::parse(R"({"data":{"v":"churn"}})"))
+                    .ok());
+    ASSERT_TRUE(Eventually([&] {
+      // Another change, so that there is a newer revision to compact to.
+      (void)admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
+                          web::json::value::parse(StrCat(R"({"data":{"t":")",
+                                                         clock_.MonotonicNs(), R"("}})")));
+      ListOptions options;
+      options.resource_version = resource_version;
+      absl::StatusOr<std::unique_ptr<WatchStream>> watch =
+          admin_->Watch(ConfigMaps(), ns_, options);
+      if (!watch.ok()) return IsGone(watch.status());
+      absl::StatusOr<std::optional<WatchEvent>> event = (*watch)->Next();
+      return event.ok() && event->has_value() && (*event)->type == WatchEvent::Type::kError &&
+             (*event)->object.at("code").as_integer() == 410;
+    })) << "resourceVersion " << resource_version << " was never compacted away";
+  }
+
+  std::unique_ptr<testing::KubeFaultProxy> proxy_;
+  std::unique_ptr<RestClient> proxied_;
 
   absl::Status CreateLabelled(const std::string& name, const std::string& app) {
     web::json::value object = ConfigMap(name, "0");
@@ -261,59 +304,126 @@ TEST_F(InformerTest, AnUnprivilegedInformerReportsForbiddenAndNeverSyncs) {
   informer.Stop();
 }
 
-// Many random changes, with the informer's watch repeatedly falling behind the server's small
-// watch cache (its watches end every second and it is held back by a slow handler), so that it
-// has to relist after 410 Gone. At the end the cache must equal the server, and the events the
-// handler saw must rebuild the same state, with no phantom add, update or delete.
-TEST_F(InformerTest, RandomChangesAndRelistsLeaveTheCacheEqualToTheServer) {
-  InformerOptions options = ConfigMapOptions();
-  options.min_watch_timeout_s = 1;
+// The watch breaks and cannot be resumed while the server moves on; when it can, its
+// resourceVersion is gone (410), and the informer lists again and delivers the differences.
+TEST_F(InformerTest, RelistAfterGoneDeliversExactlyTheDifferences) {
+  StartProxy();
+  for (const char* name : {"deleted", "updated", "kept", "churn"}) {
+    ASSERT_TRUE(CreateLabelled(name, "x").ok());
+  }
   RecordingHandler handler;
-  Informer informer(admin_.get(), &clock_, options);
+  Informer informer(proxied_.get(), &clock_, ConfigMapOptions());
   informer.AddEventHandler(&handler);
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync());
+  ASSERT_TRUE(proxy_->WaitForActiveWatches(1, std::chrono::seconds(30)));
 
-  // A handler that stalls now and then, so that the informer falls behind.
-  class SlowHandler : public ResourceEventHandler {
-   public:
-    std::atomic<bool> stall{false};
-    void OnUpdate(const ObjectPtr&, const ObjectPtr&) override {
-      while (stall.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } slow;
-  informer.AddEventHandler(&slow);
+  // Every watch attempt fails from now on; the open one breaks.
+  proxy_->FailNext(1'000'000, 503, "watch=true");
+  ASSERT_EQ(proxy_->DropWatches(), 1);
+  ASSERT_TRUE(Eventually([&] { return proxy_->faults_injected() >= 1; }));
+
+  ASSERT_TRUE(admin_->Delete(ConfigMaps(), ns_, "deleted").ok());
+  ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, "updated", PatchType::kMerge,
+                            web::json::value::parse(R"({"data":{"v":"new"}})"))
+                  .ok());
+  ASSERT_TRUE(CreateLabelled("added", "y").ok());
+  ChangeAndWaitUntilGone("churn", informer.resource_version());
+
+  const size_t before = handler.log().size();
+  proxy_->ClearFailures();
+  const std::map<std::string, std::string> server = ServerState();
+  ASSERT_TRUE(Eventually([&] { return CacheState(informer) == server; }));
+  EXPECT_GE(informer.stats().relists, 1);
+  EXPECT_GE(informer.stats().watch_errors, 1);
+  const std::vector<std::string> log = handler.log();
+  EXPECT_THAT(std::vector<std::string>(log.begin() + before, log.end()),
+              UnorderedElementsAre(StrCat("delete ", ns_, "/deleted (unknown)"),
+                                   StrCat("update ", ns_, "/updated"), StrCat("add ", ns_, "/added"),
+                                   StrCat("update ", ns_, "/churn")));
+  EXPECT_EQ(handler.model(), server);
+  EXPECT_EQ(handler.phantoms(), 0);
+  informer.Stop();
+}
+
+// A 429 on the list: the informer waits at least its Retry-After (on the informer's clock,
+// which the test drives) before asking again.
+TEST_F(InformerTest, A429OnTheListWaitsForRetryAfter) {
+  StartProxy();
+  ASSERT_TRUE(CreateLabelled("a", "x").ok());
+  proxy_->FailNext(1, 429, "/configmaps", "GET", /*retry_after_s=*/5);
+  SimulatedClock simulated;
+  Informer informer(proxied_.get(), &simulated, ConfigMapOptions());
+  informer.Start();
+  simulated.WaitForSleepers(1);
+  EXPECT_EQ(proxy_->faults_injected(), 1);
+  EXPECT_FALSE(informer.HasSynced());
+  EXPECT_THAT(informer.last_error(), ::testing::HasSubstr("429"));
+  // The backoff alone would be 50 to 75 ms; Retry-After says 5 s.
+  simulated.AdvanceNs(4900 * kNanosPerMilli);
+  EXPECT_EQ(simulated.sleepers(), 1);
+  EXPECT_EQ(proxy_->RequestsSeen("/configmaps", "GET"), 1);
+  simulated.AdvanceNs(100 * kNanosPerMilli);
+  ASSERT_TRUE(informer.WaitForSync());
+  EXPECT_EQ(informer.stats().throttled, 1);
+  EXPECT_EQ(informer.List().size(), 1u);
+  informer.Stop();
+}
+
+// Many random changes under random faults (watches broken after a few events, watch attempts
+// answered 503 or 429, stretches with no watch while the server moves past its watch cache).
+// At the end the cache must equal the server, and the events the handler saw must rebuild the
+// same state, with no phantom add, update or delete.
+TEST_F(InformerTest, RandomChangesUnderFaultsLeaveTheCacheEqualToTheServer) {
+  StartProxy();
+  ASSERT_TRUE(CreateLabelled("churn", "x").ok());
+  InformerOptions options = ConfigMapOptions();
+  RecordingHandler handler;
+  Informer informer(proxied_.get(), &clock_, options);
+  informer.AddEventHandler(&handler);
   informer.Start();
   ASSERT_TRUE(informer.WaitForSync());
 
   std::mt19937 random(20261122);
-  std::set<std::string> live;
-  for (int round = 0; round < 6; ++round) {
-    slow.stall = round % 2 == 1;
-    for (int i = 0; i < 60; ++i) {
+  for (int round = 0; round < 8; ++round) {
+    switch (round % 4) {
+      case 0:
+        proxy_->SetDropWatchesAfterEvents(1 + static_cast<int>(random() % 7));
+        break;
+      case 1:
+        proxy_->SetDropWatchesAfterEvents(0);
+        proxy_->FailNext(2, random() % 2 == 0 ? 503 : 429, "watch=true", "", 0);
+        proxy_->DropWatches();
+        break;
+      case 2:
+        // No watch at all while the server moves on: the next one gets 410.
+        proxy_->FailNext(1'000'000, 503, "watch=true");
+        proxy_->DropWatches();
+        break;
+      case 3:
+        proxy_->ClearFailures();
+        break;
+    }
+    for (int i = 0; i < 30; ++i) {
       const int choice = static_cast<int>(random() % 3);
-      const std::string name = StrCat("cm-", random() % 40);
-      if (choice == 0 || live.empty()) {
-        const absl::Status status =
-            admin_->Create(ConfigMaps(), ns_, ConfigMap(name, "0")).status();
-        ASSERT_TRUE(status.ok() || absl::IsAlreadyExists(status)) << status;
-        live.insert(name);
+      const std::string name = StrCat("cm-", random() % 25);
+      absl::Status status;
+      if (choice == 0) {
+        status = admin_->Create(ConfigMaps(), ns_, ConfigMap(name, "0")).status();
+        if (absl::IsAlreadyExists(status)) status = absl::OkStatus();
       } else if (choice == 1) {
-        const absl::Status status =
-            admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
-                          web::json::value::parse(StrCat(R"({"data":{"v":")", i, R"("}})")))
-                .status();
-        ASSERT_TRUE(status.ok() || absl::IsNotFound(status)) << status;
+        status = admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
+                               web::json::value::parse(StrCat(R"({"data":{"v":")", i, R"("}})")))
+                     .status();
       } else {
-        const absl::Status status = admin_->Delete(ConfigMaps(), ns_, name);
-        ASSERT_TRUE(status.ok() || absl::IsNotFound(status)) << status;
-        live.erase(name);
+        status = admin_->Delete(ConfigMaps(), ns_, name);
       }
+      ASSERT_TRUE(status.ok() || absl::IsNotFound(status)) << status;
     }
-    if (slow.stall) {
-      // Let the server's watch cache move well past the stalled watch, then release it.
-      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-      slow.stall = false;
-    }
+    if (round % 4 == 2) ChangeAndWaitUntilGone("churn", informer.resource_version());
   }
+  proxy_->ClearFailures();
+  proxy_->SetDropWatchesAfterEvents(0);
   const std::map<std::string, std::string> server = ServerState();
   ASSERT_TRUE(Eventually([&] { return CacheState(informer) == server; }))
       << "the cache never caught up with the server";
@@ -321,9 +431,11 @@ TEST_F(InformerTest, RandomChangesAndRelistsLeaveTheCacheEqualToTheServer) {
       << "the events do not rebuild the server's state";
   EXPECT_EQ(handler.phantoms(), 0);
   const InformerStats stats = informer.stats();
-  EXPECT_GT(stats.watches, 1);
-  spdlog::info("relists {}, watches {}, events {}, unknown-state deletes {}", stats.relists,
-               stats.watches, stats.events, handler.unknown_deletes());
+  EXPECT_GE(stats.relists, 1);
+  EXPECT_GE(stats.watch_errors, 4);
+  spdlog::info("relists {}, watches {}, watch errors {}, events {}, unknown-state deletes {}",
+               stats.relists, stats.watches, stats.watch_errors, stats.events,
+               handler.unknown_deletes());
   informer.Stop();
 }
 
