@@ -191,7 +191,14 @@ class RestClient::Impl {
         }
         request.headers().add("Authorization", StrCat("Bearer ", *token));
       }
-      if (!body.empty()) request.set_body(std::string(body), std::string(content_type));
+      if (!body.empty()) {
+        // Bytes, not a std::string: cpprestsdk's string body path reads a char buffer through
+        // an unsigned char stream buffer, which UBSan's vptr check rejects.
+        // The Content-Type set first is kept (the byte body would otherwise claim
+        // application/octet-stream).
+        request.headers().set_content_type(std::string(content_type));
+        request.set_body(std::vector<unsigned char>(body.begin(), body.end()));
+      }
       http::http_response response;
       try {
         response = (watch ? watches_ : requests_).request(request, cancel).get();
@@ -213,7 +220,8 @@ class RestClient::Impl {
   // The response body as a string.
   absl::StatusOr<std::string> ReadBody(std::string_view what, http::http_response& response) {
     try {
-      return response.extract_utf8string(true).get();
+      const std::vector<unsigned char> bytes = response.extract_vector().get();
+      return std::string(bytes.begin(), bytes.end());
     } catch (const std::exception& e) {
       return TransportError(what, config_.server, e);
     }
