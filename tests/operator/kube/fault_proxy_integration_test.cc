@@ -358,6 +358,12 @@ TEST_F(FaultProxyTest, TooManyRequestsWithRetryAfterThenSuccess) {
   EXPECT_EQ(StringField(ParseJson(passed.body), "kind"), "NamespaceList");
   EXPECT_EQ(proxy_->faults_injected(), 2);
   EXPECT_EQ(proxy_->RequestsSeen("/api/v1/namespaces"), 3);
+
+  // Rules not used up are forgotten on request.
+  proxy_->FailNext(1, 429, "/version");
+  proxy_->ClearFailures();
+  EXPECT_EQ(Send(web::http::methods::GET, "/version").status_code, 200);
+  EXPECT_EQ(proxy_->faults_injected(), 2);
 }
 
 TEST_F(FaultProxyTest, ServiceUnavailableAndInternalErrorMatchTheMethod) {
