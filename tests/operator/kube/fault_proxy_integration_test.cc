@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -225,7 +226,16 @@ class FaultProxyTest : public ::testing::Test {
   static void SetUpTestSuite() {
     absl::StatusOr<std::unique_ptr<KubeControlPlane>> plane = KubeControlPlane::Start();
     start_status_ = new absl::Status(plane.status());
-    if (plane.ok()) plane_ = plane->release();
+    if (!plane.ok()) return;
+    plane_ = plane->release();
+    // The tests create objects in "default", which the server makes shortly after it is ready.
+    if (!Eventually([] {
+          absl::StatusOr<HttpResponse> response =
+              plane_->Get("/api/v1/namespaces/default", plane_->admin_token());
+          return response.ok() && response->status_code == 200;
+        })) {
+      *start_status_ = absl::DeadlineExceededError("namespace default did not appear");
+    }
   }
 
   static void TearDownTestSuite() {
@@ -293,16 +303,22 @@ class FaultProxyTest : public ::testing::Test {
 };
 
 TEST_F(FaultProxyTest, GetPassesThroughAndMatchesADirectGet) {
+  // The server creates its own namespaces shortly after it is ready: wait for them, so that
+  // the list stays the same between the two GETs.
+  const std::set<std::string> built_in = {"default", "kube-node-lease", "kube-public",
+                                          "kube-system"};
+  absl::StatusOr<HttpResponse> direct;
+  ASSERT_TRUE(Eventually([&] {
+    direct = plane_->Get("/api/v1/namespaces", plane_->admin_token());
+    if (!direct.ok() || direct->status_code != 200) return false;
+    const std::set<std::string> names = ItemNames(direct->body);
+    return std::includes(names.begin(), names.end(), built_in.begin(), built_in.end());
+  })) << (direct.ok() ? direct->body : direct.status().ToString());
+
   const ProxiedResponse proxied = Send(web::http::methods::GET, "/api/v1/namespaces");
   ASSERT_EQ(proxied.status_code, 200) << proxied.body;
-  absl::StatusOr<HttpResponse> direct = plane_->Get("/api/v1/namespaces", plane_->admin_token());
-  ASSERT_TRUE(direct.ok()) << direct.status();
-  ASSERT_EQ(direct->status_code, 200) << direct->body;
-
   EXPECT_EQ(StringField(ParseJson(proxied.body), "kind"), "NamespaceList");
-  const std::set<std::string> names = ItemNames(proxied.body);
-  EXPECT_TRUE(names.count("default") == 1 && names.count("kube-system") == 1) << proxied.body;
-  EXPECT_EQ(names, ItemNames(direct->body));
+  EXPECT_EQ(ItemNames(proxied.body), ItemNames(direct->body)) << proxied.body;
   EXPECT_EQ(proxy_->requests_seen(), 1);
   EXPECT_EQ(proxy_->RequestsSeen("/api/v1/namespaces", "GET"), 1);
   EXPECT_EQ(proxy_->RequestsSeen("/api/v1/namespaces", "POST"), 0);
@@ -342,6 +358,12 @@ TEST_F(FaultProxyTest, TooManyRequestsWithRetryAfterThenSuccess) {
   EXPECT_EQ(StringField(ParseJson(passed.body), "kind"), "NamespaceList");
   EXPECT_EQ(proxy_->faults_injected(), 2);
   EXPECT_EQ(proxy_->RequestsSeen("/api/v1/namespaces"), 3);
+
+  // Rules not used up are forgotten on request.
+  proxy_->FailNext(1, 429, "/version");
+  proxy_->ClearFailures();
+  EXPECT_EQ(Send(web::http::methods::GET, "/version").status_code, 200);
+  EXPECT_EQ(proxy_->faults_injected(), 2);
 }
 
 TEST_F(FaultProxyTest, ServiceUnavailableAndInternalErrorMatchTheMethod) {
