@@ -10,6 +10,7 @@
 #define CLUSTERPROF_OPERATOR_KUBE_CONFIG_H_
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <map>
 #include <memory>

@@ -37,12 +37,14 @@ std::string Fixture(std::string_view relative) {
 }
 
 // The message as a std::string: gMock prints Debian's absl::string_view character by character.
-std::string Message(const absl::Status& status) { return std::string(status.message()); }
+std::string Message(const absl::Status& status) {
+  return {status.message().data(), status.message().size()};
+}
 
 std::string TokenOf(const RestConfig& config) {
   if (config.token == nullptr) return "(none)";
   absl::StatusOr<std::string> token = config.token->Token();
-  return token.ok() ? *token : std::string(token.status().ToString());
+  return token.ok() ? *token : token.status().ToString();
 }
 
 class KubeconfigTest : public ::testing::Test {
@@ -50,7 +52,7 @@ class KubeconfigTest : public ::testing::Test {
   absl::StatusOr<RestConfig> LoadFile(const std::string& path, std::string context = "") {
     return LoadKubeconfig({.paths = {path}, .context = std::move(context)}, env_, &clock_);
   }
-  absl::StatusOr<RestConfig> LoadText(std::string_view yaml, std::string context = "") {
+  absl::StatusOr<RestConfig> LoadText(std::string_view yaml, std::string_view context = "") {
     return LoadKubeconfigFromString(yaml, "/configs/team.yaml", context, &clock_);
   }
 
@@ -691,6 +693,7 @@ TEST_F(FileTokenTest, ConcurrentCallersSeeWholeTokens) {
   WriteFileOrDie(path_, "token-1");
   std::shared_ptr<TokenSource> source = FileToken(path_, &clock_, /*max_age_ns=*/0);
   std::vector<std::thread> threads;
+  threads.reserve(4);
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&source] {
       for (int i = 0; i < 200; ++i) {
