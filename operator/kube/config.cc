@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <cerrno>
@@ -226,11 +227,17 @@ struct Kubeconfig {
   std::map<std::string, ContextEntry> contexts;
 };
 
+// "line 3, column 7"; empty for a node without a position.
+std::string LineColumn(const YAML::Mark& mark) {
+  if (mark.is_null() || mark.line < 0) return "";
+  return StrCat("line ", mark.line + 1, ", column ", mark.column + 1);
+}
+
+// " (line 3, column 7)", or empty.
 std::string MarkText(const YAML::Node& node) {
   if (!node.IsDefined()) return "";
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null() || mark.line < 0) return "";
-  return StrCat(" (line ", mark.line + 1, ", column ", mark.column + 1, ")");
+  const std::string position = LineColumn(node.Mark());
+  return position.empty() ? "" : StrCat(" (", position, ")");
 }
 
 std::string Quoted(std::string_view s) { return StrCat("\"", s, "\""); }
@@ -274,6 +281,7 @@ class FileDecoder {
       return Error("the document", root,
                    "must be a mapping with clusters, users, contexts and current-context");
     }
+    CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(root, ""));
     const YAML::Node kind = root["kind"];
     if (kind.IsDefined() && kind.IsScalar() && !kind.Scalar().empty() &&
         kind.Scalar() != "Config") {
@@ -312,6 +320,24 @@ class FileDecoder {
 
   static std::string Join(std::string_view prefix, std::string_view key) {
     return prefix.empty() ? std::string(key) : StrCat(prefix, ".", key);
+  }
+
+  // A key twice in one mapping is an error, as in client-go ("key already set in map"): a
+  // lookup would silently take one of them.
+  absl::Status CheckUniqueKeys(const YAML::Node& map, std::string_view prefix) const {
+    std::map<std::string, std::string> seen;  // key -> where
+    for (const auto& pair : map) {
+      if (!pair.first.IsScalar()) continue;  // never looked up
+      const std::string& key = pair.first.Scalar();
+      const std::string field = Join(prefix, key);
+      auto [it, inserted] = seen.emplace(key, LineColumn(pair.first.Mark()));
+      if (!inserted) {
+        return Error(field, pair.first,
+                     it->second.empty() ? "is set twice"
+                                        : StrCat("is set twice (first at ", it->second, ")"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // A string field of the mapping `map` (prefix names it); null or absent leaves it unset.
@@ -405,6 +431,7 @@ class FileDecoder {
       if (!item.IsMap()) {
         return Error(at, item, StrCat("must be a mapping with name and ", item_key));
       }
+      CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(item, at));
       Field name;
       CLUSTERPROF_RETURN_IF_ERROR(GetString(item, "name", at, &name));
       if (!name.set()) return Error(at, item, "has no name");
@@ -420,6 +447,7 @@ class FileDecoder {
       entry.where = Where(at, item);
       if (body.IsDefined() && !body.IsNull()) {
         if (!body.IsMap()) return Error(body_at, body, "must be a mapping");
+        CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(body, body_at));
         CLUSTERPROF_RETURN_IF_ERROR(decode(body, body_at, &entry));
       }
       out->emplace(name.value, std::move(entry));
@@ -465,6 +493,7 @@ class FileDecoder {
     if (extra.IsDefined() && !extra.IsNull()) {
       const std::string extra_at = Join(at, "as-user-extra");
       if (!extra.IsMap()) return Error(extra_at, extra, "must be a mapping of key: [values]");
+      CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(extra, extra_at));
       for (const auto& pair : extra) {
         if (!pair.first.IsScalar()) return Error(extra_at, pair.first, "keys must be strings");
         const std::string key = pair.first.Scalar();
@@ -477,6 +506,7 @@ class FileDecoder {
     if (exec.IsDefined() && !exec.IsNull()) {
       const std::string exec_at = Join(at, "exec");
       if (!exec.IsMap()) return Error(exec_at, exec, "must be a mapping");
+      CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(exec, exec_at));
       Field command;
       CLUSTERPROF_RETURN_IF_ERROR(GetString(exec, "command", exec_at, &command));
       entry->exec = {command.set() ? command.value : "(no command)", Where(exec_at, exec)};
@@ -485,6 +515,7 @@ class FileDecoder {
     if (provider.IsDefined() && !provider.IsNull()) {
       const std::string provider_at = Join(at, "auth-provider");
       if (!provider.IsMap()) return Error(provider_at, provider, "must be a mapping");
+      CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(provider, provider_at));
       Field name;
       CLUSTERPROF_RETURN_IF_ERROR(GetString(provider, "name", provider_at, &name));
       entry->auth_provider = {name.set() ? name.value : "(no name)", Where(provider_at, provider)};
@@ -514,12 +545,12 @@ absl::Status DecodeKubeconfig(std::string_view yaml, const std::string& path, Ku
   try {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
-    std::string where;
-    if (!e.mark.is_null() && e.mark.line >= 0) {
-      where = StrCat(" at line ", e.mark.line + 1, ", column ", e.mark.column + 1);
-    }
-    return absl::InvalidArgumentError(
-        StrCat("kubeconfig ", path, ": not valid YAML", where, ": ", e.msg));
+    const std::string position = LineColumn(e.mark);
+    // yaml-cpp's depth limit reports "bad file".
+    const bool too_deep = dynamic_cast<const YAML::DeepRecursion*>(&e) != nullptr;
+    return absl::InvalidArgumentError(StrCat("kubeconfig ", path, ": not valid YAML",
+                                             position.empty() ? "" : StrCat(" at ", position), ": ",
+                                             too_deep ? "nested too deeply" : e.msg));
   }
   try {
     return FileDecoder(path).Decode(root, out);

@@ -319,9 +319,18 @@ TEST_F(KubeconfigTest, BrokenYamlNamesFileAndLine) {
   absl::StatusOr<RestConfig> config = LoadFile(path);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  // yaml-cpp notices the unclosed flow mapping where the next key starts.
   EXPECT_THAT(Message(config.status()),
-              AllOf(HasSubstr(StrCat("kubeconfig ", path, ": not valid YAML at line ")),
-                    HasSubstr("column")));
+              HasSubstr(StrCat("kubeconfig ", path,
+                               ": not valid YAML at line 5, column 6: end of map flow not found")));
+}
+
+TEST_F(KubeconfigTest, DeepNestingIsAnErrorNotAStackOverflow) {
+  absl::StatusOr<RestConfig> config = LoadText(StrCat("clusters: ", std::string(100000, '[')));
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(config.status()), HasSubstr("not valid YAML at line 1, column "));
+  EXPECT_THAT(Message(config.status()), HasSubstr("nested too deeply"));
 }
 
 TEST_F(KubeconfigTest, BadBase64NamesTheField) {
@@ -466,6 +475,10 @@ TEST_F(KubeconfigTest, StructuralMistakesNameTheField) {
        "clusters[0].cluster.insecure-skip-tls-verify (line 1, column 58): must be true or false"},
       {"clusters: [{name: c, cluster: {server: https://a}}, {name: c, cluster: {}}]\n",
        "clusters[1].name (line 1, column 60): the name \"c\" is also used by clusters[0]"},
+      {"current-context: a\ncurrent-context: b\n",
+       "current-context (line 2, column 1): is set twice (first at line 1, column 1)"},
+      {"clusters: [{name: c, cluster: {server: https://a, server: https://b}}]\n",
+       "clusters[0].cluster.server (line 1, column 51): is set twice (first at line 1, column 32)"},
       {"users: [{name: u, user: {as-groups: admins}}]\n",
        "users[0].user.as-groups (line 1, column 37): must be a list of strings"},
   };
