@@ -597,18 +597,69 @@ absl::StatusOr<std::string> PemFromDataOrFile(const Field& data, const Field& fi
   return std::string();
 }
 
-// "https://host:port" with no trailing slash.
+bool IsDigits(std::string_view s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string_view::npos;
+}
+
+// What is wrong with the host[:port] of a server URL; empty when nothing is.
+std::string AuthorityProblem(std::string_view authority) {
+  if (authority.empty()) return "has no host";
+  if (authority.find('@') != authority.npos) return "holds user information (user@host)";
+  std::string_view host = authority;
+  std::string_view port;
+  if (host.front() == '[') {
+    const size_t close = host.find(']');
+    if (close == host.npos) return "has a '[' without ']' around an IPv6 address";
+    std::string_view after = host.substr(close + 1);
+    host = host.substr(1, close - 1);
+    if (host.find_first_not_of("0123456789abcdefABCDEF:.%") != host.npos || host.empty()) {
+      return "has an invalid IPv6 address in brackets";
+    }
+    if (!after.empty()) {
+      if (!ConsumePrefix(&after, ":")) return "has characters after the ']' of its IPv6 address";
+      port = after;
+      if (port.empty()) return "has an empty port";
+    }
+  } else {
+    const size_t colon = host.find(':');
+    if (colon != host.npos) {
+      if (host.find(':', colon + 1) != host.npos) return "has an IPv6 address without brackets";
+      port = host.substr(colon + 1);
+      host = host.substr(0, colon);
+      if (port.empty()) return "has an empty port";
+    }
+    if (host.empty()) return "has no host";
+    if (host.find_first_not_of(
+            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._") != host.npos) {
+      return "has characters that are not allowed in a host name";
+    }
+  }
+  if (!port.empty() && (!IsDigits(port) || port.size() > 5 || std::stoi(std::string(port)) == 0 ||
+                        std::stoi(std::string(port)) > 65535)) {
+    return "has a port that is not a number from 1 to 65535";
+  }
+  return "";
+}
+
+// "https://host:port[/path]" with no trailing slash; a server without a scheme gets https://.
 absl::StatusOr<std::string> NormalizeServer(const Field& server) {
   std::string url = server.value;
+  for (char c : url) {
+    if (static_cast<unsigned char>(c) <= ' ' || c == 0x7f) {
+      return absl::InvalidArgumentError(
+          StrCat(server.where, ": ", Quoted(server.value), " holds spaces or control characters"));
+    }
+  }
   if (url.find("://") == std::string::npos) url = StrCat("https://", url);
   std::string_view rest = url;
   if (!ConsumePrefix(&rest, "https://") && !ConsumePrefix(&rest, "http://")) {
     return absl::InvalidArgumentError(
         StrCat(server.where, ": ", Quoted(server.value), " is not an http:// or https:// URL"));
   }
-  if (rest.empty() || rest.front() == '/') {
+  if (const std::string problem = AuthorityProblem(rest.substr(0, rest.find_first_of("/?#")));
+      !problem.empty()) {
     return absl::InvalidArgumentError(
-        StrCat(server.where, ": ", Quoted(server.value), " has no host"));
+        StrCat(server.where, ": the server URL ", Quoted(server.value), " ", problem));
   }
   while (url.back() == '/') url.pop_back();
   return url;

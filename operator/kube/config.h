@@ -93,7 +93,9 @@ struct Impersonation {
   bool empty() const { return user.empty() && uid.empty() && groups.empty() && extra.empty(); }
 };
 
-// How to reach and authenticate to one API server.
+// How to reach and authenticate to one API server. Plain data, except `token`, which is shared
+// and thread-safe; a token source from a file holds the Clock the loader was given, so that
+// Clock must outlive the config.
 //
 // Not supported, each an error when the selected context needs it (never silently ignored):
 // exec credential plugins and auth-providers (clusterprof runs no plugins), basic auth

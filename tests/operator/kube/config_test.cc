@@ -507,7 +507,19 @@ TEST_F(KubeconfigTest, ServerUrls) {
   EXPECT_EQ(server("https://rancher/k8s/clusters/c-1/").value_or("error"),
             "https://rancher/k8s/clusters/c-1");
   EXPECT_THAT(Message(server("ftp://h").status()), HasSubstr("not an http:// or https:// URL"));
+  EXPECT_EQ(server("https://[fd00::1]:6443/").value_or("error"), "https://[fd00::1]:6443");
+  EXPECT_EQ(server("[::1]").value_or("error"), "https://[::1]");
   EXPECT_THAT(Message(server("https://").status()), HasSubstr("has no host"));
+  EXPECT_THAT(Message(server("https://:443").status()), HasSubstr("has no host"));
+  EXPECT_THAT(Message(server("https://fd00::1:6443").status()),
+              HasSubstr("IPv6 address without brackets"));
+  EXPECT_THAT(Message(server("https://[fd00::1:6443").status()), HasSubstr("without ']'"));
+  EXPECT_THAT(Message(server("https://h:0").status()), HasSubstr("from 1 to 65535"));
+  EXPECT_THAT(Message(server("https://h:65536").status()), HasSubstr("from 1 to 65535"));
+  EXPECT_THAT(Message(server("https://h:").status()), HasSubstr("empty port"));
+  EXPECT_THAT(Message(server("https://admin@h").status()), HasSubstr("user information"));
+  EXPECT_THAT(Message(server("https://h t").status()), HasSubstr("spaces or control characters"));
+  EXPECT_THAT(Message(server("https://ho[st/").status()), HasSubstr("not allowed"));
   EXPECT_THAT(Message(server("").status()), HasSubstr("has no server"));
 }
 

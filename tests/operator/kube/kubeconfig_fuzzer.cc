@@ -1,6 +1,7 @@
 // Fuzzes kubeconfig parsing (LoadKubeconfigFromString) with arbitrary text: it must return a
 // Status, never throw or crash, and a config it accepts must hold what RestConfig promises:
-// - the server is an http:// or https:// URL with a host and no trailing slash;
+// - the server is an http:// or https:// URL with a host, no spaces or control characters and
+//   no trailing slash;
 // - a client certificate comes with its key, and both are PEM;
 // - insecure-skip-tls-verify never comes with a CA;
 // - the namespace and the description are not empty.
@@ -44,6 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(server.starts_with("https://") || server.starts_with("http://"));
   Check(server.substr(server.find("://") + 3).size() > 0);
   Check(!server.ends_with("/"));
+  for (char c : server) Check(static_cast<unsigned char>(c) > ' ' && c != 0x7f);
   Check(config->client_cert_pem.empty() == config->client_key_pem.empty());
   Check(config->client_cert_pem.empty() || IsPem(config->client_cert_pem));
   Check(config->client_key_pem.empty() || IsPem(config->client_key_pem));
