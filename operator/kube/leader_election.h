@@ -79,12 +79,13 @@ class LeaderElector {
   LeaderElector& operator=(const LeaderElector&) = delete;
 
   // Campaigns until it leads, then renews until it stops leading. Returns OK when stopped
-  // (through Stop(), or `stop` set followed by clock->Wake()), releasing the Lease first when
-  // leading and release_on_cancel is set; returns the error when leadership was lost (the
-  // Lease taken, or not renewed within the deadline). Call again to stand for a new term.
+  // (through Stop(), or `stop` set followed by clock->Wake()); a leader stopped this way with
+  // release_on_cancel releases the Lease after OnStoppedLeading returns, so the next leader's
+  // work never overlaps this one's. Returns the error when leadership was lost (the Lease
+  // taken, or not renewed within the deadline). Call again to stand for a new term.
   absl::Status Run();
   absl::Status Run(const std::atomic<bool>& stop);
-  // Ends Run() (the form without a flag) promptly.
+  // Ends Run() (the form without a flag) promptly, for good: a later Run() returns at once.
   void Stop();
 
   // True while this candidate holds the Lease and its last renewal is within the renew deadline.
