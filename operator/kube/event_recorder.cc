@@ -58,7 +58,7 @@ EventRecorder::EventRecorder(RestClient* client, Clock* clock, std::string compo
       clock_(clock),
       component_(std::move(component)),
       host_(std::move(host)),
-      options_(std::move(options)) {
+      options_(options) {
   CLUSTERPROF_CHECK(client_ != nullptr);
   CLUSTERPROF_CHECK(clock_ != nullptr);
   CLUSTERPROF_CHECK(options_.max_attempts >= 1) << options_.max_attempts;
