@@ -159,10 +159,14 @@ TEST_F(LeaderElectionTest, ConfigIsValidated) {
   renew_too_long.renew_deadline_ns = renew_too_long.lease_duration_ns;
   EXPECT_THAT(LeaderElector::Create(admin_.get(), &clock_, renew_too_long).status().message(),
               HasSubstr("lease duration > renew deadline"));
+  // The renew deadline must exceed 1.2 retry periods.
   LeaderElectionConfig retry_too_long = Fast("a");
-  retry_too_long.retry_period_ns = 1300 * kNanosPerMilli;  // 1.2 * 1.3 s > 1.5 s
+  retry_too_long.retry_period_ns = retry_too_long.renew_deadline_ns * 5 / 6 + 1;
   EXPECT_EQ(LeaderElector::Create(admin_.get(), &clock_, retry_too_long).status().code(),
             absl::StatusCode::kInvalidArgument);
+  LeaderElectionConfig retry_just_short_enough = Fast("a");
+  retry_just_short_enough.retry_period_ns = retry_just_short_enough.renew_deadline_ns * 5 / 6 - 1;
+  EXPECT_TRUE(LeaderElector::Create(admin_.get(), &clock_, retry_just_short_enough).ok());
   const LeaderElectionConfig defaults;
   EXPECT_EQ(defaults.lease_duration_ns, 15 * kNanosPerSecond);
   EXPECT_EQ(defaults.renew_deadline_ns, 10 * kNanosPerSecond);
