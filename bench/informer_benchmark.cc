@@ -63,8 +63,8 @@ BENCHMARK(BM_WatchEventsIntoCache)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond
 void BM_ListBySelector(benchmark::State& state) {
   ObjectStore store;
   for (int i = 0; i < 10000; ++i) {
-    web::json::value json = web::json::value::parse(bench::RealisticPodJson(
-        i < 5000 ? "training" : "serving", i, /*with_status=*/true));
+    web::json::value json = web::json::value::parse(
+        bench::RealisticPodJson(i < 5000 ? "training" : "serving", i, /*with_status=*/true));
     if (i % 100 == 0) json["metadata"]["labels"]["app"] = web::json::value("rare");
     store.Upsert(*PodDecoder()(json));
   }

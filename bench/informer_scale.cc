@@ -6,8 +6,8 @@
 //   - the watch events per second the informer absorbs while writers patch pods as fast as the
 //     server takes them, and how far behind it is when they stop.
 //
-//   eval "$(scripts/install-kube-control-plane)"; export CLUSTERPROF_KUBE_APISERVER CLUSTERPROF_ETCD
-//   build/bench/informer_scale --pods 10000 --writers 8 --seconds 20
+//   eval "$(scripts/install-kube-control-plane)"; export CLUSTERPROF_KUBE_APISERVER
+//   CLUSTERPROF_ETCD build/bench/informer_scale --pods 10000 --writers 8 --seconds 20
 #include <malloc.h>
 
 #include <atomic>
@@ -113,8 +113,8 @@ int Run(int pods, int writers, int seconds) {
   for (int t = 0; t < 8; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < pods; i = next++) {
-        absl::StatusOr<web::json::value> created = (*client)->Create(
-            Pods(), ns, web::json::value::parse(bench::RealisticPodJson(ns, i)));
+        absl::StatusOr<web::json::value> created =
+            (*client)->Create(Pods(), ns, web::json::value::parse(bench::RealisticPodJson(ns, i)));
         if (!created.ok()) {
           if (failures++ == 0) std::fprintf(stderr, "%s\n", created.status().ToString().c_str());
           continue;
@@ -130,7 +130,8 @@ int Run(int pods, int writers, int seconds) {
   for (std::thread& t : threads) t.join();
   threads.clear();
   if (failures > 0) return Fail(absl::InternalError(StrCat(failures.load(), " writes failed")));
-  std::fprintf(stderr, "created in %.1f s\n", Seconds(std::chrono::steady_clock::now() - create_start));
+  std::fprintf(stderr, "created in %.1f s\n",
+               Seconds(std::chrono::steady_clock::now() - create_start));
 
   const SyncFigures pod_decoder = MeasureSync(client->get(), &clock, ns, pods, PodDecoder());
   const SyncFigures json_decoder = MeasureSync(client->get(), &clock, ns, pods, JsonDecoder());
@@ -186,9 +187,9 @@ int Run(int pods, int writers, int seconds) {
   std::printf("writes (patches), %d writers        %lld in %.1f s = %.0f/s\n", writers,
               static_cast<long long>(writes.load()), write_seconds, writes.load() / write_seconds);
   std::printf("watch events applied               %lld (%lld when writers stopped)\n",
-              static_cast<long long>(counter.updates.load()),
-              static_cast<long long>(seen_at_stop));
-  std::printf("watch events per second absorbed   %.0f/s\n", counter.updates.load() / total_seconds);
+              static_cast<long long>(counter.updates.load()), static_cast<long long>(seen_at_stop));
+  std::printf("watch events per second absorbed   %.0f/s\n",
+              counter.updates.load() / total_seconds);
   std::printf("lag after the last write           %.3f s\n", lag);
   std::printf("informer relists / watches         %lld / %lld\n",
               static_cast<long long>(informer.stats().relists),

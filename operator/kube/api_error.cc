@@ -4,7 +4,6 @@
 
 #include "absl/strings/cord.h"
 #include "common/strings.h"
-
 #include "cpprest/json.h"
 
 namespace clusterprof::kube {
@@ -122,8 +121,8 @@ absl::Status ApiErrorFromResponse(int http_code, std::string_view body,
   if (info.retry_after_s >= 0) StrAppend(&text, " (retry after ", info.retry_after_s, " s)");
 
   absl::Status status(CodeFor(http_code, info.reason), text);
-  status.SetPayload(kPayloadUrl, absl::Cord(StrCat(info.http_code, " ", info.retry_after_s, " ",
-                                                   info.reason)));
+  status.SetPayload(kPayloadUrl,
+                    absl::Cord(StrCat(info.http_code, " ", info.retry_after_s, " ", info.reason)));
   return status;
 }
 

@@ -36,8 +36,7 @@ ObjectPtr ObjectStore::Get(std::string_view key) const {
   return it == objects_.end() ? nullptr : it->second;
 }
 
-std::vector<ObjectPtr> ObjectStore::List(std::string_view ns,
-                                         const LabelSelector* selector) const {
+std::vector<ObjectPtr> ObjectStore::List(std::string_view ns, const LabelSelector* selector) const {
   MutexLock lock(&mu_);
   // Start from the smallest candidate set an index gives: an equality requirement's label
   // index, else the namespace's, else everything.
@@ -314,8 +313,8 @@ void Informer::Apply(WatchEvent& event) {
   const Decoder& decoder = options_.decoder ? options_.decoder : JsonDecoder();
   absl::StatusOr<std::shared_ptr<Object>> decoded = decoder(event.object);
   if (!decoded.ok()) {
-    spdlog::warn("informer {}: skipping a {} event whose object does not decode: {}",
-                 options_.name, std::string(WatchEventTypeName(event.type)),
+    spdlog::warn("informer {}: skipping a {} event whose object does not decode: {}", options_.name,
+                 std::string(WatchEventTypeName(event.type)),
                  std::string(decoded.status().message()));
     MutexLock lock(&mu_);
     ++stats_.decode_errors;
@@ -368,9 +367,9 @@ absl::Status Informer::WatchOnce(bool* delivered) {
   jitter_state_ ^= jitter_state_ << 13;
   jitter_state_ ^= jitter_state_ >> 7;
   jitter_state_ ^= jitter_state_ << 17;
-  options.timeout_seconds =
-      options_.min_watch_timeout_s +
-      static_cast<int>(jitter_state_ % static_cast<uint64_t>(std::max(1, options_.min_watch_timeout_s)));
+  options.timeout_seconds = options_.min_watch_timeout_s +
+                            static_cast<int>(jitter_state_ % static_cast<uint64_t>(std::max(
+                                                                 1, options_.min_watch_timeout_s)));
   absl::StatusOr<std::unique_ptr<WatchStream>> watch =
       client_->Watch(options_.type, options_.namespace_, options);
   if (!watch.ok()) return watch.status();
@@ -391,13 +390,12 @@ absl::Status Informer::WatchOnce(bool* delivered) {
     WatchEvent& e = **event;
     if (e.type == WatchEvent::Type::kError) {
       if (IsGoneStatusObject(e.object)) {
-        result = absl::OutOfRangeError(
-            StrCat("watch of ", options_.type.Describe(), ": resourceVersion ",
-                   options.resource_version, " is too old (410 Gone)"));
+        result = absl::OutOfRangeError(StrCat("watch of ", options_.type.Describe(),
+                                              ": resourceVersion ", options.resource_version,
+                                              " is too old (410 Gone)"));
       } else {
-        result = absl::UnavailableError(
-            StrCat("watch of ", options_.type.Describe(), " sent an error: ",
-                   e.object.serialize()));
+        result = absl::UnavailableError(StrCat("watch of ", options_.type.Describe(),
+                                               " sent an error: ", e.object.serialize()));
       }
       break;
     }
@@ -448,8 +446,7 @@ void Informer::Run() {
           }
           if (info->retry_after_s > 0) at_least_ns = info->retry_after_s * kNanosPerSecond;
         }
-        spdlog::warn("informer {}: list failed: {}", options_.name,
-                     std::string(status.message()));
+        spdlog::warn("informer {}: list failed: {}", options_.name, std::string(status.message()));
         if (!Backoff(at_least_ns)) break;
         continue;
       }
@@ -462,8 +459,7 @@ void Informer::Run() {
     absl::Status status = WatchOnce(&delivered);
     if (stop_.load(std::memory_order_acquire)) break;
     if (delivered) backoff_ns_ = options_.initial_backoff_ns;
-    if (status.ok() && !delivered &&
-        clock_->MonotonicNs() - watch_start_ns < kShortWatchNs) {
+    if (status.ok() && !delivered && clock_->MonotonicNs() - watch_start_ns < kShortWatchNs) {
       // A watch that ends at once with nothing in it is a server (or proxy) in trouble, not
       // its timeout: back off rather than spin.
       status = absl::UnavailableError(
@@ -471,8 +467,7 @@ void Informer::Run() {
     }
     if (status.ok()) continue;  // the server's timeout: watch again at once
     if (IsGone(status) || status.code() == absl::StatusCode::kOutOfRange) {
-      spdlog::info("informer {}: {}; listing again", options_.name,
-                   std::string(status.message()));
+      spdlog::info("informer {}: {}; listing again", options_.name, std::string(status.message()));
       need_list = true;
       relist = true;
       continue;

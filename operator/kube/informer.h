@@ -81,8 +81,7 @@ class ObjectStore {
   // namespace -> objects; "key=value" -> objects.
   absl::flat_hash_map<std::string, absl::flat_hash_set<ObjectPtr>> by_namespace_
       ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, absl::flat_hash_set<ObjectPtr>> by_label_
-      ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, absl::flat_hash_set<ObjectPtr>> by_label_ ABSL_GUARDED_BY(mu_);
 };
 
 struct InformerOptions {
@@ -109,14 +108,14 @@ struct InformerOptions {
 };
 
 struct InformerStats {
-  int64_t lists = 0;        // complete lists (the first one included)
-  int64_t relists = 0;      // lists after a 410 Gone
-  int64_t watches = 0;      // watches started
-  int64_t watch_errors = 0; // watches that broke or could not start
-  int64_t events = 0;       // watch events applied (bookmarks excluded)
+  int64_t lists = 0;         // complete lists (the first one included)
+  int64_t relists = 0;       // lists after a 410 Gone
+  int64_t watches = 0;       // watches started
+  int64_t watch_errors = 0;  // watches that broke or could not start
+  int64_t events = 0;        // watch events applied (bookmarks excluded)
   int64_t bookmarks = 0;
-  int64_t decode_errors = 0;// objects skipped because they did not decode
-  int64_t throttled = 0;    // 429 answers
+  int64_t decode_errors = 0;  // objects skipped because they did not decode
+  int64_t throttled = 0;      // 429 answers
 };
 
 // Thread-safe. Start() runs the list/watch loop on a thread of its own (and a resync thread when

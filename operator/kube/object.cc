@@ -22,8 +22,8 @@ absl::Status ReadString(const web::json::object& object, const char* key, std::s
   return absl::OkStatus();
 }
 
-absl::Status ReadStringMap(const web::json::object& object, const char* key,
-                           std::string_view where, StringMap* out) {
+absl::Status ReadStringMap(const web::json::object& object, const char* key, std::string_view where,
+                           StringMap* out) {
   const auto it = object.find(key);
   if (it == object.end() || it->second.is_null()) return absl::OkStatus();
   if (!it->second.is_object()) return WrongType(StrCat(where, key), "an object");
@@ -52,11 +52,9 @@ const web::json::array* ArrayField(const web::json::object& object, const char* 
 }  // namespace
 
 const std::string* FindValue(const StringMap& map, std::string_view key) {
-  const auto it = std::lower_bound(
-      map.begin(), map.end(), key,
-      [](const std::pair<std::string, std::string>& entry, std::string_view k) {
-        return entry.first < k;
-      });
+  const auto it = std::lower_bound(map.begin(), map.end(), key,
+                                   [](const std::pair<std::string, std::string>& entry,
+                                      std::string_view k) { return entry.first < k; });
   if (it == map.end() || it->first != key) return nullptr;
   return &it->second;
 }
@@ -73,12 +71,13 @@ absl::StatusOr<ObjectMeta> DecodeObjectMeta(const web::json::value& object) {
   if (metadata == nullptr) return absl::InvalidArgumentError("the object has no metadata");
   ObjectMeta meta;
   constexpr std::string_view kWhere = "metadata.";
-  for (const auto& [key, out] : {std::pair<const char*, std::string*>{"namespace", &meta.namespace_},
-                                 {"name", &meta.name},
-                                 {"uid", &meta.uid},
-                                 {"resourceVersion", &meta.resource_version},
-                                 {"creationTimestamp", &meta.creation_timestamp},
-                                 {"deletionTimestamp", &meta.deletion_timestamp}}) {
+  for (const auto& [key, out] :
+       {std::pair<const char*, std::string*>{"namespace", &meta.namespace_},
+        {"name", &meta.name},
+        {"uid", &meta.uid},
+        {"resourceVersion", &meta.resource_version},
+        {"creationTimestamp", &meta.creation_timestamp},
+        {"deletionTimestamp", &meta.deletion_timestamp}}) {
     if (absl::Status status = ReadString(*metadata, key, kWhere, out); !status.ok()) return status;
   }
   if (meta.name.empty()) return absl::InvalidArgumentError("the object has no metadata.name");
@@ -100,10 +99,11 @@ absl::StatusOr<ObjectMeta> DecodeObjectMeta(const web::json::value& object) {
       OwnerReference ref;
       const web::json::object& o = owner.as_object();
       constexpr std::string_view kOwner = "metadata.ownerReferences[].";
-      for (const auto& [key, out] : {std::pair<const char*, std::string*>{"apiVersion", &ref.api_version},
-                                     {"kind", &ref.kind},
-                                     {"name", &ref.name},
-                                     {"uid", &ref.uid}}) {
+      for (const auto& [key, out] :
+           {std::pair<const char*, std::string*>{"apiVersion", &ref.api_version},
+            {"kind", &ref.kind},
+            {"name", &ref.name},
+            {"uid", &ref.uid}}) {
         if (absl::Status status = ReadString(o, key, kOwner, out); !status.ok()) return status;
       }
       if (const auto it = o.find("controller"); it != o.end() && it->second.is_boolean()) {
@@ -148,8 +148,8 @@ Decoder PodDecoder() {
         for (const web::json::value& c : *containers) {
           if (!c.is_object()) return WrongType("spec.containers[]", "an object");
           Container container;
-          if (absl::Status s = ReadString(c.as_object(), "name", "spec.containers[].",
-                                          &container.name);
+          if (absl::Status s =
+                  ReadString(c.as_object(), "name", "spec.containers[].", &container.name);
               !s.ok()) {
             return s;
           }
@@ -180,8 +180,7 @@ Decoder PodDecoder() {
       if (const web::json::array* conditions = ArrayField(*status, "conditions")) {
         for (const web::json::value& condition : *conditions) {
           if (condition.is_object() && condition.has_string_field("type") &&
-              condition.at("type").as_string() == "Ready" &&
-              condition.has_string_field("status")) {
+              condition.at("type").as_string() == "Ready" && condition.has_string_field("status")) {
             pod->ready = condition.at("status").as_string() == "True";
           }
         }

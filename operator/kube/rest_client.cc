@@ -23,8 +23,7 @@ namespace client = web::http::client;
 
 // Adds every certificate of a PEM bundle to the context's trust store. Boost's
 // add_certificate_authority takes one; kubeconfigs often carry several.
-absl::Status AddCertificateAuthorities(boost::asio::ssl::context& context,
-                                       const std::string& pem) {
+absl::Status AddCertificateAuthorities(boost::asio::ssl::context& context, const std::string& pem) {
   BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
   if (bio == nullptr) return absl::ResourceExhaustedError("out of memory reading the CA bundle");
   X509_STORE* store = SSL_CTX_get_cert_store(context.native_handle());
@@ -58,9 +57,8 @@ absl::Status ConfigureTls(const RestConfig& config, boost::asio::ssl::context& c
         boost::asio::buffer(config.client_key_pem.data(), config.client_key_pem.size()),
         boost::asio::ssl::context::pem, error);
     if (error) {
-      return absl::InvalidArgumentError(
-          StrCat("the client key does not load (or does not match the certificate): ",
-                 error.message()));
+      return absl::InvalidArgumentError(StrCat(
+          "the client key does not load (or does not match the certificate): ", error.message()));
     }
   }
   return absl::OkStatus();
@@ -165,17 +163,17 @@ class RestClient::Impl {
         options_(options),
         user_agent_(config_.user_agent.empty() ? options.user_agent : config_.user_agent),
         requests_(config_.server, MakeConfig(options.request_timeout_ns)),
-        watches_(config_.server,
-                 MakeConfig(options.watch_idle_margin_ns + 600 * kNanosPerSecond)) {}
+        watches_(config_.server, MakeConfig(options.watch_idle_margin_ns + 600 * kNanosPerSecond)) {
+  }
 
   const RestConfig& config() const { return config_; }
 
   // Sends one request, with the current token, and returns the response; the body of a watch
   // is left unread.
   absl::StatusOr<http::http_response> Send(const std::string& method,
-                                           const std::string& path_and_query,
-                                           std::string_view body, std::string_view content_type,
-                                           bool watch, const pplx::cancellation_token& cancel) {
+                                           const std::string& path_and_query, std::string_view body,
+                                           std::string_view content_type, bool watch,
+                                           const pplx::cancellation_token& cancel) {
     const std::string what = StrCat(method, " ", path_and_query);
     for (int attempt = 0;; ++attempt) {
       http::http_request request(method);
@@ -185,9 +183,8 @@ class RestClient::Impl {
       if (config_.token != nullptr) {
         absl::StatusOr<std::string> token = config_.token->Token();
         if (!token.ok()) {
-          return absl::UnauthenticatedError(
-              StrCat(what, ": no bearer token for ", config_.description, ": ",
-                     token.status().message()));
+          return absl::UnauthenticatedError(StrCat(
+              what, ": no bearer token for ", config_.description, ": ", token.status().message()));
         }
         request.headers().add("Authorization", StrCat("Bearer ", *token));
       }
@@ -313,12 +310,12 @@ absl::StatusOr<std::unique_ptr<RestClient>> RestClient::Create(RestConfig config
                                                                RestClientOptions options) {
   if (config.server.empty()) {
     return absl::InvalidArgumentError(
-        StrCat("no API server address in ", config.description.empty() ? "the client config"
-                                                                        : config.description));
+        StrCat("no API server address in ",
+               config.description.empty() ? "the client config" : config.description));
   }
   while (EndsWith(config.server, "/")) config.server.pop_back();
-  if (!web::uri::validate(config.server) || !(StartsWith(config.server, "https://") ||
-                                              StartsWith(config.server, "http://"))) {
+  if (!web::uri::validate(config.server) ||
+      !(StartsWith(config.server, "https://") || StartsWith(config.server, "http://"))) {
     return absl::InvalidArgumentError(StrCat("the API server address \"", config.server,
                                              "\" is not an http:// or https:// URL (",
                                              config.description, ")"));
@@ -331,8 +328,7 @@ absl::StatusOr<std::unique_ptr<RestClient>> RestClient::Create(RestConfig config
       return Annotate(status, config.description);
     }
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat(config.description, ": TLS setup failed: ", e.what()));
+    return absl::InvalidArgumentError(StrCat(config.description, ": TLS setup failed: ", e.what()));
   }
   std::unique_ptr<TokenBucket> limiter;
   if (options.qps > 0) {
@@ -364,8 +360,7 @@ void RestClient::Throttle() {
 }
 
 absl::StatusOr<RestResponse> RestClient::Raw(std::string_view method,
-                                             std::string_view path_and_query,
-                                             std::string_view body,
+                                             std::string_view path_and_query, std::string_view body,
                                              std::string_view content_type) {
   Throttle();
   const std::string what = StrCat(method, " ", path_and_query);
@@ -394,8 +389,8 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
   CLUSTERPROF_ASSIGN_OR_RETURN(std::string response_body, impl_->ReadBody(what, response));
   const int code = response.status_code();
   if (code < 200 || code > 299) {
-    return ApiErrorFromResponse(code, response_body,
-                                HeaderValue(response.headers(), "Retry-After"), what);
+    return ApiErrorFromResponse(code, response_body, HeaderValue(response.headers(), "Retry-After"),
+                                what);
   }
   return ParseJsonBody(what, response_body);
 }
@@ -460,8 +455,7 @@ absl::StatusOr<web::json::value> RestClient::Create(const ResourceType& type, st
 absl::StatusOr<web::json::value> RestClient::Update(const ResourceType& type, std::string_view ns,
                                                     const web::json::value& object,
                                                     std::string_view subresource) {
-  if (!object.has_object_field("metadata") ||
-      !object.at("metadata").has_string_field("name")) {
+  if (!object.has_object_field("metadata") || !object.at("metadata").has_string_field("name")) {
     return absl::InvalidArgumentError(
         StrCat("update of ", type.Describe(), ": the object has no metadata.name"));
   }
@@ -515,8 +509,7 @@ absl::StatusOr<std::unique_ptr<WatchStream>> RestClient::Watch(const ResourceTyp
   const int code = response.status_code();
   if (code != 200) {
     CLUSTERPROF_ASSIGN_OR_RETURN(std::string body, impl_->ReadBody(what, response));
-    return ApiErrorFromResponse(code, body, HeaderValue(response.headers(), "Retry-After"),
-                                what);
+    return ApiErrorFromResponse(code, body, HeaderValue(response.headers(), "Retry-After"), what);
   }
   return std::unique_ptr<WatchStream>(
       new CppRestWatchStream(what, std::move(response), std::move(cancel)));

@@ -163,7 +163,8 @@ class RestClient {
   RestClient(std::unique_ptr<Impl> impl, Clock* clock, std::unique_ptr<TokenBucket> limiter);
 
   // Sends a request with a JSON body and returns the JSON response, or the API error.
-  absl::StatusOr<web::json::value> DoJson(std::string_view method, const std::string& path_and_query,
+  absl::StatusOr<web::json::value> DoJson(std::string_view method,
+                                          const std::string& path_and_query,
                                           const web::json::value* body,
                                           std::string_view content_type);
   void Throttle();

@@ -51,8 +51,8 @@ class Scanner {
     return true;
   }
   absl::Status Error(std::string_view what) const {
-    return absl::InvalidArgumentError(StrCat("label selector \"", text_, "\": ", what,
-                                             " at position ", pos_ + 1));
+    return absl::InvalidArgumentError(
+        StrCat("label selector \"", text_, "\": ", what, " at position ", pos_ + 1));
   }
 
  private:
@@ -89,10 +89,9 @@ void Normalize(std::vector<LabelRequirement>& requirements) {
     std::sort(r.values.begin(), r.values.end());
     r.values.erase(std::unique(r.values.begin(), r.values.end()), r.values.end());
   }
-  std::stable_sort(requirements.begin(), requirements.end(),
-                   [](const LabelRequirement& a, const LabelRequirement& b) {
-                     return a.key < b.key;
-                   });
+  std::stable_sort(
+      requirements.begin(), requirements.end(),
+      [](const LabelRequirement& a, const LabelRequirement& b) { return a.key < b.key; });
 }
 
 }  // namespace
@@ -165,8 +164,9 @@ absl::StatusOr<LabelSelector> LabelSelector::Parse(std::string_view text) {
 
 absl::StatusOr<LabelSelector> LabelSelector::FromJson(const web::json::value& json) {
   if (!json.is_object()) {
-    return absl::InvalidArgumentError("selector: must be an object with matchLabels and/or "
-                                      "matchExpressions");
+    return absl::InvalidArgumentError(
+        "selector: must be an object with matchLabels and/or "
+        "matchExpressions");
   }
   LabelSelector selector;
   const web::json::object& object = json.as_object();
@@ -218,12 +218,11 @@ absl::StatusOr<LabelSelector> LabelSelector::FromJson(const web::json::value& js
       } else if (op == "Exists" || op == "DoesNotExist") {
         r.op = op == "Exists" ? Op::kExists : Op::kDoesNotExist;
         if (!r.values.empty()) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ": operator ", op, " takes no values"));
+          return absl::InvalidArgumentError(StrCat(where, ": operator ", op, " takes no values"));
         }
       } else {
-        return absl::InvalidArgumentError(StrCat(
-            where, ": unknown operator \"", op, "\" (In, NotIn, Exists or DoesNotExist)"));
+        return absl::InvalidArgumentError(
+            StrCat(where, ": unknown operator \"", op, "\" (In, NotIn, Exists or DoesNotExist)"));
       }
       selector.requirements_.push_back(std::move(r));
     }

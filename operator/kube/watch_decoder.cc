@@ -30,8 +30,7 @@ absl::StatusOr<WatchEvent> ParseWatchEvent(std::string_view frame) {
         StrCat("watch event is not valid JSON (", e.what(), "): ", Excerpt(frame)));
   }
   if (!json.is_object()) {
-    return absl::InvalidArgumentError(
-        StrCat("watch event is not a JSON object: ", Excerpt(frame)));
+    return absl::InvalidArgumentError(StrCat("watch event is not a JSON object: ", Excerpt(frame)));
   }
   web::json::object& object = json.as_object();
   const auto type_it = object.find("type");
@@ -89,9 +88,9 @@ bool WatchDecoder::ScanFrame() {
         continue;
       }
       if (c != '{') {
-        failed_ = absl::InvalidArgumentError(StrCat(
-            "watch stream: expected '{' to start event ", frames_ + 1, ", got: ",
-            Excerpt(std::string_view(buffer_).substr(scan_))));
+        failed_ = absl::InvalidArgumentError(
+            StrCat("watch stream: expected '{' to start event ", frames_ + 1,
+                   ", got: ", Excerpt(std::string_view(buffer_).substr(scan_))));
         return false;
       }
       started_ = true;
@@ -128,8 +127,7 @@ absl::StatusOr<std::optional<WatchEvent>> WatchDecoder::Next() {
     if (!failed_.ok()) return failed_;
     if (buffered() > max_frame_bytes_) {
       failed_ = absl::InvalidArgumentError(StrCat("watch stream: event ", frames_ + 1,
-                                                  " is larger than ", max_frame_bytes_,
-                                                  " bytes"));
+                                                  " is larger than ", max_frame_bytes_, " bytes"));
       return failed_;
     }
     return std::nullopt;

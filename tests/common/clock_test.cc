@@ -87,8 +87,8 @@ TEST(RealClockTest, MonotonicSleepUnlessEndsWhenStopped) {
   std::atomic<bool> other{false};
   std::thread sleeper([&] {
     // An hour away: only the stop flag can end this.
-    EXPECT_FALSE(clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 3600 * kNanosPerSecond,
-                                                   stop));
+    EXPECT_FALSE(
+        clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 3600 * kNanosPerSecond, stop));
   });
   // A wake for another flag leaves the sleeper asleep; its own flag ends the sleep.
   other = true;
@@ -111,9 +111,8 @@ TEST(SimulatedClockTest, MonotonicSleepUnlessWakesOnAdvanceOrStop) {
   sleeper.join();
   EXPECT_TRUE(reached);
 
-  std::thread stopped([&] {
-    reached = clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 100, stop);
-  });
+  std::thread stopped(
+      [&] { reached = clock.SleepUntilMonotonicNsUnless(clock.MonotonicNs() + 100, stop); });
   clock.WaitForSleepers(1);
   stop = true;
   clock.Wake();

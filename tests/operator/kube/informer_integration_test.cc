@@ -1,8 +1,6 @@
 // Informers against a real kube-apiserver: list then watch, paging, handlers, indexes, resync,
 // relist after 410 Gone (the server's watch cache is made small so that it happens), and a
 // randomized test that compares the cache with the server after many changes.
-#include "operator/kube/informer.h"
-
 #include <atomic>
 #include <map>
 #include <random>
@@ -16,6 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/informer.h"
 #include "operator/kube/object.h"
 #include "spdlog/spdlog.h"
 #include "tests/operator/kube/kube_fixture.h"
@@ -151,14 +150,15 @@ class InformerTest : public KubeFixture {
   // Changes `name`, then waits until the server no longer has `resource_version` (etcd has
   // compacted it away), checked by watching from it: then a watch resumed from there gets 410.
   void ChangeAndWaitUntilGone(const std::string& name, const std::string& resource_version) {
-    ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
-                              web::json::value::parse(R"({"data":{"v":"churn"}})"))
+    ASSERT_TRUE(admin_
+                    ->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
+                            web::json::value::parse(R"({"data":{"v":"churn"}})"))
                     .ok());
     ASSERT_TRUE(Eventually([&] {
       // Another change, so that there is a newer revision to compact to.
-      (void)admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
-                          web::json::value::parse(StrCat(R"({"data":{"t":")",
-                                                         clock_.MonotonicNs(), R"("}})")));
+      (void)admin_->Patch(
+          ConfigMaps(), ns_, name, PatchType::kMerge,
+          web::json::value::parse(StrCat(R"({"data":{"t":")", clock_.MonotonicNs(), R"("}})")));
       ListOptions options;
       options.resource_version = resource_version;
       absl::StatusOr<std::unique_ptr<WatchStream>> watch =
@@ -167,7 +167,8 @@ class InformerTest : public KubeFixture {
       absl::StatusOr<std::optional<WatchEvent>> event = (*watch)->Next();
       return event.ok() && event->has_value() && (*event)->type == WatchEvent::Type::kError &&
              (*event)->object.at("code").as_integer() == 410;
-    })) << "resourceVersion " << resource_version << " was never compacted away";
+    })) << "resourceVersion "
+        << resource_version << " was never compacted away";
   }
 
   std::unique_ptr<testing::KubeFaultProxy> proxy_;
@@ -194,8 +195,9 @@ TEST_F(InformerTest, ListsInPagesThenWatchesChanges) {
   EXPECT_FALSE(informer.resource_version().empty());
 
   ASSERT_TRUE(CreateLabelled("new", "fresh").ok());
-  ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, "new", PatchType::kMerge,
-                            web::json::value::parse(R"({"data":{"v":"1"}})"))
+  ASSERT_TRUE(admin_
+                  ->Patch(ConfigMaps(), ns_, "new", PatchType::kMerge,
+                          web::json::value::parse(R"({"data":{"v":"1"}})"))
                   .ok());
   ASSERT_TRUE(admin_->Delete(ConfigMaps(), ns_, "pre-7").ok());
   ASSERT_TRUE(Eventually([&] { return handler.log().size() == 123; })) << handler.log().size();
@@ -324,8 +326,9 @@ TEST_F(InformerTest, RelistAfterGoneDeliversExactlyTheDifferences) {
   ASSERT_TRUE(Eventually([&] { return proxy_->faults_injected() >= 1; }));
 
   ASSERT_TRUE(admin_->Delete(ConfigMaps(), ns_, "deleted").ok());
-  ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, "updated", PatchType::kMerge,
-                            web::json::value::parse(R"({"data":{"v":"new"}})"))
+  ASSERT_TRUE(admin_
+                  ->Patch(ConfigMaps(), ns_, "updated", PatchType::kMerge,
+                          web::json::value::parse(R"({"data":{"v":"new"}})"))
                   .ok());
   ASSERT_TRUE(CreateLabelled("added", "y").ok());
   ChangeAndWaitUntilGone("churn", informer.resource_version());
@@ -338,9 +341,9 @@ TEST_F(InformerTest, RelistAfterGoneDeliversExactlyTheDifferences) {
   EXPECT_GE(informer.stats().watch_errors, 1);
   const std::vector<std::string> log = handler.log();
   EXPECT_THAT(std::vector<std::string>(log.begin() + before, log.end()),
-              UnorderedElementsAre(StrCat("delete ", ns_, "/deleted (unknown)"),
-                                   StrCat("update ", ns_, "/updated"), StrCat("add ", ns_, "/added"),
-                                   StrCat("update ", ns_, "/churn")));
+              UnorderedElementsAre(
+                  StrCat("delete ", ns_, "/deleted (unknown)"), StrCat("update ", ns_, "/updated"),
+                  StrCat("add ", ns_, "/added"), StrCat("update ", ns_, "/churn")));
   EXPECT_EQ(handler.model(), server);
   EXPECT_EQ(handler.phantoms(), 0);
   informer.Stop();
@@ -412,8 +415,9 @@ TEST_F(InformerTest, RandomChangesUnderFaultsLeaveTheCacheEqualToTheServer) {
         status = admin_->Create(ConfigMaps(), ns_, ConfigMap(name, "0")).status();
         if (absl::IsAlreadyExists(status)) status = absl::OkStatus();
       } else if (choice == 1) {
-        status = admin_->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
-                               web::json::value::parse(StrCat(R"({"data":{"v":")", i, R"("}})")))
+        status = admin_
+                     ->Patch(ConfigMaps(), ns_, name, PatchType::kMerge,
+                             web::json::value::parse(StrCat(R"({"data":{"v":")", i, R"("}})")))
                      .status();
       } else {
         status = admin_->Delete(ConfigMaps(), ns_, name);

@@ -136,8 +136,8 @@ TEST(ApiErrorTest, StatusBodiesBecomeStatusesWithReasonAndCode) {
   EXPECT_FALSE(IsConflict(exists));
 
   const absl::Status throttled = ApiErrorFromResponse(
-      429, R"({"kind":"Status","reason":"TooManyRequests","details":{"retryAfterSeconds":2}})",
-      "", "GET /y");
+      429, R"({"kind":"Status","reason":"TooManyRequests","details":{"retryAfterSeconds":2}})", "",
+      "GET /y");
   EXPECT_TRUE(IsTooManyRequests(throttled));
   EXPECT_EQ(GetApiErrorInfo(throttled)->retry_after_s, 2);
   EXPECT_TRUE(IsRetryable(throttled));

@@ -1,8 +1,7 @@
 // The REST client against a real kube-apiserver: CRUD, patches, the status subresource, paging,
 // selectors, conflicts, RBAC errors, token rotation, watches, and the client-side rate limit.
-#include "operator/kube/rest_client.h"
-
 #include <atomic>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <thread>
@@ -12,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/api_error.h"
+#include "operator/kube/rest_client.h"
 #include "operator/kube/retry.h"
 #include "tests/operator/kube/kube_fixture.h"
 
@@ -281,6 +281,23 @@ TEST_F(RestClientTest, A401AsksTheTokenSourceAgainOnce) {
   EXPECT_EQ((*client)->requests(), 1);
 }
 
+// A token file that the kubelet rotates: the client picks up the new token after a 401.
+TEST_F(RestClientTest, ARotatedTokenFileIsReadAgain) {
+  const std::string path = plane_->dir() + "/rotating-token";
+  testing::WriteFileOrDie(path, "stale-token\n");
+  SimulatedClock token_clock;
+  RestConfig config = ConfigFor("");
+  config.token = FileToken(path, &token_clock);
+  absl::StatusOr<std::unique_ptr<RestClient>> client = RestClient::Create(config, &clock_);
+  ASSERT_TRUE(client.ok());
+  EXPECT_TRUE(IsUnauthorized((*client)->List(ConfigMaps(), ns_).status()));
+  // The rotation: a new file moved into place, as the kubelet's atomic writer does.
+  testing::WriteFileOrDie(path + ".new", plane_->admin_token() + "\n");
+  ASSERT_EQ(std::rename((path + ".new").c_str(), path.c_str()), 0);
+  absl::StatusOr<ObjectList> list = (*client)->List(ConfigMaps(), ns_);
+  EXPECT_TRUE(list.ok()) << list.status();
+}
+
 TEST_F(RestClientTest, BadConfigsFailAtCreate) {
   RestConfig no_server = ConfigFor("x");
   no_server.server.clear();
@@ -336,8 +353,9 @@ TEST_F(RestClientTest, WatchSeesChangesInOrderAndCancels) {
   ASSERT_TRUE(watch.ok()) << watch.status();
 
   ASSERT_TRUE(admin_->Create(ConfigMaps(), ns_, ConfigMap("w", "1")).ok());
-  ASSERT_TRUE(admin_->Patch(ConfigMaps(), ns_, "w", PatchType::kMerge,
-                            web::json::value::parse(R"({"data":{"v":"2"}})"))
+  ASSERT_TRUE(admin_
+                  ->Patch(ConfigMaps(), ns_, "w", PatchType::kMerge,
+                          web::json::value::parse(R"({"data":{"v":"2"}})"))
                   .ok());
   ASSERT_TRUE(admin_->Delete(ConfigMaps(), ns_, "w").ok());
 
@@ -389,7 +407,8 @@ TEST_F(RestClientTest, StatusSubresourceOfACustomResource) {
           "status": {"type": "object", "properties": {"phase": {"type": "string"}}}}}}}]}})");
   absl::StatusOr<web::json::value> created_crd =
       admin_->Create(CustomResourceDefinitions(), "", crd);
-  ASSERT_TRUE(created_crd.ok() || absl::IsAlreadyExists(created_crd.status())) << created_crd.status();
+  ASSERT_TRUE(created_crd.ok() || absl::IsAlreadyExists(created_crd.status()))
+      << created_crd.status();
   const ResourceType gadgets{group, "v1", "gadgets", "Gadget", true};
 
   web::json::value gadget = web::json::value::parse(
@@ -411,9 +430,9 @@ TEST_F(RestClientTest, StatusSubresourceOfACustomResource) {
   EXPECT_EQ(updated->at("status").at("phase").as_string(), "Running");
   EXPECT_EQ(updated->at("spec").at("size").as_integer(), 3);
 
-  absl::StatusOr<web::json::value> patched = admin_->Patch(
-      gadgets, ns_, "g", PatchType::kMerge,
-      web::json::value::parse(R"({"status":{"phase":"Done"}})"), "status");
+  absl::StatusOr<web::json::value> patched =
+      admin_->Patch(gadgets, ns_, "g", PatchType::kMerge,
+                    web::json::value::parse(R"({"status":{"phase":"Done"}})"), "status");
   ASSERT_TRUE(patched.ok()) << patched.status();
   EXPECT_EQ(patched->at("status").at("phase").as_string(), "Done");
   absl::StatusOr<web::json::value> status = admin_->Get(gadgets, ns_, "g", "status");

@@ -16,9 +16,9 @@ StringMap Labels(std::initializer_list<std::pair<const char*, const char*>> entr
 }
 
 TEST(LabelSelectorTest, ParsesEveryOperatorAndMatches) {
-  absl::StatusOr<LabelSelector> selector =
-      LabelSelector::Parse("app = trainer, tier in (a, b), env notin (prod), gpu, !canary, "
-                           "zone!=us");
+  absl::StatusOr<LabelSelector> selector = LabelSelector::Parse(
+      "app = trainer, tier in (a, b), env notin (prod), gpu, !canary, "
+      "zone!=us");
   ASSERT_TRUE(selector.ok()) << selector.status();
   EXPECT_EQ(selector->requirements().size(), 6u);
   EXPECT_TRUE(selector->Matches(Labels({{"app", "trainer"}, {"tier", "b"}, {"gpu", ""}})));
@@ -74,8 +74,8 @@ TEST(LabelSelectorTest, FromJsonCombinesMatchLabelsAndExpressions) {
 }
 
 TEST(LabelSelectorTest, FromJsonErrorsNameTheField) {
-  EXPECT_THAT(LabelSelector::FromJson(web::json::value::parse(
-                                          R"({"matchExpressions":[{"key":"a","operator":"In"}]})"))
+  EXPECT_THAT(LabelSelector::FromJson(
+                  web::json::value::parse(R"({"matchExpressions":[{"key":"a","operator":"In"}]})"))
                   .status()
                   .message(),
               HasSubstr("matchExpressions[0]: operator In needs at least one value"));
@@ -85,9 +85,10 @@ TEST(LabelSelectorTest, FromJsonErrorsNameTheField) {
           .status()
           .message(),
       HasSubstr("unknown operator \"Near\""));
-  EXPECT_THAT(
-      LabelSelector::FromJson(web::json::value::parse(R"({"matchLabels":{"a":1}})")).status().message(),
-      HasSubstr("selector.matchLabels.a: not a string"));
+  EXPECT_THAT(LabelSelector::FromJson(web::json::value::parse(R"({"matchLabels":{"a":1}})"))
+                  .status()
+                  .message(),
+              HasSubstr("selector.matchLabels.a: not a string"));
 }
 
 }  // namespace
