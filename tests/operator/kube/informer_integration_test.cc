@@ -200,11 +200,18 @@ TEST_F(InformerTest, ListsInPagesThenWatchesChanges) {
                           web::json::value::parse(R"({"data":{"v":"1"}})"))
                   .ok());
   ASSERT_TRUE(admin_->Delete(ConfigMaps(), ns_, "pre-7").ok());
-  ASSERT_TRUE(Eventually([&] { return handler.log().size() == 123; })) << handler.log().size();
+  const std::map<std::string, std::string> server = ServerState();
+  ASSERT_TRUE(Eventually([&] { return handler.model() == server; }))
+      << "the events do not rebuild the server's state";
+  // This suite's server compacts etcd every second: on a slow machine the first watch may
+  // already be too old and the informer relists, which folds the add and the update of "new"
+  // into one add. Both are right; the exact sequence is checked when the watch kept up.
   const std::vector<std::string> log = handler.log();
-  EXPECT_THAT(std::vector<std::string>(log.begin() + 120, log.end()),
-              ElementsAre(StrCat("add ", ns_, "/new"), StrCat("update ", ns_, "/new"),
-                          StrCat("delete ", ns_, "/pre-7")));
+  if (informer.stats().relists == 0) {
+    EXPECT_THAT(std::vector<std::string>(log.begin() + 120, log.end()),
+                ElementsAre(StrCat("add ", ns_, "/new"), StrCat("update ", ns_, "/new"),
+                            StrCat("delete ", ns_, "/pre-7")));
+  }
   EXPECT_EQ(informer.Get(ns_, "pre-7"), nullptr);
   ObjectPtr fresh = informer.Get(ns_, "new");
   ASSERT_NE(fresh, nullptr);
@@ -227,7 +234,7 @@ TEST_F(InformerTest, ListsInPagesThenWatchesChanges) {
   EXPECT_EQ(informer.List(ns_, &*not_old).size(), 1u);
   EXPECT_TRUE(informer.List("another-namespace").empty());
   informer.Stop();
-  EXPECT_EQ(informer.stats().lists, 1);
+  EXPECT_EQ(informer.stats().lists, 1 + informer.stats().relists);
 }
 
 TEST_F(InformerTest, ResyncCallsUpdateWithTheSameObjectOnTheInformersClock) {
