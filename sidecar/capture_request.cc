@@ -93,6 +93,10 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
   }
   out.start_timestamp_ns = defaults ? 0 : static_cast<int64_t>(opts.start_timestamp_ns());
   out.max_events = request.max_events();
+  if (auto it = opts.advanced_configuration().find(kOutliveClientKey);
+      !defaults && it != opts.advanced_configuration().end()) {
+    out.outlive_client = it->second.bool_value();
+  }
   out.emit_xspace = request.emit_xspace();
 
   out.session_id =

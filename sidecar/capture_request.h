@@ -26,6 +26,9 @@ struct RequestPolicy {
   int64_t max_duration_ms = 10 * 60 * 1000;
 };
 
+// The advanced_configuration key of CaptureRequest::outlive_client.
+inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
+
 struct CaptureRequest {
   std::string session_id;
   // The host file stem (':' already replaced).
@@ -37,6 +40,11 @@ struct CaptureRequest {
   int64_t start_timestamp_ns = 0;
   int64_t duration_ns = 0;
   uint64_t max_events = 0;
+  // advanced_configuration["clusterprof_outlive_client"] = true: the capture runs to its planned
+  // end even when every client has gone (a coordinator that restarts rejoins it by session id,
+  // or reads its results back with GetSession). Without it, the capture stops early then, as
+  // upstream servers do.
+  bool outlive_client = false;
   // The options in effect (upstream defaults applied for version 0).
   tensorflow::ProfileOptions options;
 

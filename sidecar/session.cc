@@ -238,6 +238,13 @@ void CaptureSession::Detach(ClientId client) {
     if (it == clients_.end()) return;
     clients_.erase(it);
     last = clients_.empty() && ever_attached_;
+    if (last && request_.outlive_client) {
+      spdlog::info(
+          "session {}: every client went away; capturing to the planned end as asked "
+          "({}), for the coordinator to rejoin or read back",
+          request_.session_id, kOutliveClientKey);
+      return;
+    }
     if (last) cancelled_ = true;
   }
   if (last) {

@@ -80,6 +80,9 @@ struct TargetState {
   bool down = false;
   // The last Profile failed with a code upstream clients retry.
   bool retryable = false;
+  // T0 (our clock) of the session the target's current attempt runs: the attempt's T0, or, for
+  // a running session joined on resume, the T0 it was started for.
+  int64_t t0_ns = 0;
 };
 
 // Counts outstanding callbacks; the coordinating thread waits for zero. Callbacks record their
@@ -127,8 +130,13 @@ class Run {
   void Connect();
   void ProbeClocks();
   void ChooseHostNames();
+  // Asks the sidecars in `subset` for the run's session (resume); returns the targets still to
+  // capture.
+  std::vector<size_t> Recover(const std::vector<size_t>& subset);
   void Attempt(const std::vector<size_t>& subset);
   void QuerySessions(const std::vector<size_t>& subset);
+  // Records a session's results in `target` (under pending_.mu()).
+  void ApplySession(const GetSessionResponse& session, TargetState& target);
   void Report();
   RunResult Snapshot();
 
@@ -141,6 +149,7 @@ class Run {
   std::vector<TargetState> targets_;
   std::optional<storage::RunLayout> layout_;
   int64_t t0_ns_ = 0;
+  int attempt_ = 0;
 };
 
 void Run::Connect() {
@@ -229,8 +238,61 @@ void Run::ChooseHostNames() {
   }
 }
 
+std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
+  std::vector<size_t> sidecars;
+  for (size_t i : subset) {
+    if (targets_[i].result.is_sidecar) sidecars.push_back(i);
+  }
+  std::vector<bool> settled(targets_.size(), false);
+  pending_.Add(static_cast<int>(sidecars.size()));
+  for (size_t i : sidecars) {
+    auto context = std::make_shared<grpc::ClientContext>();
+    context->set_deadline(std::chrono::system_clock::now() +
+                          std::chrono::milliseconds(kSessionQueryTimeoutMs));
+    auto request = std::make_shared<GetSessionRequest>();
+    request->set_session_id(layout_->run());
+    auto response = std::make_shared<GetSessionResponse>();
+    targets_[i].sidecar->async()->GetSession(
+        context.get(), request.get(), response.get(),
+        [this, i, context, request, response, &settled](grpc::Status status) {
+          pending_.Complete([&] {
+            TargetState& target = targets_[i];
+            // Not found, or not reachable now: captured (or retried) like any target.
+            if (!status.ok()) return;
+            switch (response->state()) {
+              case clusterprof::v1alpha1::SESSION_STATE_DONE:
+              case clusterprof::v1alpha1::SESSION_STATE_FAILED:
+                settled[i] = true;
+                target.result.recovered = true;
+                target.result.attempts = std::max(target.result.attempts, 1);
+                target.t0_ns = options_.start_at_ns;
+                target.result.outcome =
+                    response->state() == clusterprof::v1alpha1::SESSION_STATE_FAILED
+                        ? Outcome::kFailed
+                    : response->empty_trace() ? Outcome::kEmpty
+                                              : Outcome::kOk;
+                target.result.message = response->error();
+                target.result.phase = Phase::kDone;
+                ApplySession(*response, target);
+                break;
+              default:
+                // Still running: the attempt joins it, and judges its start against the T0 it
+                // was started for.
+                target.t0_ns = options_.start_at_ns;
+                break;
+            }
+          });
+        });
+  }
+  pending_.Wait(nullptr);
+  std::vector<size_t> rest;
+  for (size_t i : subset) {
+    if (!settled[i]) rest.push_back(i);
+  }
+  return rest;
+}
+
 void Run::Attempt(const std::vector<size_t>& subset) {
-  t0_ns_ = clock_.WallNs() + std::max(options_.delay_ms, options_.fan_out_lead_ms) * 1'000'000;
   const auto deadline =
       WallToTimePoint(t0_ns_ + (options_.duration_ms + options_.grace_ms) * 1'000'000);
   pending_.Add(static_cast<int>(subset.size()));
@@ -240,7 +302,9 @@ void Run::Attempt(const std::vector<size_t>& subset) {
     ++result.attempts;
     result.outcome = Outcome::kPending;
     result.phase = Phase::kWaiting;
-    result.requested_start_ns = t0_ns_ + AppliedOffset(result);
+    // A joined session keeps the T0 it was started for (set by Recover).
+    if (target.t0_ns == 0) target.t0_ns = t0_ns_;
+    result.requested_start_ns = target.t0_ns + AppliedOffset(result);
 
     auto request = std::make_shared<tensorflow::ProfileRequest>();
     request->set_duration_ms(options_.duration_ms);
@@ -257,6 +321,20 @@ void Run::Attempt(const std::vector<size_t>& subset) {
     opts->set_duration_ms(options_.duration_ms);
     opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
     opts->set_session_id(layout_->run());
+    if (options_.outlive_client) {
+      (*opts->mutable_advanced_configuration())["clusterprof_outlive_client"].set_bool_value(true);
+    }
+    for (const auto& [key, value] : options_.advanced_configuration) {
+      tensorflow::ProfileOptions::AdvancedConfigValue& entry =
+          (*opts->mutable_advanced_configuration())[key];
+      if (const auto* text = std::get_if<std::string>(&value)) {
+        entry.set_string_value(*text);
+      } else if (const auto* flag = std::get_if<bool>(&value)) {
+        entry.set_bool_value(*flag);
+      } else {
+        entry.set_int64_value(std::get<int64_t>(value));
+      }
+    }
     if (result.host_name != result.address) {
       opts->set_override_hostname(result.host_name);
       (*opts->mutable_advanced_configuration())["override_hostname"].set_string_value(
@@ -303,26 +381,12 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
         context.get(), request.get(), response.get(),
         [this, i, context, request, response](grpc::Status status) {
           pending_.Complete([&] {
-            TargetResult& result = targets_[i].result;
             if (!status.ok()) {
-              result.warnings.push_back(StrCat("session status unavailable: ", Describe(status)));
+              targets_[i].result.warnings.push_back(
+                  StrCat("session status unavailable: ", Describe(status)));
               return;
             }
-            result.stats_known = true;
-            result.events = response->events();
-            result.dropped_events = response->dropped_events();
-            result.bytes = 0;
-            result.files.clear();
-            for (const auto& file : response->files()) {
-              result.files.push_back(file.uri());
-              result.bytes += file.bytes();
-            }
-            result.warnings.assign(response->warnings().begin(), response->warnings().end());
-            if (response->start_time_ns() > 0) {
-              result.start_known = true;
-              result.achieved_start_ns = response->start_time_ns() - AppliedOffset(result);
-              result.start_error_ns = result.achieved_start_ns - t0_ns_;
-            }
+            ApplySession(*response, targets_[i]);
           });
         });
   }
@@ -337,11 +401,31 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
   }
 }
 
+void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
+  TargetResult& result = target.result;
+  result.stats_known = true;
+  result.events = session.events();
+  result.dropped_events = session.dropped_events();
+  result.bytes = 0;
+  result.files.clear();
+  for (const auto& file : session.files()) {
+    result.files.push_back(file.uri());
+    result.bytes += file.bytes();
+  }
+  result.warnings.assign(session.warnings().begin(), session.warnings().end());
+  if (session.start_time_ns() > 0) {
+    result.start_known = true;
+    result.achieved_start_ns = session.start_time_ns() - AppliedOffset(result);
+    result.start_error_ns = result.achieved_start_ns - target.t0_ns;
+  }
+}
+
 RunResult Run::Snapshot() {
   RunResult snapshot;
   snapshot.run = layout_.has_value() ? layout_->run() : "";
   snapshot.run_dir = layout_.has_value() ? layout_->RunDir() : "";
   snapshot.t0_ns = t0_ns_;
+  snapshot.attempt = attempt_;
   {
     MutexLock lock(&pending_.mu());
     for (const TargetState& target : targets_) snapshot.targets.push_back(target.result);
@@ -419,12 +503,33 @@ absl::StatusOr<RunResult> Run::Execute() {
 
   std::vector<size_t> subset(targets_.size());
   for (size_t i = 0; i < subset.size(); ++i) subset[i] = i;
-  for (int attempt = 1; attempt <= options_.num_tracing_attempts && !subset.empty(); ++attempt) {
-    if (attempt > 1) {
-      const int64_t backoff_ms = options_.retry_backoff_ms << std::min(attempt - 2, 10);
+  if (options_.resume) {
+    subset = Recover(subset);
+    Report();
+  }
+  const int first = std::max(0, options_.attempts_used) + 1;
+  const int last = std::max(first, options_.num_tracing_attempts);
+  for (int attempt = first; attempt <= last && !subset.empty(); ++attempt) {
+    if (attempt > first) {
+      const int64_t backoff_ms = options_.retry_backoff_ms << std::min(attempt - first - 1, 10);
       spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", subset.size(), backoff_ms,
-                   attempt, options_.num_tracing_attempts);
+                   attempt, last);
       clock_.SleepForNs(backoff_ms * 1'000'000);
+    }
+    const int64_t now = clock_.WallNs();
+    const int64_t lead_ns = options_.fan_out_lead_ms * 1'000'000;
+    if (attempt == first && options_.start_at_ns > 0 && options_.start_at_ns >= now + lead_ns) {
+      t0_ns_ = options_.start_at_ns;
+    } else {
+      t0_ns_ = now + std::max(options_.delay_ms, options_.fan_out_lead_ms) * 1'000'000;
+    }
+    attempt_ = attempt;
+    if (options_.before_attempt) {
+      CLUSTERPROF_RETURN_IF_ERROR(options_.before_attempt(attempt, t0_ns_));
+    }
+    for (size_t i : subset) {
+      // A session joined on resume keeps its T0 only in the first attempt.
+      if (attempt > first || targets_[i].t0_ns != options_.start_at_ns) targets_[i].t0_ns = 0;
     }
     Attempt(subset);
     QuerySessions(subset);

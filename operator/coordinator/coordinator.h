@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,11 +49,38 @@ struct CaptureOptions {
   uint32_t host_tracer_level = 2;
   uint32_t device_tracer_level = 1;
   uint32_t python_tracer_level = 0;
+  // ProfileOptions.advanced_configuration: options for the server's tracers
+  // ("gpu_max_activity_api_events", "tpu_trace_mode", ...).
+  std::map<std::string, std::variant<std::string, bool, int64_t>> advanced_configuration;
+  // Ask clusterprof sidecars to capture to the planned end even if this coordinator goes away
+  // (advanced_configuration "clusterprof_outlive_client"), so that a restarted one can rejoin or
+  // read the results back (see `resume`). TF/JAX servers ignore it and stop as before.
+  bool outlive_client = false;
   // GetInfo round trips per target; the one with the smallest RTT sets the offset.
   int clock_probes = 5;
   // Extra time allowed after the capture's end for collecting and writing.
   int64_t grace_ms = 30'000;
   bool write_manifest = true;
+
+  // For a caller that persists its progress and may be restarted mid-capture (the operator).
+  //
+  // T0 of the first attempt (wall clock, ns since the epoch, our clock), used when it is still
+  // at least fan_out_lead_ms ahead; otherwise a fresh T0 is picked. 0: pick one.
+  int64_t start_at_ns = 0;
+  // Attempts an earlier coordinator already made for this run: attempts are numbered from
+  // attempts_used + 1, and at least one is made even when that exceeds num_tracing_attempts.
+  int attempts_used = 0;
+  // Resume the run `run` that an earlier coordinator began: before any Profile request, ask
+  // every clusterprof sidecar for the session (Sidecar.GetSession). A finished session gives its
+  // results and is not captured again; a running one is joined (same session id, so the sidecar
+  // does not start a second capture), its start judged against start_at_ns; a sidecar that never
+  // heard of the run is captured as in a fresh attempt. TF/JAX servers cannot be asked and are
+  // captured again.
+  bool resume = false;
+  // Called before each attempt's requests are sent, with its number and T0. An error aborts the
+  // capture there (returned by Capture; no request of that attempt is sent), so a caller can
+  // refuse to start what it could not record.
+  std::function<absl::Status(int attempt, int64_t t0_ns)> before_attempt;
 };
 
 enum class Outcome { kPending, kOk, kEmpty, kFailed };
@@ -67,6 +95,8 @@ struct TargetResult {
   Outcome outcome = Outcome::kPending;
   Phase phase = Phase::kProbing;
   int attempts = 0;
+  // Found finished on the sidecar when resuming: its results come from that earlier capture.
+  bool recovered = false;
   // A clusterprof sidecar (answers Sidecar.GetInfo); TF/JAX servers are not.
   bool is_sidecar = false;
   // Target wall clock minus ours, and half the probe's round trip; unknown (-1) for servers
@@ -97,8 +127,9 @@ struct RunResult {
   std::string run;
   std::string run_dir;
   std::string manifest_uri;  // empty when not written
-  // T0 of the last attempt (wall clock, ns since the epoch, our clock).
+  // T0 of the last attempt (wall clock, ns since the epoch, our clock), and its number.
   int64_t t0_ns = 0;
+  int attempt = 0;
   std::vector<TargetResult> targets;
   // The largest |start_error_ns| among targets with a known start.
   int64_t max_start_skew_ns = 0;

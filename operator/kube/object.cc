@@ -144,12 +144,18 @@ Decoder PodDecoder() {
       if (absl::Status s = ReadString(*spec, "nodeName", "spec.", &pod->node_name); !s.ok()) {
         return s;
       }
-      if (const web::json::array* containers = ArrayField(*spec, "containers")) {
+      // Native sidecars (init containers with restartPolicy Always) are init containers.
+      for (const auto& [field, out] :
+           {std::pair<const char*, std::vector<Container>*>{"containers", &pod->containers},
+            {"initContainers", &pod->init_containers}}) {
+        const web::json::array* containers = ArrayField(*spec, field);
+        if (containers == nullptr) continue;
+        const std::string where = StrCat("spec.", field, "[]");
         for (const web::json::value& c : *containers) {
-          if (!c.is_object()) return WrongType("spec.containers[]", "an object");
+          if (!c.is_object()) return WrongType(where, "an object");
           Container container;
           if (absl::Status s =
-                  ReadString(c.as_object(), "name", "spec.containers[].", &container.name);
+                  ReadString(c.as_object(), "name", StrCat(where, "."), &container.name);
               !s.ok()) {
             return s;
           }
@@ -167,7 +173,7 @@ Decoder PodDecoder() {
               container.ports.push_back(std::move(port));
             }
           }
-          pod->containers.push_back(std::move(container));
+          out->push_back(std::move(container));
         }
       }
     }

@@ -101,6 +101,8 @@ class Pod : public Object {
   // status.conditions[type=Ready].status == "True".
   bool ready = false;
   std::vector<Container> containers;
+  // spec.initContainers: where native sidecars (restartPolicy Always) are.
+  std::vector<Container> init_containers;
 };
 
 Decoder PodDecoder();

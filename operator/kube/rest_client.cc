@@ -167,6 +167,7 @@ class RestClient::Impl {
   }
 
   const RestConfig& config() const { return config_; }
+  const RestClientOptions& options() const { return options_; }
 
   // Sends one request, with the current token, and returns the response; the body of a watch
   // is left unread.
@@ -383,14 +384,28 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
   const std::string what = StrCat(method, " ", path_and_query);
   const std::string body_text = body == nullptr ? std::string() : body->serialize();
   pplx::cancellation_token_source never;
-  CLUSTERPROF_ASSIGN_OR_RETURN(http::http_response response,
-                               impl_->Send(std::string(method), path_and_query, body_text,
-                                           content_type, /*watch=*/false, never.get_token()));
-  CLUSTERPROF_ASSIGN_OR_RETURN(std::string response_body, impl_->ReadBody(what, response));
-  const int code = response.status_code();
+  const int64_t sent_ns = clock_->MonotonicNs();
+  int code = 0;
+  const auto observe = [&] {
+    if (impl_->options().observe_request) {
+      impl_->options().observe_request(method, code, clock_->MonotonicNs() - sent_ns);
+    }
+  };
+  absl::StatusOr<http::http_response> response =
+      impl_->Send(std::string(method), path_and_query, body_text, content_type,
+                  /*watch=*/false, never.get_token());
+  if (!response.ok()) {
+    observe();
+    return response.status();
+  }
+  absl::StatusOr<std::string> read = impl_->ReadBody(what, *response);
+  code = response->status_code();
+  observe();
+  CLUSTERPROF_RETURN_IF_ERROR(read.status());
+  const std::string& response_body = *read;
   if (code < 200 || code > 299) {
-    return ApiErrorFromResponse(code, response_body, HeaderValue(response.headers(), "Retry-After"),
-                                what);
+    return ApiErrorFromResponse(code, response_body,
+                                HeaderValue(response->headers(), "Retry-After"), what);
   }
   return ParseJsonBody(what, response_body);
 }

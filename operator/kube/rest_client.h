@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,10 @@ struct RestClientOptions {
   int64_t watch_idle_margin_ns = 60 * kNanosPerSecond;
   // The User-Agent header; the config's user_agent wins when set.
   std::string user_agent = "clusterprof";
+  // Told of every request but watches (for latency metrics): the HTTP method, the status code
+  // (0 when no response came back) and the time from sending to the whole body, rate-limit
+  // waits excluded. Called on the requesting thread; must be thread-safe and quick.
+  std::function<void(std::string_view method, int code, int64_t latency_ns)> observe_request;
 };
 
 // The parameters of a list or a watch (metav1.ListOptions).

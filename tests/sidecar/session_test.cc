@@ -286,6 +286,29 @@ TEST_F(SessionTest, WhenEveryClientIsGoneTheCaptureStopsAndStillWrites) {
   EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("cancelled"));
 }
 
+TEST_F(SessionTest, AnOutlivingCaptureRunsToItsEndWhenEveryClientIsGone) {
+  const int64_t t0 = clock_.WallNs();
+  Waiter waiter;
+  CaptureSession::ClientId client = 0;
+  CaptureRequest request = Request("outlives", 0, 1000);
+  request.outlive_client = true;
+  auto session = Start(std::move(request), waiter, &client);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(200 * kMs);
+  session->Detach(client);
+  EXPECT_FALSE(session->finished());
+  // A coordinator that comes back joins the same session.
+  Waiter rejoined;
+  Start(Request("outlives", 0, 1000), rejoined);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(800 * kMs);
+  rejoined.done.WaitForNotification();
+  ASSERT_TRUE(rejoined.result.ok()) << rejoined.result.status();
+  EXPECT_EQ(tracer_.stop_ns(), t0 + 1000 * kMs) << "the planned end, not the disconnect";
+  EXPECT_TRUE(FileExists(XPlanePath("outlives")));
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("ok"));
+}
+
 TEST_F(SessionTest, EmitXSpaceReturnsTheSpaceAndWritesNoFile) {
   Waiter waiter;
   Start(Request("inline", 0, 10, /*emit_xspace=*/true), waiter);

@@ -1,0 +1,91 @@
+#include "operator/controllers/targets.h"
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "common/strings.h"
+
+namespace clusterprof::controllers {
+namespace {
+
+bool IsSidecarContainer(const kube::Container& container) {
+  if (container.name == kSidecarContainerName) return true;
+  return std::any_of(container.ports.begin(), container.ports.end(),
+                     [](const kube::ContainerPort& port) { return port.name == kSidecarPortName; });
+}
+
+std::string JoinHostPort(const std::string& host, int32_t port) {
+  if (host.find(':') != std::string::npos) return StrCat("[", host, "]:", port);
+  return StrCat(host, ":", port);
+}
+
+}  // namespace
+
+bool HasSidecar(const kube::Pod& pod) {
+  if (kube::FindValue(pod.metadata.annotations, kPortAnnotation) != nullptr) return true;
+  return std::any_of(pod.containers.begin(), pod.containers.end(), IsSidecarContainer) ||
+         std::any_of(pod.init_containers.begin(), pod.init_containers.end(), IsSidecarContainer);
+}
+
+absl::StatusOr<int32_t> SidecarPort(const ProfileJobSpec& spec, const kube::Pod& pod) {
+  if (spec.port != 0) return spec.port;
+  if (const std::string* text = kube::FindValue(pod.metadata.annotations, kPortAnnotation)) {
+    const std::string_view trimmed = StripAsciiWhitespace(*text);
+    const int port = std::atoi(std::string(trimmed).c_str());
+    if (trimmed.empty() || trimmed.find_first_not_of("0123456789") != std::string_view::npos ||
+        trimmed.size() > 5 || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(StrCat("annotation ", kPortAnnotation, "=\"", *text,
+                                               "\" is not a port number (1-65535)"));
+    }
+    return port;
+  }
+  for (const auto* containers : {&pod.containers, &pod.init_containers}) {
+    for (const kube::Container& container : *containers) {
+      for (const kube::ContainerPort& port : container.ports) {
+        if (port.name == kSidecarPortName && port.container_port > 0) return port.container_port;
+      }
+    }
+  }
+  return kDefaultSidecarPort;
+}
+
+TargetResolution ResolveTargets(const ProfileJobSpec& spec,
+                                const std::vector<kube::ObjectPtr>& pods) {
+  TargetResolution resolution;
+  std::vector<const kube::Pod*> sorted;
+  for (const kube::ObjectPtr& object : pods) {
+    if (const auto* pod = dynamic_cast<const kube::Pod*>(object.get())) sorted.push_back(pod);
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const kube::Pod* a, const kube::Pod* b) {
+    return a->metadata.name < b->metadata.name;
+  });
+  for (const kube::Pod* pod : sorted) {
+    const std::string& name = pod->metadata.name;
+    std::string why;
+    if (!pod->metadata.deletion_timestamp.empty()) {
+      why = "being deleted";
+    } else if (pod->phase != "Running") {
+      why = StrCat("phase ", pod->phase.empty() ? "unknown" : pod->phase, ", not Running");
+    } else if (!pod->ready) {
+      why = "not Ready";
+    } else if (pod->pod_ip.empty()) {
+      why = "no pod IP yet";
+    } else if (!HasSidecar(*pod)) {
+      why = StrCat("no clusterprof sidecar (no ", kSidecarContainerName, " container and no ",
+                   kPortAnnotation, " annotation)");
+    }
+    absl::StatusOr<int32_t> port = SidecarPort(spec, *pod);
+    if (why.empty() && !port.ok()) why = std::string(port.status().message());
+    if (!why.empty()) {
+      resolution.skipped.push_back(StrCat(name, ": ", why));
+      continue;
+    }
+    resolution.targets.push_back({name, JoinHostPort(pod->pod_ip, *port), pod->node_name});
+  }
+  for (const std::string& address : spec.addresses) {
+    resolution.targets.push_back({address, address, ""});
+  }
+  return resolution;
+}
+
+}  // namespace clusterprof::controllers

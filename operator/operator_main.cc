@@ -1,0 +1,124 @@
+// clusterprof-operator: runs the ProfileJob and ProfileSchedule controllers (docs/operator.md).
+#include <signal.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "common/clock.h"
+#include "common/logging.h"
+#include "operator/controllers/manager.h"
+#include "operator/kube/config.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  using clusterprof::kNanosPerMilli;
+  using clusterprof::kNanosPerSecond;
+  CLI::App app{
+      "clusterprof-operator: synchronized profiling captures across the pods a ProfileJob "
+      "selects, and ProfileSchedules that repeat them"};
+  app.set_version_flag("--version", std::string("clusterprof-operator ") + CLUSTERPROF_VERSION);
+  clusterprof::controllers::ManagerOptions options;
+  std::string kubeconfig, context, log_format = "auto", log_level = "info";
+  double lease_s = 15, renew_s = 10, retry_s = 2, shutdown_grace_s = 25;
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig file (default: in-cluster config, else $KUBECONFIG, else "
+                 "~/.kube/config)");
+  app.add_option("--context", context, "kubeconfig context (default: the current one)");
+  app.add_option("--namespace", options.namespace_,
+                 "watch only this namespace (default: every namespace)");
+  app.add_flag("--leader-elect", options.leader_elect,
+               "run controllers only while holding the Lease (for several replicas)");
+  app.add_option("--leader-election-namespace", options.leader_election_namespace,
+                 "namespace of the Lease (default: $POD_NAMESPACE, else clusterprof-system)");
+  app.add_option("--leader-election-id", options.leader_election_id, "name of the Lease")
+      ->capture_default_str();
+  app.add_option("--leader-election-identity", options.identity,
+                 "this replica's identity in the Lease (default: <hostname>_<pid>)");
+  app.add_option("--lease-duration-seconds", lease_s)->capture_default_str();
+  app.add_option("--renew-deadline-seconds", renew_s)->capture_default_str();
+  app.add_option("--retry-period-seconds", retry_s)->capture_default_str();
+  app.add_option("--health-address", options.health_address,
+                 "address of /healthz, /readyz and /metrics")
+      ->capture_default_str();
+  app.add_option("--health-port", options.health_port,
+                 "port of /healthz, /readyz and /metrics (0 picks one, -1 turns them off)")
+      ->capture_default_str();
+  app.add_option("--port-file", options.port_file,
+                 "write the bound health port here (http=N) once serving");
+  app.add_option("--workers", options.jobs.workers, "ProfileJob reconcile workers")
+      ->capture_default_str();
+  app.add_option("--fan-out-lead-ms", options.jobs.fan_out_lead_ms,
+                 "least time between sending Profile requests and the start instant")
+      ->capture_default_str();
+  app.add_option("--retry-backoff-ms", options.jobs.retry_backoff_ms,
+                 "pause before a capture's first retry (doubles after)")
+      ->capture_default_str();
+  app.add_option("--qps", options.qps, "API requests per second (client-side limit)")
+      ->capture_default_str();
+  app.add_option("--burst", options.burst, "API request burst")->capture_default_str();
+  app.add_option("--shutdown-grace-seconds", shutdown_grace_s,
+                 "on SIGTERM, how long running captures may take to finish")
+      ->capture_default_str();
+  app.add_option("--log-format", log_format, "auto, text or json")->capture_default_str();
+  app.add_option("--log-level", log_level, "trace, debug, info, warn or error")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(log_format);
+  absl::Status logging =
+      format.ok() ? clusterprof::InitLogging(*format, log_level) : format.status();
+  if (!logging.ok()) {
+    std::cerr << "clusterprof-operator: " << logging.message() << "\n";
+    return 2;
+  }
+  options.lease_duration_ns = static_cast<int64_t>(lease_s * kNanosPerSecond);
+  options.renew_deadline_ns = static_cast<int64_t>(renew_s * kNanosPerSecond);
+  options.retry_period_ns = static_cast<int64_t>(retry_s * kNanosPerSecond);
+  options.shutdown_grace_ns = static_cast<int64_t>(shutdown_grace_s * kNanosPerSecond);
+  if (app.count("--leader-election-namespace") == 0) {
+    if (const char* ns = getenv("POD_NAMESPACE"); ns != nullptr && *ns != '\0') {
+      options.leader_election_namespace = ns;
+    }
+  }
+
+  // Signals are taken by sigwait below; every thread started from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  clusterprof::RealClock clock;
+  clusterprof::kube::KubeconfigOptions kubeconfig_options;
+  if (!kubeconfig.empty()) kubeconfig_options.paths = {kubeconfig};
+  kubeconfig_options.context = context;
+  absl::StatusOr<clusterprof::kube::RestConfig> config = clusterprof::kube::LoadDefaultConfig(
+      kubeconfig_options, clusterprof::kube::ProcessEnvironment(), {}, &clock);
+  if (!config.ok()) {
+    spdlog::error("no Kubernetes API access: {}", std::string(config.status().message()));
+    return 1;
+  }
+  options.rest_config = *std::move(config);
+
+  std::atomic<bool> stop{false};
+  std::thread signal_thread([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    spdlog::info("received {}; shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
+    stop = true;
+    clock.Wake();
+  });
+  signal_thread.detach();
+
+  absl::Status status = clusterprof::controllers::RunManager(options, clock, stop);
+  spdlog::default_logger()->flush();
+  if (!status.ok()) {
+    spdlog::error("{}", std::string(status.message()));
+    spdlog::default_logger()->flush();
+    // Captures abandoned to the next leader may still run on their threads.
+    std::_Exit(1);
+  }
+  std::_Exit(0);
+}

@@ -1,0 +1,551 @@
+// clusterprof-operator end to end, against a real kube-apiserver (tests/support): the CRDs
+// applied with kubectl, pods created and set Running/Ready at 127.0.0.1 with per-pod port
+// annotations, a real clusterprof-sidecar beside an annotating workload for each pod, and the
+// operator binary driving ProfileJobs through their phases. Faults: a sidecar down, the
+// operator killed mid-capture, two replicas with leader election, watches dropped by a proxy.
+#include <signal.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <thread>
+
+#include "common/strings.h"
+#include "cpprest/http_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/controllers/api.h"
+#include "tests/operator/crd_fixture.h"
+#include "tests/operator/kube/kube_fixture.h"
+#include "tests/support/kube_fault_proxy.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Subprocess;
+using testing::TempDir;
+using web::json::value;
+
+constexpr char kSourceDir[] = CLUSTERPROF_SOURCE_DIR;
+constexpr char kOperator[] = CLUSTERPROF_OPERATOR_PATH;
+constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
+constexpr char kAnnotator[] = CLUSTERPROF_TEST_ANNOTATOR_PATH;
+
+std::map<std::string, int> ReadPorts(const std::string& port_file) {
+  std::map<std::string, int> ports;
+  std::ifstream in(port_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) ports[line.substr(0, eq)] = std::stoi(line.substr(eq + 1));
+  }
+  return ports;
+}
+
+// GET http://127.0.0.1:port/path; "" when it fails.
+std::string HttpGet(int port, const std::string& path) {
+  try {
+    web::http::client::http_client client(StrCat("http://127.0.0.1:", port));
+    web::http::http_response response = client.request(web::http::methods::GET, path).get();
+    return response.extract_string().get();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// The sum of a Prometheus metric's samples whose labels contain `labels`.
+double MetricSum(const std::string& text, const std::string& name, const std::string& labels) {
+  double sum = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!StartsWith(line, name) || line.find(labels) == std::string::npos) continue;
+    const char next = line[name.size()];
+    if (next != '{' && next != ' ') continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// A pod's sidecar and workload, as local processes.
+class Host {
+ public:
+  Host(const TempDir& root, const std::string& name, const std::string& logs) : name_(name) {
+    shm_dir_ = root.Join(StrCat("shm-", name));
+    const std::string port_file = root.Join(StrCat("ports-", name));
+    log_ = root.Join(StrCat("sidecar-", name, ".log"));
+    sidecar_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{kSidecar, "--port", "0", "--http-port", "0", "--address",
+                                 "127.0.0.1", "--shm-dir", shm_dir_, "--port-file", port_file,
+                                 "--allowed-logdir", logs, "--host-name", name},
+        std::map<std::string, std::string>{}, log_);
+    EXPECT_TRUE(testing::WaitForFile(port_file)) << "sidecar " << name << " did not start";
+    // The port file is written whole once serving; read until both ports are in.
+    for (int i = 0; i < 100 && (port_ == 0 || http_port_ == 0); ++i) {
+      std::map<std::string, int> ports = ReadPorts(port_file);
+      port_ = ports["grpc"];
+      http_port_ = ports["http"];
+      if (port_ == 0 || http_port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    workload_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{kAnnotator},
+        std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir_}}, log_);
+  }
+
+  const std::string& name() const { return name_; }
+  int port() const { return port_; }
+  // Captures the sidecar finished, by outcome label ("ok", "empty", ...; "" for all).
+  double Captures(const std::string& outcome = "") const {
+    return MetricSum(HttpGet(http_port_, "/metrics"), "clusterprof_sidecar_captures_total",
+                     outcome.empty() ? "" : StrCat("outcome=\"", outcome, "\""));
+  }
+  std::string Log() const { return testing::ReadFileOrDie(log_); }
+
+ private:
+  std::string name_;
+  int port_ = 0;
+  int http_port_ = 0;
+  std::string shm_dir_;
+  std::string log_;
+  std::unique_ptr<Subprocess> sidecar_;
+  std::unique_ptr<Subprocess> workload_;
+};
+
+// A clusterprof-operator process.
+class OperatorProcess {
+ public:
+  OperatorProcess(const TempDir& root, const std::string& name, const std::string& kubeconfig,
+                  const std::string& ns, std::vector<std::string> extra = {})
+      : log_(root.Join(StrCat("operator-", name, ".log"))) {
+    std::vector<std::string> argv = {kOperator,
+                                     "--kubeconfig",
+                                     kubeconfig,
+                                     "--namespace",
+                                     ns,
+                                     "--health-port",
+                                     "0",
+                                     "--health-address",
+                                     "127.0.0.1",
+                                     "--port-file",
+                                     root.Join(StrCat("operator-", name, ".ports")),
+                                     "--log-format",
+                                     "text",
+                                     "--log-level",
+                                     "debug",
+                                     "--retry-backoff-ms",
+                                     "300"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
+  }
+  void Kill() { process_->Signal(SIGKILL), process_->Wait(); }
+  void Terminate() {
+    process_->Signal(SIGTERM);
+    process_->Wait(std::chrono::seconds(60));
+  }
+  bool running() { return process_->running(); }
+  std::string Log() const { return testing::ReadFileOrDie(log_); }
+
+ private:
+  std::string log_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+class OperatorE2eTest : public kube::KubeFixture {
+ protected:
+  static void SetUpTestSuite() {
+    KubeFixture::SetUpTestSuite();
+    if (plane_ == nullptr) return;
+    kubeconfig_ = new std::string(plane_->dir() + "/admin.kubeconfig");
+    absl::Status installed = testing::InstallCrds(*plane_, kSourceDir, *kubeconfig_);
+    ASSERT_TRUE(installed.ok()) << installed;
+  }
+
+  void SetUp() override {
+    KubeFixture::SetUp();
+    if (IsSkipped()) return;
+    logs_ = root_.Join("logs");
+  }
+
+  void TearDown() override {
+    if (HasFailure()) {
+      for (const std::string& log : testing::ListFilesRecursively(root_.path())) {
+        if (log.find("operator-") != std::string::npos && EndsWith(log, ".log")) {
+          std::cerr << "---- " << log << " ----\n"
+                    << testing::ReadFileOrDie(root_.Join(log)) << "\n";
+        }
+      }
+    }
+    KubeFixture::TearDown();
+  }
+
+  // Starts a sidecar and workload per name.
+  std::vector<std::unique_ptr<Host>> StartHosts(const std::vector<std::string>& names) {
+    std::vector<std::unique_ptr<Host>> hosts;
+    for (const std::string& name : names)
+      hosts.push_back(std::make_unique<Host>(root_, name, logs_));
+    return hosts;
+  }
+
+  // Creates a pod labelled app=<app> and sets it Running and Ready at 127.0.0.1, with its
+  // sidecar's port in the clusterprof.io/port annotation.
+  void CreateRunningPod(const std::string& name, int port, const std::string& app = "trainer") {
+    value pod = value::object();
+    pod["metadata"]["name"] = value::string(name);
+    pod["metadata"]["labels"]["app"] = value::string(app);
+    pod["metadata"]["annotations"]["clusterprof.io/port"] = value::string(std::to_string(port));
+    pod["spec"]["nodeName"] = value::string("node-a");
+    pod["spec"]["containers"][0]["name"] = value::string("trainer");
+    pod["spec"]["containers"][0]["image"] = value::string("trainer:latest");
+    absl::StatusOr<value> created = admin_->Create(kube::Pods(), ns_, pod);
+    ASSERT_TRUE(created.ok()) << created.status();
+    value status = value::object();
+    status["phase"] = value::string("Running");
+    status["podIP"] = value::string("127.0.0.1");
+    status["hostIP"] = value::string("127.0.0.1");
+    status["conditions"][0]["type"] = value::string("Ready");
+    status["conditions"][0]["status"] = value::string("True");
+    (*created)["status"] = status;
+    absl::StatusOr<value> updated = admin_->UpdateStatus(kube::Pods(), ns_, *created);
+    ASSERT_TRUE(updated.ok()) << updated.status();
+  }
+
+  value JobSpec(int64_t duration_ms = 1000, int64_t delay_ms = 500) {
+    value spec = value::object();
+    spec["targets"]["selector"]["matchLabels"]["app"] = value::string("trainer");
+    spec["durationMs"] = value::number(duration_ms);
+    spec["delayMs"] = value::number(delay_ms);
+    spec["logdir"] = value::string(logs_);
+    spec["tracingAttempts"] = value::number(2);
+    return spec;
+  }
+
+  absl::StatusOr<value> CreateJob(const std::string& name, const value& spec) {
+    value job = value::object();
+    job["metadata"]["name"] = value::string(name);
+    job["spec"] = spec;
+    return admin_->Create(controllers::ProfileJobs(), ns_, job);
+  }
+
+  value GetJob(const std::string& name) {
+    absl::StatusOr<value> job = admin_->Get(controllers::ProfileJobs(), ns_, name);
+    return job.ok() ? *job : value::null();
+  }
+
+  static std::string Phase(const value& job) {
+    if (!job.is_object() || !job.has_field("status") || !job.at("status").has_field("phase")) {
+      return "";
+    }
+    return job.at("status").at("phase").as_string();
+  }
+
+  // Waits for the job to reach one of `phases`; returns the job.
+  value WaitForPhase(const std::string& name, const std::set<std::string>& phases,
+                     std::chrono::seconds timeout = std::chrono::seconds(90)) {
+    value job;
+    const bool reached = Eventually(
+        [&] {
+          job = GetJob(name);
+          return phases.count(Phase(job)) > 0;
+        },
+        timeout);
+    EXPECT_TRUE(reached) << "job " << name << " is " << Phase(job) << ": " << job.serialize();
+    return job;
+  }
+
+  value WaitForFinish(const std::string& name) {
+    return WaitForPhase(name, {"Succeeded", "PartiallySucceeded", "Failed"});
+  }
+
+  // The events about `name`: reason -> messages.
+  std::multimap<std::string, std::string> Events(const std::string& name) {
+    std::multimap<std::string, std::string> events;
+    kube::ListOptions options;
+    options.field_selector = StrCat("involvedObject.name=", name);
+    absl::StatusOr<kube::ObjectList> listed = admin_->List(kube::Events(), ns_, options);
+    if (!listed.ok()) return events;
+    for (const value& event : listed->items) {
+      events.emplace(event.at("reason").as_string(), event.at("message").as_string());
+    }
+    return events;
+  }
+
+  std::unique_ptr<OperatorProcess> StartOperator(const std::string& name,
+                                                 std::vector<std::string> extra = {},
+                                                 const std::string& kubeconfig = "") {
+    return std::make_unique<OperatorProcess>(
+        root_, name, kubeconfig.empty() ? *kubeconfig_ : kubeconfig, ns_, std::move(extra));
+  }
+
+  static const value& Target(const value& job, const std::string& name) {
+    static const value kNull;
+    for (const value& target : job.at("status").at("targets").as_array()) {
+      if (target.at("name").as_string() == name) return target;
+    }
+    ADD_FAILURE() << "no target " << name << " in " << job.serialize();
+    return kNull;
+  }
+
+  static inline std::string* kubeconfig_ = nullptr;
+  TempDir root_;
+  std::string logs_;
+};
+
+TEST_F(OperatorE2eTest, FourPodsSucceed) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1", "trainer-2", "trainer-3"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  auto op = StartOperator("a");
+  value spec = JobSpec();
+  spec["runName"] = value::string("four_pods");
+  ASSERT_TRUE(CreateJob("four", spec).ok());
+
+  value job = WaitForFinish("four");
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  const value& status = job.at("status");
+  EXPECT_EQ(status.at("runName").as_string(), "four_pods");
+  EXPECT_EQ(status.at("runURI").as_string(), StrCat(logs_, "/plugins/profile/four_pods"));
+  EXPECT_EQ(status.at("targetsSucceeded").as_string(), "4/4");
+  EXPECT_EQ(status.at("summary").at("succeeded").as_integer(), 4);
+  EXPECT_GE(status.at("startTimeNs").as_number().to_int64(), 0);
+  EXPECT_EQ(status.at("observedGeneration").as_integer(), 1);
+  ASSERT_EQ(status.at("targets").size(), 4u);
+  for (const auto& host : hosts) {
+    SCOPED_TRACE(host->name());
+    const value& target = Target(job, host->name());
+    EXPECT_EQ(target.at("phase").as_string(), "Succeeded");
+    EXPECT_EQ(target.at("address").as_string(), StrCat("127.0.0.1:", host->port()));
+    EXPECT_EQ(target.at("node").as_string(), "node-a");
+    EXPECT_GT(target.at("events").as_number().to_int64(), 0);
+    EXPECT_EQ(target.at("file").as_string(),
+              StrCat(logs_, "/plugins/profile/four_pods/", host->name(), ".xplane.pb"));
+    EXPECT_TRUE(testing::FileExists(target.at("file").as_string()));
+    EXPECT_GE(target.at("clockUncertaintyNs").as_number().to_int64(), 0);
+  }
+  std::set<std::string> files;
+  for (const std::string& file :
+       testing::ListFilesRecursively(StrCat(logs_, "/plugins/profile/four_pods"))) {
+    files.insert(file.substr(file.rfind('/') + 1));
+  }
+  EXPECT_EQ(files, (std::set<std::string>{
+                       "clusterprof_run.json", "trainer-0.trace.json.gz", "trainer-0.xplane.pb",
+                       "trainer-1.trace.json.gz", "trainer-1.xplane.pb", "trainer-2.trace.json.gz",
+                       "trainer-2.xplane.pb", "trainer-3.trace.json.gz", "trainer-3.xplane.pb"}));
+  EXPECT_EQ(status.at("manifestURI").as_string(),
+            StrCat(logs_, "/plugins/profile/four_pods/clusterprof_run.json"));
+  // The story in events, once written.
+  EXPECT_TRUE(Eventually([&] {
+    auto events = Events("four");
+    return events.count("Scheduled") == 1 && events.count("CaptureStarted") == 1 &&
+           events.count("CaptureSucceeded") == 1;
+  })) << "events: "
+      << Events("four").size();
+  for (const auto& host : hosts) EXPECT_EQ(host->Captures(), 1) << host->name();
+
+  // kubectl's view: the printer columns.
+  auto got = testing::RunCommand(
+      {"kubectl", "--kubeconfig", *kubeconfig_, "get", "pj", "-n", ns_, "four"});
+  ASSERT_TRUE(got.ok());
+  EXPECT_THAT(got->out, HasSubstr("Succeeded"));
+  EXPECT_THAT(got->out, HasSubstr("4/4"));
+  EXPECT_THAT(got->out, HasSubstr("four_pods"));
+}
+
+TEST_F(OperatorE2eTest, ASidecarDownIsPartiallySucceededNamingThePod) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1", "trainer-2"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  CreateRunningPod("trainer-down", testing::UnusedPort());
+  auto op = StartOperator("a");
+  ASSERT_TRUE(CreateJob("partial", JobSpec()).ok());
+
+  value job = WaitForFinish("partial");
+  ASSERT_EQ(Phase(job), "PartiallySucceeded") << job.serialize();
+  const value& status = job.at("status");
+  EXPECT_EQ(status.at("targetsSucceeded").as_string(), "3/4");
+  EXPECT_EQ(status.at("summary").at("failed").as_integer(), 1);
+  const value& down = Target(job, "trainer-down");
+  EXPECT_EQ(down.at("phase").as_string(), "Failed");
+  EXPECT_THAT(down.at("message").as_string(), HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(down.at("attempts").as_integer(), 2) << "UNAVAILABLE is retried";
+  EXPECT_THAT(status.at("message").as_string(), HasSubstr("trainer-down"));
+  EXPECT_TRUE(Eventually([&] {
+    auto events = Events("partial");
+    auto failed = events.equal_range("TargetFailed");
+    return failed.first != failed.second &&
+           failed.first->second.find("trainer-down") != std::string::npos;
+  }));
+}
+
+TEST_F(OperatorE2eTest, NoMatchingPodsFailsWithAClearCondition) {
+  auto op = StartOperator("a");
+  value spec = JobSpec();
+  spec["targets"]["selector"]["matchLabels"]["app"] = value::string("nobody");
+  ASSERT_TRUE(CreateJob("lonely", spec).ok());
+  value job = WaitForFinish("lonely");
+  ASSERT_EQ(Phase(job), "Failed");
+  const value& condition = job.at("status").at("conditions").at(0);
+  EXPECT_EQ(condition.at("type").as_string(), "Failed");
+  EXPECT_EQ(condition.at("status").as_string(), "True");
+  EXPECT_EQ(condition.at("reason").as_string(), "NotEnoughTargets");
+  EXPECT_THAT(
+      condition.at("message").as_string(),
+      HasSubstr(StrCat("no pods in namespace ", ns_, " match the selector \"app=nobody\"")));
+  EXPECT_EQ(condition.at("observedGeneration").as_integer(), 1);
+}
+
+TEST_F(OperatorE2eTest, InvalidSpecsAreRejectedOrFailedWithAPreciseMessage) {
+  // What the schema says, the API server enforces.
+  value negative = JobSpec();
+  negative["durationMs"] = value::number(-5);
+  absl::StatusOr<value> created = CreateJob("negative", negative);
+  ASSERT_FALSE(created.ok());
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("durationMs"));
+  value bad_logdir = JobSpec();
+  bad_logdir["logdir"] = value::string("s3://bucket/x");
+  created = CreateJob("badlogdir", bad_logdir);
+  ASSERT_FALSE(created.ok());
+  EXPECT_THAT(std::string(created.status().message()), HasSubstr("logdir"));
+
+  // What only CEL says (ignored by this server) the operator checks.
+  auto op = StartOperator("a");
+  value no_targets = JobSpec();
+  no_targets["targets"] = value::object();
+  ASSERT_TRUE(CreateJob("notargets", no_targets).ok());
+  value job = WaitForFinish("notargets");
+  ASSERT_EQ(Phase(job), "Failed");
+  EXPECT_EQ(job.at("status").at("conditions").at(0).at("reason").as_string(), "InvalidSpec");
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              HasSubstr("spec.targets: needs a selector"));
+
+  // A bad cron expression: the schedule says what is wrong.
+  value schedule = value::object();
+  schedule["metadata"]["name"] = value::string("badcron");
+  schedule["spec"]["schedule"] = value::string("61 * * * *");
+  schedule["spec"]["jobTemplate"]["spec"] = JobSpec();
+  ASSERT_TRUE(admin_->Create(controllers::ProfileSchedules(), ns_, schedule).ok());
+  std::string message;
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<value> got = admin_->Get(controllers::ProfileSchedules(), ns_, "badcron");
+    if (!got.ok() || !got->has_field("status") || !got->at("status").has_field("conditions")) {
+      return false;
+    }
+    const value& condition = got->at("status").at("conditions").at(0);
+    message = condition.at("message").as_string();
+    return condition.at("status").as_string() == "False";
+  })) << message;
+  EXPECT_THAT(message, HasSubstr("minute field: 61 is out of range 0-59"));
+}
+
+TEST_F(OperatorE2eTest, AnOperatorKilledWhileCapturingIsReplacedAndTheJobCompletesOnce) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  auto first = StartOperator("first");
+  ASSERT_TRUE(CreateJob("resume", JobSpec(/*duration_ms=*/3000, /*delay_ms=*/300)).ok());
+  value capturing = WaitForPhase("resume", {"Capturing"});
+  // Killed while the sidecars record: half a second into the window.
+  const int64_t start_ns = capturing.at("status").at("startTimeNs").as_number().to_int64();
+  RealClock().SleepUntilWallNs(start_ns + 500 * kNanosPerMilli);
+  first->Kill();
+
+  auto second = StartOperator("second");
+  value job = WaitForFinish("resume");
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  for (const auto& host : hosts) {
+    SCOPED_TRACE(host->name());
+    EXPECT_EQ(host->Captures(), 1) << "captured once, never twice\n" << host->Log();
+    const value& target = Target(job, host->name());
+    EXPECT_EQ(target.at("phase").as_string(), "Succeeded");
+    EXPECT_TRUE(testing::FileExists(target.at("file").as_string()));
+    EXPECT_THAT(host->Log(), HasSubstr("capturing to the planned end"))
+        << "the sidecar kept recording after the operator died";
+  }
+  EXPECT_THAT(second->Log(), HasSubstr("resuming run"));
+  EXPECT_TRUE(Eventually([&] { return Events("resume").count("CaptureResumed") == 1; }));
+}
+
+TEST_F(OperatorE2eTest, WithLeaderElectionOneReplicaActsAndTheOtherTakesOver) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  const std::vector<std::string> election = {"--leader-elect",
+                                             "--leader-election-namespace",
+                                             ns_,
+                                             "--lease-duration-seconds",
+                                             "4",
+                                             "--renew-deadline-seconds",
+                                             "3",
+                                             "--retry-period-seconds",
+                                             "0.5"};
+  std::vector<std::string> a_args = election, b_args = election;
+  a_args.insert(a_args.end(), {"--leader-election-identity", "replica-a"});
+  b_args.insert(b_args.end(), {"--leader-election-identity", "replica-b"});
+  std::map<std::string, std::unique_ptr<OperatorProcess>> replicas;
+  replicas["replica-a"] = StartOperator("replica-a", a_args);
+  replicas["replica-b"] = StartOperator("replica-b", b_args);
+
+  std::string leader;
+  ASSERT_TRUE(Eventually([&] {
+    absl::StatusOr<value> lease = admin_->Get(kube::Leases(), ns_, "clusterprof-operator");
+    if (!lease.ok() || !lease->at("spec").has_string_field("holderIdentity")) return false;
+    leader = lease->at("spec").at("holderIdentity").as_string();
+    return !leader.empty();
+  }));
+  const std::string follower = leader == "replica-a" ? "replica-b" : "replica-a";
+  ASSERT_TRUE(CreateJob("first", JobSpec()).ok());
+  ASSERT_EQ(Phase(WaitForFinish("first")), "Succeeded");
+  EXPECT_THAT(replicas[leader]->Log(), HasSubstr("capture"));
+  EXPECT_THAT(replicas[follower]->Log(), ::testing::Not(HasSubstr("profilejob ")))
+      << "the follower must not act";
+  EXPECT_THAT(replicas[follower]->Log(), ::testing::Not(HasSubstr("starting the controllers")));
+
+  // The leader dies without releasing the Lease: the follower takes over once it expires.
+  replicas[leader]->Kill();
+  ASSERT_TRUE(CreateJob("second", JobSpec()).ok());
+  value job = WaitForFinish("second");
+  ASSERT_EQ(Phase(job), "Succeeded");
+  EXPECT_THAT(replicas[follower]->Log(), HasSubstr("became the leader"));
+  for (const auto& host : hosts) EXPECT_EQ(host->Captures(), 2) << host->name();
+}
+
+TEST_F(OperatorE2eTest, AJobCompletesWhenWatchesAreDropped) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  absl::StatusOr<std::unique_ptr<testing::KubeFaultProxy>> proxy =
+      testing::KubeFaultProxy::Start(plane_->url(), plane_->ca_file());
+  ASSERT_TRUE(proxy.ok()) << proxy.status();
+  // Every watch breaks after its second event: the status updates of the job arrive over
+  // several watches, with relists or resumes between them.
+  (*proxy)->SetDropWatchesAfterEvents(2);
+  const std::string kubeconfig = root_.Join("proxy.kubeconfig");
+  {
+    std::ofstream out(kubeconfig);
+    out << "apiVersion: v1\nkind: Config\nclusters:\n- name: proxy\n  cluster:\n    server: "
+        << (*proxy)->url()
+        << "\nusers:\n- name: admin\n  user:\n    token: " << plane_->admin_token()
+        << "\ncontexts:\n- name: proxy\n  context: {cluster: proxy, user: admin}\n"
+           "current-context: proxy\n";
+  }
+  auto op = StartOperator("a", {}, kubeconfig);
+  ASSERT_TRUE(CreateJob("dropped", JobSpec()).ok());
+  value job = WaitForFinish("dropped");
+  EXPECT_EQ(Phase(job), "Succeeded") << job.serialize();
+  EXPECT_GT((*proxy)->watches_dropped(), 0);
+  for (const auto& host : hosts) EXPECT_EQ(host->Captures(), 1) << host->name();
+}
+
+TEST_F(OperatorE2eTest, AFinishedJobIsDeletedAfterItsTtl) {
+  auto hosts = StartHosts({"trainer-0"});
+  CreateRunningPod("trainer-0", hosts[0]->port());
+  auto op = StartOperator("a");
+  value spec = JobSpec(/*duration_ms=*/300, /*delay_ms=*/200);
+  spec["ttlSecondsAfterFinished"] = value::number(1);
+  ASSERT_TRUE(CreateJob("ephemeral", spec).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return absl::IsNotFound(admin_->Get(controllers::ProfileJobs(), ns_, "ephemeral").status());
+  }));
+  EXPECT_EQ(hosts[0]->Captures(), 1);
+}
+
+}  // namespace
+}  // namespace clusterprof
