@@ -174,10 +174,15 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   }
 
   bool started = leading.load();
+  int64_t next_refresh_ns = 0;
   while (!stop && !lost) {
     if (leading && !started) {
       start_controllers();
       started = true;
+    }
+    if (clock.MonotonicNs() >= next_refresh_ns) {
+      job_controller.RefreshMetrics();
+      next_refresh_ns = clock.MonotonicNs() + kNanosPerSecond;
     }
     clock.SleepForNs(100 * kNanosPerMilli);
   }

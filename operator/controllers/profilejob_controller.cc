@@ -134,12 +134,8 @@ void ProfileJobController::Worker() {
   }
 }
 
-void ProfileJobController::UpdatePhaseMetrics() {
+void ProfileJobController::RefreshMetrics() {
   if (metrics_ == nullptr) return;
-  const int64_t now = clock_->MonotonicNs();
-  int64_t last = last_phase_metrics_ns_.load();
-  if (now - last < kNanosPerSecond && last != 0) return;
-  if (!last_phase_metrics_ns_.compare_exchange_strong(last, now)) return;
   std::map<std::string, int> counts;
   for (JobPhase phase : {JobPhase::kPending, JobPhase::kScheduled, JobPhase::kCapturing,
                          JobPhase::kSucceeded, JobPhase::kPartiallySucceeded, JobPhase::kFailed}) {
@@ -162,7 +158,6 @@ void ProfileJobController::UpdatePhaseMetrics() {
 }
 
 absl::Status ProfileJobController::Reconcile(const std::string& key) {
-  UpdatePhaseMetrics();
   const kube::ObjectPtr object = jobs_->store().Get(key);
   if (object == nullptr) {
     // Deleted. A capture still running finishes on its own; its status write finds no job.

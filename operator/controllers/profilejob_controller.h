@@ -76,6 +76,9 @@ class ProfileJobController : public kube::ResourceEventHandler {
   // Captures running in this process.
   int RunningCaptures() const;
 
+  // Recounts the jobs in the cache by phase for the metrics (the manager calls it every second).
+  void RefreshMetrics();
+
   void OnAdd(const kube::ObjectPtr& object, bool initial_list) override;
   void OnUpdate(const kube::ObjectPtr& old_object, const kube::ObjectPtr& new_object) override;
   void OnDelete(const kube::ObjectPtr& object, bool final_state_unknown) override;
@@ -113,7 +116,6 @@ class ProfileJobController : public kube::ResourceEventHandler {
   absl::Status UpdateStatus(const web::json::value& job, const ProfileJobStatus& status);
   void Event(const JobRef& job, std::string_view type, std::string_view reason,
              std::string_view message);
-  void UpdatePhaseMetrics();
 
   kube::RestClient* const client_;
   Clock* const clock_;
@@ -125,7 +127,6 @@ class ProfileJobController : public kube::ResourceEventHandler {
   kube::RateLimitingQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> last_phase_metrics_ns_{0};
 
   mutable Mutex mu_;
   // By job key.

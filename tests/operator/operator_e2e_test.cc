@@ -5,6 +5,7 @@
 // operator killed mid-capture, two replicas with leader election, watches dropped by a proxy.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -92,7 +93,7 @@ class Host {
       if (port_ == 0 || http_port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     workload_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kAnnotator},
+        std::vector<std::string>{kAnnotator, "--seconds", "600"},
         std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir_}}, log_);
   }
 
@@ -120,24 +121,15 @@ class OperatorProcess {
  public:
   OperatorProcess(const TempDir& root, const std::string& name, const std::string& kubeconfig,
                   const std::string& ns, std::vector<std::string> extra = {})
-      : log_(root.Join(StrCat("operator-", name, ".log"))) {
-    std::vector<std::string> argv = {kOperator,
-                                     "--kubeconfig",
-                                     kubeconfig,
-                                     "--namespace",
-                                     ns,
-                                     "--health-port",
-                                     "0",
-                                     "--health-address",
-                                     "127.0.0.1",
-                                     "--port-file",
-                                     root.Join(StrCat("operator-", name, ".ports")),
-                                     "--log-format",
-                                     "text",
-                                     "--log-level",
-                                     "debug",
-                                     "--retry-backoff-ms",
-                                     "300"};
+      : log_(root.Join(StrCat("operator-", name, ".log"))),
+        port_file_(root.Join(StrCat("operator-", name, ".ports"))) {
+    std::vector<std::string> argv = {
+        kOperator, "--kubeconfig",       kubeconfig,  "--namespace", ns,         "--health-port",
+        "0",       "--health-address",   "127.0.0.1", "--port-file", port_file_, "--log-level",
+        "debug",   "--retry-backoff-ms", "300"};
+    if (std::find(extra.begin(), extra.end(), "--log-format") == extra.end()) {
+      argv.insert(argv.end(), {"--log-format", "text"});
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
   }
@@ -148,9 +140,15 @@ class OperatorProcess {
   }
   bool running() { return process_->running(); }
   std::string Log() const { return testing::ReadFileOrDie(log_); }
+  // GET on the operator's health server ("" until it serves).
+  std::string Http(const std::string& path) const {
+    if (!testing::FileExists(port_file_)) return "";
+    return HttpGet(ReadPorts(port_file_)["http"], path);
+  }
 
  private:
   std::string log_;
+  std::string port_file_;
   std::unique_ptr<Subprocess> process_;
 };
 
@@ -343,6 +341,23 @@ TEST_F(OperatorE2eTest, FourPodsSucceed) {
   })) << "events: "
       << Events("four").size();
   for (const auto& host : hosts) EXPECT_EQ(host->Captures(), 1) << host->name();
+
+  // The operator's own view: ready, and its metrics.
+  EXPECT_EQ(StripAsciiWhitespace(op->Http("/readyz")), "ok");
+  std::string metrics;
+  EXPECT_TRUE(Eventually([&] {
+    metrics = op->Http("/metrics");
+    return MetricSum(metrics, "clusterprof_operator_profilejobs", "phase=\"Succeeded\"") == 1;
+  })) << metrics;
+  EXPECT_EQ(MetricSum(metrics, "clusterprof_operator_targets_total", "outcome=\"succeeded\""), 4);
+  EXPECT_EQ(MetricSum(metrics, "clusterprof_operator_capture_duration_seconds_count", ""), 1);
+  EXPECT_EQ(MetricSum(metrics, "clusterprof_operator_start_skew_seconds_count", ""), 4);
+  EXPECT_GT(MetricSum(metrics, "clusterprof_operator_api_request_duration_seconds_count",
+                      "method=\"PUT\""),
+            0);
+  EXPECT_EQ(MetricSum(metrics, "clusterprof_operator_leader", ""), 1);
+  EXPECT_GE(MetricSum(metrics, "clusterprof_operator_reconciles_total", "profilejob"), 1);
+  EXPECT_THAT(metrics, HasSubstr("clusterprof_operator_workqueue_depth{name=\"profilejobs\"}"));
 
   // kubectl's view: the printer columns.
   auto got = testing::RunCommand(
@@ -537,7 +552,7 @@ TEST_F(OperatorE2eTest, AJobCompletesWhenWatchesAreDropped) {
 TEST_F(OperatorE2eTest, AFinishedJobIsDeletedAfterItsTtl) {
   auto hosts = StartHosts({"trainer-0"});
   CreateRunningPod("trainer-0", hosts[0]->port());
-  auto op = StartOperator("a");
+  auto op = StartOperator("a", {"--log-format", "json"});
   value spec = JobSpec(/*duration_ms=*/300, /*delay_ms=*/200);
   spec["ttlSecondsAfterFinished"] = value::number(1);
   ASSERT_TRUE(CreateJob("ephemeral", spec).ok());
@@ -545,6 +560,56 @@ TEST_F(OperatorE2eTest, AFinishedJobIsDeletedAfterItsTtl) {
     return absl::IsNotFound(admin_->Get(controllers::ProfileJobs(), ns_, "ephemeral").status());
   }));
   EXPECT_EQ(hosts[0]->Captures(), 1);
+  // Structured logs: every line one JSON object.
+  std::istringstream lines(op->Log());
+  std::string line;
+  int parsed = 0;
+  while (std::getline(lines, line)) {
+    std::error_code error;
+    value entry = value::parse(line, error);
+    ASSERT_FALSE(error) << line;
+    EXPECT_TRUE(entry.has_string_field("msg") && entry.has_string_field("level")) << line;
+    ++parsed;
+  }
+  EXPECT_GT(parsed, 3);
+}
+
+// A schedule that fires every minute, through the operator binary on the real clock: its job
+// is created, captured, and (history limit 0) pruned. The minute-by-minute semantics are in
+// profileschedule_integration_test on a simulated clock.
+TEST_F(OperatorE2eTest, AProfileScheduleCreatesRunsAndPrunesItsJobs) {
+  auto hosts = StartHosts({"trainer-0"});
+  CreateRunningPod("trainer-0", hosts[0]->port());
+  auto op = StartOperator("a");
+  value schedule = value::object();
+  schedule["metadata"]["name"] = value::string("minutely");
+  schedule["spec"]["schedule"] = value::string("* * * * *");
+  schedule["spec"]["successfulJobsHistoryLimit"] = value::number(0);
+  schedule["spec"]["jobTemplate"]["spec"] = JobSpec(/*duration_ms=*/300, /*delay_ms=*/200);
+  ASSERT_TRUE(admin_->Create(controllers::ProfileSchedules(), ns_, schedule).ok());
+
+  value status;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<value> got = admin_->Get(controllers::ProfileSchedules(), ns_, "minutely");
+        if (!got.ok() || !got->has_field("status")) return false;
+        status = got->at("status");
+        return status.has_string_field("lastSuccessfulTime");
+      },
+      std::chrono::seconds(150)))
+      << status.serialize();
+  EXPECT_TRUE(status.has_string_field("lastScheduleTime"));
+  EXPECT_EQ(status.at("conditions").at(0).at("status").as_string(), "True");
+  // The successful job is pruned (limit 0), after it captured.
+  EXPECT_TRUE(Eventually([&] {
+    absl::StatusOr<kube::ObjectList> jobs = admin_->List(controllers::ProfileJobs(), ns_);
+    return jobs.ok() && jobs->items.empty();
+  }));
+  EXPECT_GE(hosts[0]->Captures("ok"), 1);
+  EXPECT_TRUE(Eventually([&] {
+    auto events = Events("minutely");
+    return events.count("SuccessfulCreate") >= 1 && events.count("SuccessfulDelete") >= 1;
+  }));
 }
 
 }  // namespace

@@ -1,0 +1,772 @@
+// clusterprof-operator at scale, against a real kube-apiserver and etcd on loopback
+// (tests/support/kube_control_plane.h), with the operator binary as users run it.
+//
+// Fan-out: N pods, each Running and Ready at 127.0.0.1 with its own port in the
+// clusterprof.io/port annotation, served by simulated sidecars multiplexed into a few
+// fake_sidecars processes (bench/fake_sidecars.cc). One ProfileJob over all of them (durationMs
+// 1000, delayMs 0, so T0 is the operator's fan-out lead after its requests go out). Measured:
+//   - the time from creating the ProfileJob to the last Profile request's arrival at a sidecar
+//     (every RPC dispatched), and its parts (clock probes, the status write before the attempt);
+//   - the margin left between that arrival and T0;
+//   - |achieved start - requested start| on the sidecars, and status.targets[].startErrorNs;
+//   - the time to Succeeded.
+//
+// Memory: M realistic pods (bench/realistic_pod.h) and J ProfileJobs in the namespace the
+// operator watches (most finished, with a status of K targets each; a tenth with selectors
+// that match nothing, which the operator fails), then the operator's VmRSS and VmHWM once its
+// caches synced and its metrics count every job with none left Pending.
+//
+//   eval "$(scripts/install-kube-control-plane)"; export CLUSTERPROF_KUBE_APISERVER
+//   CLUSTERPROF_ETCD build/bench/operator_scale                 # 1,000 targets; 10,000 pods and
+//   100 jobs build/bench/operator_scale --quick         # 50 targets; 500 pods and 10 jobs
+//
+// Exits 1 when something did not work (a job not Succeeded, a Profile request missing, the
+// metrics never counting the jobs), 77 when the control plane's binaries are not installed. It
+// checks no timing: the figures are for people.
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "bench/realistic_pod.h"
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "common/strings.h"
+#include "cpprest/http_client.h"
+#include "operator/controllers/api.h"
+#include "operator/kube/rest_client.h"
+#include "tests/operator/crd_fixture.h"
+#include "tests/support/kube_control_plane.h"
+#include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof::bench {
+namespace {
+
+using controllers::ProfileJobStatus;
+using testing::Subprocess;
+using web::json::value;
+
+constexpr char kSourceDir[] = CLUSTERPROF_SOURCE_DIR;
+constexpr char kOperator[] = CLUSTERPROF_OPERATOR_PATH;
+constexpr char kFakeSidecars[] = CLUSTERPROF_FAKE_SIDECARS_PATH;
+constexpr int kSkipped = 77;
+
+struct Options {
+  bool fanout = true;
+  bool memory = true;
+  int targets = 1000;
+  int sidecar_processes = 4;
+  int64_t duration_ms = 1000;
+  int pods = 10000;
+  int jobs = 100;
+  int job_targets = 64;
+  int writers = 8;
+  std::string work_dir;
+};
+
+double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// Runs fn(0..n-1) on `threads` threads; the first error, if any.
+absl::Status ParallelFor(int n, int threads, const std::function<absl::Status(int)>& fn) {
+  std::atomic<int> next{0};
+  Mutex mu;
+  absl::Status first;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (int i = next++; i < n; i = next++) {
+        absl::Status status = fn(i);
+        if (!status.ok()) {
+          MutexLock lock(&mu);
+          if (first.ok()) first = status;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : pool) thread.join();
+  return first;
+}
+
+absl::Status CreateNamespace(kube::RestClient& client, const std::string& name) {
+  value object = value::object();
+  object["metadata"]["name"] = value::string(name);
+  return client.Create(kube::Namespaces(), "", object).status();
+}
+
+// Creates the pod, then reports it Running and Ready with `status`.
+absl::Status CreateRunningPod(kube::RestClient& client, const std::string& ns, const value& pod,
+                              const value& status) {
+  absl::StatusOr<value> created = client.Create(kube::Pods(), ns, pod);
+  if (!created.ok()) return created.status();
+  (*created)["status"] = status;
+  return client.UpdateStatus(kube::Pods(), ns, *created).status();
+}
+
+// GET http://127.0.0.1:port/path; "" when it fails.
+std::string HttpGet(int port, const std::string& path) {
+  try {
+    web::http::client::http_client client(StrCat("http://127.0.0.1:", port));
+    web::http::http_response response = client.request(web::http::methods::GET, path).get();
+    return response.extract_string().get();
+  } catch (const std::exception&) {
+    return "";
+  }
+}
+
+// The sum of a Prometheus metric's samples whose labels contain `labels`.
+double MetricSum(const std::string& text, const std::string& name, const std::string& labels) {
+  double sum = 0;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!StartsWith(line, name) || line.size() <= name.size()) continue;
+    const char next = line[name.size()];
+    if ((next != '{' && next != ' ') || line.find(labels) == std::string::npos) continue;
+    sum += std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return sum;
+}
+
+// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM", "RssAnon"); -1 when absent.
+int64_t ProcStatusKib(pid_t pid, const std::string& field) {
+  std::ifstream in(StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (StartsWith(line, field + ":")) return std::atoll(line.c_str() + field.size() + 1);
+  }
+  return -1;
+}
+
+// Waits until `done()`, checking every `interval`; false after `timeout`.
+bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout,
+             std::chrono::milliseconds interval = std::chrono::milliseconds(50)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) return true;
+    std::this_thread::sleep_for(interval);
+  }
+  return done();
+}
+
+// Nearest-rank percentile of `values` (sorted here).
+int64_t Percentile(std::vector<int64_t> values, double p) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * values.size()));
+  return values[std::clamp<size_t>(rank, 1, values.size()) - 1];
+}
+
+// A clusterprof-operator process watching one namespace.
+class OperatorProcess {
+ public:
+  OperatorProcess(const std::string& dir, const std::string& name, const std::string& kubeconfig,
+                  const std::string& ns)
+      : log_(StrCat(dir, "/operator-", name, ".log")),
+        port_file_(StrCat(dir, "/operator-", name, ".ports")) {
+    process_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{kOperator, "--kubeconfig", kubeconfig, "--namespace", ns,
+                                 "--health-port", "0", "--health-address", "127.0.0.1",
+                                 "--port-file", port_file_, "--log-format", "text", "--log-level",
+                                 "info"},
+        std::map<std::string, std::string>{}, log_);
+  }
+
+  // Waits for /readyz and the controllers (the leader gauge turns 1 as they start).
+  absl::Status WaitUntilRunning(std::chrono::seconds timeout) {
+    if (!testing::WaitForFile(port_file_, timeout)) {
+      return absl::DeadlineExceededError(StrCat("the operator wrote no port file; ", LogTail()));
+    }
+    const std::string ports = testing::ReadFileOrDie(port_file_);
+    health_port_ = std::atoi(ports.c_str() + ports.find('=') + 1);
+    if (!WaitFor([&] { return HttpGet(health_port_, "/readyz") == "ok"; }, timeout)) {
+      return absl::DeadlineExceededError(StrCat("the operator is not ready; ", LogTail()));
+    }
+    if (!WaitFor([&] { return MetricSum(Metrics(), "clusterprof_operator_leader", "") == 1; },
+                 timeout)) {
+      return absl::DeadlineExceededError(StrCat("the controllers did not start; ", LogTail()));
+    }
+    return absl::OkStatus();
+  }
+
+  std::string Metrics() const { return HttpGet(health_port_, "/metrics"); }
+  pid_t pid() const { return process_->pid(); }
+  void Terminate() {
+    process_->Signal(SIGTERM);
+    if (!process_->Wait(std::chrono::seconds(30)).has_value()) {
+      process_->Signal(SIGKILL);
+      process_->Wait();
+    }
+  }
+  // Warnings and errors in its log.
+  std::vector<std::string> Complaints() const {
+    std::vector<std::string> lines;
+    std::ifstream in(log_);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find(" warn ") != std::string::npos || line.find(" error ") != std::string::npos) {
+        lines.push_back(line);
+      }
+    }
+    return lines;
+  }
+  std::string LogTail(size_t lines = 20) const {
+    std::ifstream in(log_);
+    std::vector<std::string> all;
+    std::string line;
+    while (std::getline(in, line)) all.push_back(line);
+    std::string out = StrCat("the operator's log (", log_, ") ends:\n");
+    for (size_t i = all.size() > lines ? all.size() - lines : 0; i < all.size(); ++i) {
+      StrAppend(&out, "  ", all[i], "\n");
+    }
+    return out;
+  }
+
+ private:
+  std::string log_;
+  std::string port_file_;
+  int health_port_ = 0;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// One fake_sidecars process and the ports it serves.
+struct SidecarProcess {
+  std::unique_ptr<Subprocess> process;
+  std::string record;
+  std::vector<int> ports;
+};
+
+struct ProfileRecord {
+  int port = 0;
+  std::string host;
+  int64_t arrival_ns = 0;
+  int64_t requested_ns = 0;
+  int64_t achieved_ns = 0;
+};
+
+struct InfoRecord {
+  int port = 0;
+  int64_t calls = 0;
+  int64_t first_ns = 0;
+  int64_t last_ns = 0;
+};
+
+void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
+                std::vector<InfoRecord>& infos) {
+  std::ifstream in(path);
+  std::string kind;
+  while (in >> kind) {
+    if (kind == "profile") {
+      ProfileRecord r;
+      in >> r.port >> r.host >> r.arrival_ns >> r.requested_ns >> r.achieved_ns;
+      profiles.push_back(r);
+    } else if (kind == "info") {
+      InfoRecord r;
+      in >> r.port >> r.calls >> r.first_ns >> r.last_ns;
+      infos.push_back(r);
+    } else {
+      std::string rest;
+      std::getline(in, rest);
+    }
+  }
+}
+
+struct FanoutFigures {
+  int targets = 0;
+  int pods_seconds = 0;
+  std::string phase;
+  std::string targets_succeeded;
+  int64_t profiles = 0;
+  int64_t late_arrivals = 0;  // after their requested start
+  int64_t info_calls = 0;
+  // From the ProfileJob's creation (wall clock, ns).
+  int64_t first_info_ns = 0;
+  int64_t last_info_ns = 0;
+  int64_t first_profile_ns = 0;
+  int64_t last_profile_ns = 0;
+  int64_t t0_ns = 0;
+  int64_t scheduled_seen_ns = -1;
+  int64_t capturing_seen_ns = -1;
+  int64_t finished_seen_ns = 0;
+  // |achieved - requested| on the sidecars.
+  std::vector<int64_t> sidecar_errors;
+  // |status.targets[].startErrorNs|.
+  std::vector<int64_t> status_errors;
+  int64_t status_max_skew_ns = 0;
+  int offsets_applied = 0;
+  int64_t operator_hwm_kib = 0;
+  std::vector<std::string> complaints;
+};
+
+absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
+                                        const testing::KubeControlPlane& plane,
+                                        kube::RestClient& client, const std::string& kubeconfig,
+                                        const std::string& dir) {
+  FanoutFigures figures;
+  figures.targets = options.targets;
+  RealClock clock;
+  const std::string ns = "fanout";
+  if (absl::Status s = CreateNamespace(client, ns); !s.ok()) return s;
+
+  // The simulated sidecars.
+  std::vector<SidecarProcess> sidecars;
+  const int processes = std::min(options.sidecar_processes, options.targets);
+  for (int p = 0; p < processes; ++p) {
+    const int count = options.targets / processes + (p < options.targets % processes ? 1 : 0);
+    SidecarProcess sidecar;
+    const std::string port_file = StrCat(dir, "/sidecars-", p, ".ports");
+    sidecar.record = StrCat(dir, "/sidecars-", p, ".record");
+    sidecar.process = std::make_unique<Subprocess>(
+        std::vector<std::string>{kFakeSidecars, "--count", std::to_string(count), "--port-file",
+                                 port_file, "--record", sidecar.record},
+        std::map<std::string, std::string>{}, StrCat(dir, "/sidecars-", p, ".log"));
+    if (!testing::WaitForFile(port_file)) {
+      return absl::InternalError(StrCat("fake_sidecars ", p, " did not start"));
+    }
+    std::istringstream in(testing::ReadFileOrDie(port_file));
+    for (int port; in >> port;) sidecar.ports.push_back(port);
+    sidecars.push_back(std::move(sidecar));
+  }
+  std::vector<int> ports;
+  for (const SidecarProcess& sidecar : sidecars) {
+    ports.insert(ports.end(), sidecar.ports.begin(), sidecar.ports.end());
+  }
+  if (static_cast<int>(ports.size()) != options.targets) {
+    return absl::InternalError(
+        StrCat("the sidecars serve ", ports.size(), " ports, not ", options.targets));
+  }
+
+  // Their pods.
+  std::fprintf(stderr, "creating %d pods for the fan-out...\n", options.targets);
+  const auto pods_start = std::chrono::steady_clock::now();
+  absl::Status created = ParallelFor(options.targets, options.writers, [&](int i) {
+    value pod = value::object();
+    pod["metadata"]["name"] = value::string(StrCat("bench-", i));
+    pod["metadata"]["labels"]["app"] = value::string("bench");
+    pod["metadata"]["annotations"]["clusterprof.io/port"] = value::string(std::to_string(ports[i]));
+    pod["spec"]["nodeName"] = value::string(StrCat("node-", i / 8));
+    pod["spec"]["containers"][0]["name"] = value::string("trainer");
+    pod["spec"]["containers"][0]["image"] = value::string("trainer:latest");
+    value status = value::object();
+    status["phase"] = value::string("Running");
+    status["podIP"] = value::string("127.0.0.1");
+    status["hostIP"] = value::string("127.0.0.1");
+    status["conditions"][0]["type"] = value::string("Ready");
+    status["conditions"][0]["status"] = value::string("True");
+    return CreateRunningPod(client, ns, pod, status);
+  });
+  if (!created.ok()) return created;
+  figures.pods_seconds = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(
+                                              std::chrono::steady_clock::now() - pods_start)
+                                              .count());
+
+  OperatorProcess op(dir, "fanout", kubeconfig, ns);
+  if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(120)); !running.ok()) {
+    return running;
+  }
+  // Past the controllers' start, so that the job meets a running controller.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+
+  value job = value::object();
+  job["metadata"]["name"] = value::string("fanout");
+  job["spec"]["targets"]["selector"]["matchLabels"]["app"] = value::string("bench");
+  job["spec"]["durationMs"] = value::number(options.duration_ms);
+  job["spec"]["delayMs"] = value::number(0);
+  job["spec"]["tracingAttempts"] = value::number(1);
+  job["spec"]["runName"] = value::string("fanout");
+  job["spec"]["logdir"] = value::string(StrCat(dir, "/logs"));
+  std::fprintf(stderr, "creating the ProfileJob over %d targets...\n", options.targets);
+  const int64_t created_ns = clock.WallNs();
+  if (absl::Status s = client.Create(controllers::ProfileJobs(), ns, job).status(); !s.ok()) {
+    return s;
+  }
+
+  // Follow its phases (every 20 ms) to the end.
+  ProfileJobStatus status;
+  const bool finished = WaitFor(
+      [&] {
+        absl::StatusOr<value> got = client.Get(controllers::ProfileJobs(), ns, "fanout");
+        const int64_t now = clock.WallNs() - created_ns;
+        if (!got.ok() || !got->has_field("status")) return false;
+        absl::StatusOr<ProfileJobStatus> parsed =
+            controllers::ParseProfileJobStatus(got->at("status"));
+        if (!parsed.ok()) return false;
+        status = *std::move(parsed);
+        if (status.phase == controllers::JobPhase::kScheduled && figures.scheduled_seen_ns < 0) {
+          figures.scheduled_seen_ns = now;
+        }
+        if (status.phase == controllers::JobPhase::kCapturing && figures.capturing_seen_ns < 0) {
+          figures.capturing_seen_ns = now;
+        }
+        if (controllers::IsTerminal(status.phase)) {
+          figures.finished_seen_ns = now;
+          return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(180), std::chrono::milliseconds(20));
+  figures.operator_hwm_kib = ProcStatusKib(op.pid(), "VmHWM");
+  figures.complaints = op.Complaints();
+  figures.phase = std::string(controllers::JobPhaseName(status.phase));
+  if (!finished) {
+    return absl::DeadlineExceededError(StrCat("the ProfileJob did not finish in 180 s (phase ",
+                                              figures.phase, "); ", op.LogTail()));
+  }
+  op.Terminate();
+  int succeeded = 0;
+  for (const controllers::TargetStatus& target : status.targets) {
+    if (target.phase == "Succeeded") ++succeeded;
+    figures.status_errors.push_back(std::llabs(target.start_error_ns));
+    if (std::llabs(target.clock_offset_ns) > target.clock_uncertainty_ns) ++figures.offsets_applied;
+  }
+  figures.targets_succeeded = StrCat(succeeded, "/", status.targets.size());
+  if (status.summary.has_value()) figures.status_max_skew_ns = status.summary->max_start_skew_ns;
+  figures.t0_ns = status.start_time_ns - created_ns;
+
+  // What the sidecars saw.
+  std::vector<ProfileRecord> profiles;
+  std::vector<InfoRecord> infos;
+  for (SidecarProcess& sidecar : sidecars) {
+    sidecar.process->Signal(SIGTERM);
+    sidecar.process->Wait(std::chrono::seconds(30));
+    ReadRecord(sidecar.record, profiles, infos);
+  }
+  figures.profiles = static_cast<int64_t>(profiles.size());
+  figures.first_profile_ns = INT64_MAX;
+  figures.last_profile_ns = INT64_MIN;
+  for (const ProfileRecord& r : profiles) {
+    figures.first_profile_ns = std::min(figures.first_profile_ns, r.arrival_ns - created_ns);
+    figures.last_profile_ns = std::max(figures.last_profile_ns, r.arrival_ns - created_ns);
+    if (r.arrival_ns > r.requested_ns) ++figures.late_arrivals;
+    if (r.achieved_ns > 0)
+      figures.sidecar_errors.push_back(std::llabs(r.achieved_ns - r.requested_ns));
+  }
+  figures.first_info_ns = INT64_MAX;
+  figures.last_info_ns = INT64_MIN;
+  for (const InfoRecord& r : infos) {
+    figures.info_calls += r.calls;
+    figures.first_info_ns = std::min(figures.first_info_ns, r.first_ns - created_ns);
+    figures.last_info_ns = std::max(figures.last_info_ns, r.last_ns - created_ns);
+  }
+  if (status.phase != controllers::JobPhase::kSucceeded || succeeded != options.targets) {
+    return absl::InternalError(StrCat("the ProfileJob ended ", figures.phase, " with ",
+                                      figures.targets_succeeded,
+                                      " targets succeeded: ", status.message));
+  }
+  if (figures.profiles != options.targets) {
+    return absl::InternalError(StrCat("the sidecars received ", figures.profiles,
+                                      " Profile requests for ", options.targets, " targets"));
+  }
+  return figures;
+}
+
+struct MemoryFigures {
+  int pods = 0;
+  int jobs = 0;
+  int failed_jobs = 0;
+  int pods_seconds = 0;
+  double ready_seconds = 0;
+  double settled_seconds = 0;
+  int64_t rss_kib = 0;
+  int64_t hwm_kib = 0;
+  int64_t anon_kib = 0;
+  std::map<std::string, double> phases;
+};
+
+// A finished ProfileJob's status, as the operator writes it, over `targets` of the pods.
+value FinishedJobStatus(int job, int targets, const std::string& logdir) {
+  ProfileJobStatus status;
+  status.phase = controllers::JobPhase::kSucceeded;
+  status.run_name = StrCat("llama_7b_profile_", job);
+  status.run_uri = StrCat(logdir, "/plugins/profile/", status.run_name);
+  status.manifest_uri = StrCat(status.run_uri, "/clusterprof_run.json");
+  status.start_time_ns = 1'795'327'200LL * kNanosPerSecond + job * 60LL * kNanosPerSecond;
+  status.start_time = controllers::FormatTime(status.start_time_ns);
+  status.completion_time = controllers::FormatTime(status.start_time_ns + 5 * kNanosPerSecond);
+  status.attempt = 1;
+  status.observed_generation = 1;
+  status.message = StrCat("all ", targets, " target(s) captured; max start skew 412us");
+  status.conditions.push_back({"TargetsResolved", "True", "Resolved",
+                               StrCat(targets, " target(s): llama-trainer-worker-0, ..."), 1,
+                               status.start_time});
+  status.conditions.push_back(
+      {"Complete", "True", "Succeeded", status.message, 1, status.completion_time});
+  for (int i = 0; i < targets; ++i) {
+    controllers::TargetStatus target;
+    target.name = StrCat("llama-trainer-worker-", i);
+    target.address = StrCat("10.64.", i / 250 % 250, ".", i % 250, ":8466");
+    target.node = StrCat("gke-llama-h100-pool-7f3a-", i / 8);
+    target.phase = "Succeeded";
+    target.attempts = 1;
+    target.events = 1'200'000 + i;
+    target.bytes = 48'000'000 + i;
+    target.file = StrCat(status.run_uri, "/", target.name, ".xplane.pb");
+    target.clock_offset_ns = 1200 + i;
+    target.clock_uncertainty_ns = 85'000;
+    target.start_error_ns = 40'000 + i * 97;
+    status.targets.push_back(std::move(target));
+  }
+  controllers::JobSummary summary;
+  summary.targets = targets;
+  summary.succeeded = targets;
+  summary.max_start_skew_ns = 412'000;
+  status.summary = summary;
+  return controllers::ProfileJobStatusToJson(status);
+}
+
+absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient& client,
+                                        const std::string& kubeconfig, const std::string& dir) {
+  MemoryFigures figures;
+  figures.pods = options.pods;
+  figures.jobs = options.jobs;
+  const std::string ns = "training";
+  if (absl::Status s = CreateNamespace(client, ns); !s.ok()) return s;
+
+  std::fprintf(stderr, "creating %d realistic pods...\n", options.pods);
+  const auto pods_start = std::chrono::steady_clock::now();
+  std::atomic<int> done{0};
+  absl::Status created = ParallelFor(options.pods, options.writers, [&](int i) {
+    value status = value::parse(StrCat("{", RealisticPodStatusJson(i), "}")).at("status");
+    absl::Status s = CreateRunningPod(client, ns, value::parse(RealisticPodJson(ns, i)), status);
+    if (const int n = ++done; n % 1000 == 0) std::fprintf(stderr, "  %d\n", n);
+    return s;
+  });
+  if (!created.ok()) return created;
+  figures.pods_seconds = static_cast<int>(std::chrono::duration_cast<std::chrono::seconds>(
+                                              std::chrono::steady_clock::now() - pods_start)
+                                              .count());
+
+  // The jobs: a tenth select nothing (the operator fails them), the rest finished earlier.
+  const std::string logdir = StrCat(dir, "/logs");
+  absl::Status jobs_created = ParallelFor(options.jobs, options.writers, [&](int j) {
+    const bool unmatched = j % 10 == 9;
+    value job = value::object();
+    job["metadata"]["name"] = value::string(StrCat("llama-7b-profile-", j));
+    job["spec"]["targets"]["selector"]["matchLabels"]["app"] =
+        value::string(unmatched ? StrCat("nobody-", j) : "llama-trainer");
+    job["spec"]["targets"]["selector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"] =
+        value::string("llama-7b");
+    job["spec"]["durationMs"] = value::number(2000);
+    job["spec"]["delayMs"] = value::number(1000);
+    job["spec"]["logdir"] = value::string(logdir);
+    absl::StatusOr<value> made = client.Create(controllers::ProfileJobs(), ns, job);
+    if (!made.ok() || unmatched) return made.status();
+    (*made)["status"] = FinishedJobStatus(j, options.job_targets, logdir);
+    return client.UpdateStatus(controllers::ProfileJobs(), ns, *made).status();
+  });
+  if (!jobs_created.ok()) return jobs_created;
+  for (int j = 0; j < options.jobs; ++j) figures.failed_jobs += j % 10 == 9 ? 1 : 0;
+
+  std::fprintf(stderr, "starting the operator over %d pods and %d jobs...\n", options.pods,
+               options.jobs);
+  const auto start = std::chrono::steady_clock::now();
+  OperatorProcess op(dir, "memory", kubeconfig, ns);
+  if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(300)); !running.ok()) {
+    return running;
+  }
+  figures.ready_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string gauge = "clusterprof_operator_profilejobs";
+  const bool settled = WaitFor(
+      [&] {
+        const std::string metrics = op.Metrics();
+        return MetricSum(metrics, gauge, "") == options.jobs &&
+               MetricSum(metrics, gauge, "phase=\"Pending\"") == 0 &&
+               MetricSum(metrics, gauge, "phase=\"Failed\"") == figures.failed_jobs;
+      },
+      std::chrono::seconds(120), std::chrono::milliseconds(100));
+  figures.settled_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string metrics = op.Metrics();
+  for (const char* phase :
+       {"Pending", "Scheduled", "Capturing", "Succeeded", "PartiallySucceeded", "Failed"}) {
+    figures.phases[phase] = MetricSum(metrics, gauge, StrCat("phase=\"", phase, "\""));
+  }
+  if (!settled) {
+    return absl::DeadlineExceededError(
+        StrCat("the operator's metrics did not count ", options.jobs, " jobs (",
+               figures.failed_jobs, " Failed, none Pending) within 120 s; ", op.LogTail()));
+  }
+  // Let the start-up's transient allocations go before reading the resident set.
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  figures.rss_kib = ProcStatusKib(op.pid(), "VmRSS");
+  figures.hwm_kib = ProcStatusKib(op.pid(), "VmHWM");
+  figures.anon_kib = ProcStatusKib(op.pid(), "RssAnon");
+  op.Terminate();
+  return figures;
+}
+
+void PrintFanout(const FanoutFigures& f, const Options& options) {
+  const auto p = [](const std::vector<int64_t>& v, double q) { return Ms(Percentile(v, q)); };
+  std::printf("\nFan-out: %d simulated sidecars in %d processes, durationMs %lld, delayMs 0\n",
+              f.targets, std::min(options.sidecar_processes, f.targets),
+              static_cast<long long>(options.duration_ms));
+  std::printf("  (times in ms from the ProfileJob's creation, wall clock)\n");
+  std::printf("  %-58s %s, %s targets\n", "job phase", f.phase.c_str(),
+              f.targets_succeeded.c_str());
+  std::printf("  %-58s %9.1f\n", "first GetInfo (clock probe) at a sidecar", Ms(f.first_info_ns));
+  std::printf("  %-58s %9.1f  (%lld calls)\n", "last GetInfo", Ms(f.last_info_ns),
+              static_cast<long long>(f.info_calls));
+  std::printf("  %-58s %9.1f\n", "first Profile request at a sidecar", Ms(f.first_profile_ns));
+  std::printf("  %-58s %9.1f  (target <= 1000)\n", "last Profile request: all RPCs dispatched",
+              Ms(f.last_profile_ns));
+  std::printf("  %-58s %9.1f\n", "T0 (status.startTimeNs)", Ms(f.t0_ns));
+  std::printf("  %-58s %9.1f\n", "T0 margin: T0 - last Profile arrival",
+              Ms(f.t0_ns - f.last_profile_ns));
+  std::printf("  %-58s %9lld\n", "Profile requests that arrived after their start",
+              static_cast<long long>(f.late_arrivals));
+  std::printf("  %-58s %9.1f\n", "phase Scheduled first seen (20 ms polls)",
+              Ms(f.scheduled_seen_ns));
+  std::printf("  %-58s %9.1f\n", "phase Capturing first seen", Ms(f.capturing_seen_ns));
+  std::printf("  %-58s %9.1f  (T0 + duration = %.1f)\n", "phase Succeeded first seen",
+              Ms(f.finished_seen_ns), Ms(f.t0_ns + options.duration_ms * kNanosPerMilli));
+  std::printf("  %-58s %9.3f / %.3f / %.3f\n",
+              "|achieved - requested start| on sidecars, p50/p99/max", p(f.sidecar_errors, 50),
+              p(f.sidecar_errors, 99), p(f.sidecar_errors, 100));
+  std::printf("  %-58s %9.3f / %.3f / %.3f\n", "|status.targets[].startErrorNs|, p50/p99/max",
+              p(f.status_errors, 50), p(f.status_errors, 99), p(f.status_errors, 100));
+  std::printf("  %-58s %9.3f\n", "status.summary.maxStartSkewNs", Ms(f.status_max_skew_ns));
+  std::printf("  %-58s %9d\n", "targets whose clock offset was applied", f.offsets_applied);
+  std::printf("  %-58s %9.1f MiB\n", "operator VmHWM at the end", f.operator_hwm_kib / 1024.0);
+  std::printf("  %-58s %9d s\n", "(creating the pods took)", f.pods_seconds);
+  if (!f.complaints.empty()) {
+    std::printf("  operator warnings and errors: %zu, the first:\n", f.complaints.size());
+    for (size_t i = 0; i < f.complaints.size() && i < 10; ++i) {
+      std::printf("    %s\n", f.complaints[i].c_str());
+    }
+  }
+}
+
+void PrintMemory(const MemoryFigures& f, const Options& options) {
+  std::printf("\nMemory: the operator watching %d realistic pods and %d ProfileJobs\n", f.pods,
+              f.jobs);
+  std::printf("  (%d finished jobs with %d targets in their status, %d failed by the operator)\n",
+              f.jobs - f.failed_jobs, options.job_targets, f.failed_jobs);
+  std::printf("  %-58s %9.1f MiB  (target <= 150)\n", "VmRSS", f.rss_kib / 1024.0);
+  std::printf("  %-58s %9.1f MiB\n", "VmHWM (peak)", f.hwm_kib / 1024.0);
+  std::printf("  %-58s %9.1f MiB\n", "RssAnon", f.anon_kib / 1024.0);
+  std::printf("  %-58s %9.2f s\n", "operator start to /readyz and controllers", f.ready_seconds);
+  std::printf("  %-58s %9.2f s\n", "operator start to every job counted, none Pending",
+              f.settled_seconds);
+  std::string phases;
+  for (const auto& [phase, n] : f.phases) {
+    if (n > 0) StrAppend(&phases, phases.empty() ? "" : ", ", phase, " ", static_cast<int>(n));
+  }
+  std::printf("  %-58s %s\n", "clusterprof_operator_profilejobs", phases.c_str());
+  std::printf("  %-58s %9d s\n", "(creating the pods took)", f.pods_seconds);
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "operator_scale: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+int Run(const Options& options) {
+  absl::StatusOr<std::unique_ptr<testing::KubeControlPlane>> plane =
+      testing::KubeControlPlane::Start();
+  if (absl::IsNotFound(plane.status())) {
+    std::fprintf(stderr, "operator_scale: skipped: %s\n",
+                 std::string(plane.status().message()).c_str());
+    return kSkipped;
+  }
+  if (!plane.ok()) return Fail(plane.status());
+  RealClock clock;
+  kube::RestConfig config;
+  config.server = (*plane)->url();
+  config.ca_pem = testing::ReadFileOrDie((*plane)->ca_file());
+  config.token = kube::StaticToken((*plane)->admin_token());
+  kube::RestClientOptions unlimited;
+  unlimited.qps = 0;
+  absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
+      kube::RestClient::Create(config, &clock, unlimited);
+  if (!client.ok()) return Fail(client.status());
+  const std::string kubeconfig = (*plane)->dir() + "/admin.kubeconfig";
+  if (absl::Status s = testing::InstallCrds(**plane, kSourceDir, kubeconfig); !s.ok()) {
+    return Fail(s);
+  }
+  std::optional<testing::TempDir> temp;
+  std::string dir = options.work_dir;
+  if (dir.empty()) {
+    temp.emplace();
+    dir = temp->path();
+  }
+
+  std::optional<FanoutFigures> fanout;
+  std::optional<MemoryFigures> memory;
+  if (options.fanout) {
+    absl::StatusOr<FanoutFigures> figures = RunFanout(options, **plane, **client, kubeconfig, dir);
+    if (!figures.ok()) return Fail(figures.status());
+    fanout = *std::move(figures);
+  }
+  if (options.memory) {
+    absl::StatusOr<MemoryFigures> figures = RunMemory(options, **client, kubeconfig, dir);
+    if (!figures.ok()) return Fail(figures.status());
+    memory = *std::move(figures);
+  }
+  if (fanout.has_value()) PrintFanout(*fanout, options);
+  if (memory.has_value()) PrintMemory(*memory, options);
+  return 0;
+}
+
+}  // namespace
+}  // namespace clusterprof::bench
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "clusterprof-operator's fan-out time, start skew and memory against a real API "
+      "server"};
+  clusterprof::bench::Options options;
+  bool quick = false;
+  std::string only;
+  app.add_flag("--quick", quick, "a short functional run: 50 targets, 500 pods, 10 jobs");
+  app.add_option("--only", only, "run one part: fanout or memory")
+      ->check(CLI::IsMember({"fanout", "memory"}));
+  app.add_option("--targets", options.targets, "simulated sidecars in the fan-out")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--sidecar-processes", options.sidecar_processes,
+                 "fake_sidecars processes that serve them")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--duration-ms", options.duration_ms, "the fan-out job's durationMs")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pods", options.pods, "realistic pods for the memory figure")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--jobs", options.jobs, "ProfileJobs for the memory figure")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--job-targets", options.job_targets, "targets in each finished job's status")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--writers", options.writers, "threads creating pods")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--work-dir", options.work_dir,
+                 "keep logs and records here (default: a temporary directory, removed)");
+  CLI11_PARSE(app, argc, argv);
+  if (quick) {
+    if (app.count("--targets") == 0) options.targets = 50;
+    if (app.count("--sidecar-processes") == 0) options.sidecar_processes = 2;
+    if (app.count("--pods") == 0) options.pods = 500;
+    if (app.count("--jobs") == 0) options.jobs = 10;
+    if (app.count("--job-targets") == 0) options.job_targets = 8;
+  }
+  options.fanout = only.empty() || only == "fanout";
+  options.memory = only.empty() || only == "memory";
+  return clusterprof::bench::Run(options);
+}
