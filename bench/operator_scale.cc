@@ -192,7 +192,8 @@ class OperatorProcess {
     }
     const std::string ports = testing::ReadFileOrDie(port_file_);
     health_port_ = std::atoi(ports.c_str() + ports.find('=') + 1);
-    if (!WaitFor([&] { return HttpGet(health_port_, "/readyz") == "ok"; }, timeout)) {
+    if (!WaitFor([&] { return StripAsciiWhitespace(HttpGet(health_port_, "/readyz")) == "ok"; },
+                 timeout)) {
       return absl::DeadlineExceededError(StrCat("the operator is not ready; ", LogTail()));
     }
     if (!WaitFor([&] { return MetricSum(Metrics(), "clusterprof_operator_leader", "") == 1; },
