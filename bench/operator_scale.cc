@@ -309,6 +309,9 @@ struct FanoutFigures {
   int64_t status_max_skew_ns = 0;
   int offsets_applied = 0;
   int64_t operator_hwm_kib = 0;
+  // The job's JSON when it finished, and the operator's API requests (count, mean seconds).
+  size_t job_bytes = 0;
+  std::map<std::string, std::pair<double, double>> api_requests;
   std::vector<std::string> complaints;
 };
 
@@ -402,6 +405,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
         absl::StatusOr<value> got = client.Get(controllers::ProfileJobs(), ns, "fanout");
         const int64_t now = clock.WallNs() - created_ns;
         if (!got.ok() || !got->has_field("status")) return false;
+        figures.job_bytes = got->serialize().size();
         absl::StatusOr<ProfileJobStatus> parsed =
             controllers::ParseProfileJobStatus(got->at("status"));
         if (!parsed.ok()) return false;
@@ -421,6 +425,15 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
       std::chrono::seconds(180), std::chrono::milliseconds(20));
   figures.operator_hwm_kib = ProcStatusKib(op.pid(), "VmHWM");
   figures.complaints = op.Complaints();
+  const std::string metrics = op.Metrics();
+  for (const char* method : {"GET", "PUT", "POST", "PATCH"}) {
+    const std::string labels = StrCat("method=\"", method, "\"");
+    const double count =
+        MetricSum(metrics, "clusterprof_operator_api_request_duration_seconds_count", labels);
+    const double sum =
+        MetricSum(metrics, "clusterprof_operator_api_request_duration_seconds_sum", labels);
+    if (count > 0) figures.api_requests[method] = {count, sum / count};
+  }
   figures.phase = std::string(controllers::JobPhaseName(status.phase));
   if (!finished) {
     return absl::DeadlineExceededError(StrCat("the ProfileJob did not finish in 180 s (phase ",
@@ -642,6 +655,12 @@ void PrintFanout(const FanoutFigures& f, const Options& options) {
   std::printf("  %-58s %9.3f\n", "status.summary.maxStartSkewNs", Ms(f.status_max_skew_ns));
   std::printf("  %-58s %9d\n", "targets whose clock offset was applied", f.offsets_applied);
   std::printf("  %-58s %9.1f MiB\n", "operator VmHWM at the end", f.operator_hwm_kib / 1024.0);
+  std::printf("  %-58s %9zu B\n", "the finished ProfileJob's JSON", f.job_bytes);
+  for (const auto& [method, figure] : f.api_requests) {
+    std::printf("  %-58s %9.1f ms  (%d requests)\n",
+                StrCat("operator API ", method, " requests, mean latency").c_str(),
+                figure.second * 1e3, static_cast<int>(figure.first));
+  }
   std::printf("  %-58s %9d s\n", "(creating the pods took)", f.pods_seconds);
   if (!f.complaints.empty()) {
     std::printf("  operator warnings and errors: %zu, the first:\n", f.complaints.size());

@@ -11,10 +11,14 @@
 
 namespace clusterprof::testing {
 
-// Writes an admin kubeconfig to `kubeconfig` and applies `source_dir`/crds/. kube-apiserver 1.20
-// does not know CEL rules, so kubectl's client-side validation is off (the server drops them).
+// NotFound when kubectl is not on PATH. Writes an admin kubeconfig to `kubeconfig` and applies
+// `source_dir`/crds/. kube-apiserver 1.20 does not know CEL rules, so kubectl's client-side
+// validation is off (the server drops them).
 inline absl::Status InstallCrds(const KubeControlPlane& plane, const std::string& source_dir,
                                 const std::string& kubeconfig) {
+  if (absl::StatusOr<std::string> kubectl = FindProgram("kubectl"); !kubectl.ok()) {
+    return absl::NotFoundError("kubectl is not installed: the CRDs are applied the way users do");
+  }
   if (absl::Status written = plane.WriteKubeconfig(kubeconfig, plane.admin_token());
       !written.ok()) {
     return written;
