@@ -12,9 +12,9 @@
 //   - clusterprof.v1alpha1.Sidecar.GetInfo with its clocks and a host name;
 //   - Sidecar.GetSession with the session's achieved start, one event and one (unwritten) file.
 //
-// On SIGTERM or SIGINT it writes --record and exits, one line per event:
+// On SIGTERM or SIGINT it writes --record, a line per Profile call and per port, and exits:
 //   profile <port> <host> <arrival_wall_ns> <requested_start_ns> <achieved_start_ns>
-//   info <port> <calls> <first_arrival_wall_ns> <last_arrival_wall_ns>
+//   info <port> <calls> <arrival_wall_ns of each GetInfo call>...
 // (achieved 0: the session had not started yet). --port-file gets the bound ports, one a line,
 // written whole (renamed into place) once the server serves.
 //
@@ -53,9 +53,8 @@ struct Session {
 struct PortState {
   // By session id; a repeated id (a retry) replaces the earlier session.
   std::map<std::string, Session> sessions;
-  int64_t info_calls = 0;
-  int64_t first_info_ns = 0;
-  int64_t last_info_ns = 0;
+  // Arrival of every GetInfo call, in order.
+  std::vector<int64_t> info_ns;
 };
 
 // What every port saw. Thread-safe.
@@ -63,9 +62,7 @@ class Recorder {
  public:
   void Info(int port, int64_t now_ns) {
     MutexLock lock(&mu_);
-    PortState& state = ports_[port];
-    if (state.info_calls++ == 0) state.first_info_ns = now_ns;
-    state.last_info_ns = now_ns;
+    ports_[port].info_ns.push_back(now_ns);
   }
   void Arrived(int port, const std::string& session_id, Session session) {
     MutexLock lock(&mu_);
@@ -93,9 +90,10 @@ class Recorder {
                   session.arrival_ns, " ", session.requested_start_ns, " ",
                   session.achieved_start_ns, "\n");
       }
-      if (state.info_calls > 0) {
-        StrAppend(&out, "info ", port, " ", state.info_calls, " ", state.first_info_ns, " ",
-                  state.last_info_ns, "\n");
+      if (!state.info_ns.empty()) {
+        StrAppend(&out, "info ", port, " ", state.info_ns.size());
+        for (int64_t ns : state.info_ns) StrAppend(&out, " ", ns);
+        out += "\n";
       }
     }
     return out;

@@ -4,7 +4,8 @@
 // Fan-out: N pods, each Running and Ready at 127.0.0.1 with its own port in the
 // clusterprof.io/port annotation, served by simulated sidecars multiplexed into a few
 // fake_sidecars processes (bench/fake_sidecars.cc). One ProfileJob over all of them (durationMs
-// 1000, delayMs 0, so T0 is the operator's fan-out lead after its requests go out). Measured:
+// 1000; delayMs 0 unless --delay-ms, so T0 is the operator's fan-out lead, 200 ms after it picks
+// T0 once the clocks are probed). Measured:
 //   - the time from creating the ProfileJob to the last Profile request's arrival at a sidecar
 //     (every RPC dispatched), and its parts (clock probes, the status write before the attempt);
 //   - the margin left between that arrival and T0;
@@ -71,6 +72,7 @@ struct Options {
   int targets = 1000;
   int sidecar_processes = 4;
   int64_t duration_ms = 1000;
+  int64_t delay_ms = 0;
   int pods = 10000;
   int jobs = 100;
   int job_targets = 64;
@@ -260,9 +262,8 @@ struct ProfileRecord {
 
 struct InfoRecord {
   int port = 0;
-  int64_t calls = 0;
-  int64_t first_ns = 0;
-  int64_t last_ns = 0;
+  // Arrival of each GetInfo call, in order.
+  std::vector<int64_t> arrivals_ns;
 };
 
 void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
@@ -276,7 +277,10 @@ void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
       profiles.push_back(r);
     } else if (kind == "info") {
       InfoRecord r;
-      in >> r.port >> r.calls >> r.first_ns >> r.last_ns;
+      size_t calls = 0;
+      in >> r.port >> calls;
+      r.arrivals_ns.resize(calls);
+      for (int64_t& ns : r.arrivals_ns) in >> ns;
       infos.push_back(r);
     } else {
       std::string rest;
@@ -293,9 +297,9 @@ struct FanoutFigures {
   int64_t profiles = 0;
   int64_t late_arrivals = 0;  // after their requested start
   int64_t info_calls = 0;
-  // From the ProfileJob's creation (wall clock, ns).
-  int64_t first_info_ns = 0;
-  int64_t last_info_ns = 0;
+  // From the ProfileJob's creation (wall clock, ns). Probe rounds: the first and last arrival of
+  // each target's k-th GetInfo call.
+  std::vector<std::pair<int64_t, int64_t>> probe_rounds;
   int64_t first_profile_ns = 0;
   int64_t last_profile_ns = 0;
   int64_t t0_ns = 0;
@@ -304,6 +308,8 @@ struct FanoutFigures {
   int64_t finished_seen_ns = 0;
   // |achieved - requested| on the sidecars.
   std::vector<int64_t> sidecar_errors;
+  // Achieved start minus the earliest achieved start.
+  std::vector<int64_t> spread;
   // |status.targets[].startErrorNs|.
   std::vector<int64_t> status_errors;
   int64_t status_max_skew_ns = 0;
@@ -388,7 +394,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   job["metadata"]["name"] = value::string("fanout");
   job["spec"]["targets"]["selector"]["matchLabels"]["app"] = value::string("bench");
   job["spec"]["durationMs"] = value::number(options.duration_ms);
-  job["spec"]["delayMs"] = value::number(0);
+  job["spec"]["delayMs"] = value::number(options.delay_ms);
   job["spec"]["tracingAttempts"] = value::number(1);
   job["spec"]["runName"] = value::string("fanout");
   job["spec"]["logdir"] = value::string(StrCat(dir, "/logs"));
@@ -468,12 +474,21 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
     if (r.achieved_ns > 0)
       figures.sidecar_errors.push_back(std::llabs(r.achieved_ns - r.requested_ns));
   }
-  figures.first_info_ns = INT64_MAX;
-  figures.last_info_ns = INT64_MIN;
+  int64_t earliest = INT64_MAX;
+  for (const ProfileRecord& r : profiles) {
+    if (r.achieved_ns > 0) earliest = std::min(earliest, r.achieved_ns);
+  }
+  for (const ProfileRecord& r : profiles) {
+    if (r.achieved_ns > 0) figures.spread.push_back(r.achieved_ns - earliest);
+  }
   for (const InfoRecord& r : infos) {
-    figures.info_calls += r.calls;
-    figures.first_info_ns = std::min(figures.first_info_ns, r.first_ns - created_ns);
-    figures.last_info_ns = std::max(figures.last_info_ns, r.last_ns - created_ns);
+    figures.info_calls += static_cast<int64_t>(r.arrivals_ns.size());
+    for (size_t k = 0; k < r.arrivals_ns.size(); ++k) {
+      if (figures.probe_rounds.size() <= k) figures.probe_rounds.push_back({INT64_MAX, INT64_MIN});
+      const int64_t at = r.arrivals_ns[k] - created_ns;
+      figures.probe_rounds[k].first = std::min(figures.probe_rounds[k].first, at);
+      figures.probe_rounds[k].second = std::max(figures.probe_rounds[k].second, at);
+    }
   }
   if (status.phase != controllers::JobPhase::kSucceeded || succeeded != options.targets) {
     return absl::InternalError(StrCat("the ProfileJob ended ", figures.phase, " with ",
@@ -625,15 +640,19 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
 
 void PrintFanout(const FanoutFigures& f, const Options& options) {
   const auto p = [](const std::vector<int64_t>& v, double q) { return Ms(Percentile(v, q)); };
-  std::printf("\nFan-out: %d simulated sidecars in %d processes, durationMs %lld, delayMs 0\n",
+  std::printf("\nFan-out: %d simulated sidecars in %d processes, durationMs %lld, delayMs %lld\n",
               f.targets, std::min(options.sidecar_processes, f.targets),
-              static_cast<long long>(options.duration_ms));
+              static_cast<long long>(options.duration_ms),
+              static_cast<long long>(options.delay_ms));
   std::printf("  (times in ms from the ProfileJob's creation, wall clock)\n");
   std::printf("  %-58s %s, %s targets\n", "job phase", f.phase.c_str(),
               f.targets_succeeded.c_str());
-  std::printf("  %-58s %9.1f\n", "first GetInfo (clock probe) at a sidecar", Ms(f.first_info_ns));
-  std::printf("  %-58s %9.1f  (%lld calls)\n", "last GetInfo", Ms(f.last_info_ns),
-              static_cast<long long>(f.info_calls));
+  for (size_t k = 0; k < f.probe_rounds.size(); ++k) {
+    std::printf("  %-58s %9.1f .. %.1f\n",
+                StrCat("clock probe round ", k + 1, ": GetInfo arrivals").c_str(),
+                Ms(f.probe_rounds[k].first), Ms(f.probe_rounds[k].second));
+  }
+  std::printf("  %-58s %9lld\n", "GetInfo calls", static_cast<long long>(f.info_calls));
   std::printf("  %-58s %9.1f\n", "first Profile request at a sidecar", Ms(f.first_profile_ns));
   std::printf("  %-58s %9.1f  (target <= 1000)\n", "last Profile request: all RPCs dispatched",
               Ms(f.last_profile_ns));
@@ -650,6 +669,9 @@ void PrintFanout(const FanoutFigures& f, const Options& options) {
   std::printf("  %-58s %9.3f / %.3f / %.3f\n",
               "|achieved - requested start| on sidecars, p50/p99/max", p(f.sidecar_errors, 50),
               p(f.sidecar_errors, 99), p(f.sidecar_errors, 100));
+  std::printf("  %-58s %9.3f / %.3f / %.3f\n",
+              "achieved start - earliest achieved start, p50/p99/max", p(f.spread, 50),
+              p(f.spread, 99), p(f.spread, 100));
   std::printf("  %-58s %9.3f / %.3f / %.3f\n", "|status.targets[].startErrorNs|, p50/p99/max",
               p(f.status_errors, 50), p(f.status_errors, 99), p(f.status_errors, 100));
   std::printf("  %-58s %9.3f\n", "status.summary.maxStartSkewNs", Ms(f.status_max_skew_ns));
@@ -763,6 +785,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--duration-ms", options.duration_ms, "the fan-out job's durationMs")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--delay-ms", options.delay_ms, "the fan-out job's delayMs")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   app.add_option("--pods", options.pods, "realistic pods for the memory figure")
       ->check(CLI::PositiveNumber)

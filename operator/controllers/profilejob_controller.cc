@@ -96,7 +96,7 @@ bool ProfileJobController::Stop(int64_t capture_grace_ns) {
       all_finished = false;
       // Left running: the process is ending, and a future operator resumes the job.
       capture->thread.detach();
-      capture.release();
+      static_cast<void>(capture.release());  // the detached thread still uses it
     }
   }
   captures_.clear();
@@ -191,12 +191,10 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
     auto it = captures_.find(key);
     if (it != captures_.end()) {
       Capture& capture = *it->second;
-      if (capture.uid != meta.uid) {
-        // The job was deleted and re-created under the same name while the capture ran.
-        if (!capture.finished) return absl::OkStatus();
-      } else if (!capture.finished) {
-        return absl::OkStatus();
-      } else if (capture.wrote_final && !IsTerminal(status.phase)) {
+      // Still running (for this job, or for one deleted and re-created under the same name,
+      // whose capture must end before this one can start).
+      if (!capture.finished) return absl::OkStatus();
+      if (capture.uid == meta.uid && capture.wrote_final && !IsTerminal(status.phase)) {
         // Our final status is written; the cache has not caught up. Its update requeues us.
         return absl::OkStatus();
       }

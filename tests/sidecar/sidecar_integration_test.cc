@@ -283,6 +283,64 @@ TEST_F(SidecarIntegrationTest, ACancelledClientStillGetsItsFilesWritten) {
   EXPECT_TRUE(testing::FileExists(StrCat(logs_, "/plugins/profile/gone/direct.xplane.pb")));
 }
 
+// A coordinator that went away mid-capture (an operator killed) and a successor resuming the
+// run: the finished session is read back, the running one (kept alive by
+// clusterprof_outlive_client) joined, the one that never started is captured; none twice.
+TEST_F(SidecarIntegrationTest, AResumedRunReadsBackJoinsAndCapturesWithoutRepeating) {
+  auto hosts = StartHosts(3);
+  const std::string run = "resumed";
+  // Host 0 finished the run before the first coordinator died.
+  {
+    tensorflow::ProfileRequest request = ProfileRequest(run, 300);
+    request.set_host_name("host-0");
+    grpc::ClientContext context;
+    tensorflow::ProfileResponse response;
+    ASSERT_TRUE(hosts[0]->Profiler()->Profile(&context, request, &response).ok());
+  }
+  // Host 1 is still capturing for it; its client is gone.
+  const int64_t t0 = clock_.WallNs() + 300 * kNanosPerMilli;
+  {
+    tensorflow::ProfileRequest request = ProfileRequest(run, 1500);
+    request.set_host_name("host-1");
+    request.mutable_opts()->set_start_timestamp_ns(t0);
+    (*request.mutable_opts()->mutable_advanced_configuration())["clusterprof_outlive_client"]
+        .set_bool_value(true);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
+    tensorflow::ProfileResponse response;
+    EXPECT_EQ(hosts[1]->Profiler()->Profile(&context, request, &response).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Host 2 never heard of it.
+  coordinator::CaptureOptions options = Options(hosts);
+  for (size_t i = 0; i < hosts.size(); ++i) options.targets[i].host_name = hosts[i]->name();
+  options.run = run;
+  options.resume = true;
+  options.start_at_ns = t0;
+  options.attempts_used = 0;
+  options.duration_ms = 400;
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 3);
+  const coordinator::TargetResult& read_back = result->targets[0];
+  EXPECT_TRUE(read_back.recovered);
+  EXPECT_EQ(read_back.attempts, 1);
+  EXPECT_FALSE(result->targets[1].recovered);
+  EXPECT_TRUE(result->targets[1].start_known);
+  EXPECT_LT(std::abs(result->targets[1].start_error_ns), 200 * kNanosPerMilli)
+      << "the joined session is judged against the T0 it started for";
+  EXPECT_FALSE(result->targets[2].recovered);
+  for (const auto& host : hosts) {
+    SCOPED_TRACE(host->name());
+    EXPECT_THAT(host->Log(), ::testing::Not(HasSubstr("another capture is running")));
+    EXPECT_TRUE(testing::FileExists(
+        StrCat(logs_, "/plugins/profile/", run, "/", host->name(), ".xplane.pb")));
+  }
+  // Host 1's capture ran its full 1.5 s, not the resumed request's 400 ms.
+  auto session = WaitForSession(*hosts[1], run);
+  EXPECT_GE(session.stop_time_ns() - session.start_time_ns(), 1400 * kNanosPerMilli);
+}
+
 TEST_F(SidecarIntegrationTest, ACrashingWorkloadKeepsItsEventsUpToTheCrash) {
   std::vector<std::unique_ptr<Host>> hosts;
   hosts.push_back(std::make_unique<Host>(root_, 0, logs_));
