@@ -78,6 +78,8 @@ struct Options {
   int job_targets = 64;
   int writers = 8;
   std::string work_dir;
+  // Added to the operator's environment (experiments: LD_PRELOAD, MALLOC_ARENA_MAX, ...).
+  std::map<std::string, std::string> operator_env;
 };
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
@@ -143,7 +145,8 @@ double MetricSum(const std::string& text, const std::string& name, const std::st
   return sum;
 }
 
-// A field of /proc/<pid>/status in KiB ("VmRSS", "VmHWM", "RssAnon"); -1 when absent.
+// A number field of /proc/<pid>/status: KiB for "VmRSS", "VmHWM", "RssAnon"; a count for
+// "Threads". -1 when absent.
 int64_t ProcStatusKib(pid_t pid, const std::string& field) {
   std::ifstream in(StrCat("/proc/", pid, "/status"));
   std::string line;
@@ -176,7 +179,7 @@ int64_t Percentile(std::vector<int64_t> values, double p) {
 class OperatorProcess {
  public:
   OperatorProcess(const std::string& dir, const std::string& name, const std::string& kubeconfig,
-                  const std::string& ns)
+                  const std::string& ns, const std::map<std::string, std::string>& env)
       : log_(StrCat(dir, "/operator-", name, ".log")),
         port_file_(StrCat(dir, "/operator-", name, ".ports")) {
     process_ = std::make_unique<Subprocess>(
@@ -184,7 +187,7 @@ class OperatorProcess {
                                  "--health-port", "0", "--health-address", "127.0.0.1",
                                  "--port-file", port_file_, "--log-format", "text", "--log-level",
                                  "info"},
-        std::map<std::string, std::string>{}, log_);
+        env, log_);
   }
 
   // Waits for /readyz and the controllers (the leader gauge turns 1 as they start).
@@ -383,7 +386,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                               std::chrono::steady_clock::now() - pods_start)
                                               .count());
 
-  OperatorProcess op(dir, "fanout", kubeconfig, ns);
+  OperatorProcess op(dir, "fanout", kubeconfig, ns, options.operator_env);
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(120)); !running.ok()) {
     return running;
   }
@@ -512,6 +515,7 @@ struct MemoryFigures {
   int64_t rss_kib = 0;
   int64_t hwm_kib = 0;
   int64_t anon_kib = 0;
+  int64_t threads = 0;
   std::map<std::string, double> phases;
 };
 
@@ -602,7 +606,7 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
   std::fprintf(stderr, "starting the operator over %d pods and %d jobs...\n", options.pods,
                options.jobs);
   const auto start = std::chrono::steady_clock::now();
-  OperatorProcess op(dir, "memory", kubeconfig, ns);
+  OperatorProcess op(dir, "memory", kubeconfig, ns, options.operator_env);
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(300)); !running.ok()) {
     return running;
   }
@@ -634,6 +638,7 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
   figures.rss_kib = ProcStatusKib(op.pid(), "VmRSS");
   figures.hwm_kib = ProcStatusKib(op.pid(), "VmHWM");
   figures.anon_kib = ProcStatusKib(op.pid(), "RssAnon");
+  figures.threads = ProcStatusKib(op.pid(), "Threads");
   op.Terminate();
   return figures;
 }
@@ -700,6 +705,7 @@ void PrintMemory(const MemoryFigures& f, const Options& options) {
   std::printf("  %-58s %9.1f MiB  (target <= 150)\n", "VmRSS", f.rss_kib / 1024.0);
   std::printf("  %-58s %9.1f MiB\n", "VmHWM (peak)", f.hwm_kib / 1024.0);
   std::printf("  %-58s %9.1f MiB\n", "RssAnon", f.anon_kib / 1024.0);
+  std::printf("  %-58s %9lld\n", "threads", static_cast<long long>(f.threads));
   std::printf("  %-58s %9.2f s\n", "operator start to /readyz and controllers", f.ready_seconds);
   std::printf("  %-58s %9.2f s\n", "operator start to every job counted, none Pending",
               f.settled_seconds);
@@ -803,7 +809,19 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--work-dir", options.work_dir,
                  "keep logs and records here (default: a temporary directory, removed)");
+  std::vector<std::string> operator_env;
+  app.add_option("--operator-env", operator_env,
+                 "KEY=VALUE added to the operator's environment (repeatable)");
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& entry : operator_env) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      std::fprintf(stderr, "operator_scale: --operator-env wants KEY=VALUE, got '%s'\n",
+                   entry.c_str());
+      return 2;
+    }
+    options.operator_env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
   if (quick) {
     if (app.count("--targets") == 0) options.targets = 50;
     if (app.count("--sidecar-processes") == 0) options.sidecar_processes = 2;

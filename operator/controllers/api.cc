@@ -240,6 +240,10 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
         return absl::InvalidArgumentError(
             StrCat(path, ": must be a map of option names to values"));
       }
+      if (advanced->as_object().size() > 64) {
+        return absl::InvalidArgumentError(
+            StrCat(path, ": at most 64 options, got ", advanced->as_object().size()));
+      }
       for (const auto& [key, v] : advanced->as_object()) {
         if (v.is_string()) {
           out.advanced_configuration[key] = v.as_string();

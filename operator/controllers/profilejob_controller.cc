@@ -323,13 +323,16 @@ absl::Status ProfileJobController::HandleFinished(const std::string& key,
                                                   const kube::ObjectMeta& meta,
                                                   const web::json::value& job,
                                                   const ProfileJobStatus& status) {
-  const web::json::value null_value;
-  absl::StatusOr<ProfileJobSpec> spec =
-      ParseProfileJobSpec(job.has_field("spec") ? job.at("spec") : null_value);
-  if (!spec.ok() || !spec->ttl_seconds_after_finished.has_value()) return absl::OkStatus();
+  // Read on its own: a job that failed for an invalid spec still expires.
+  int64_t ttl_seconds = -1;
+  if (job.has_field("spec") && job.at("spec").has_field("ttlSecondsAfterFinished")) {
+    const web::json::value& ttl = job.at("spec").at("ttlSecondsAfterFinished");
+    if (ttl.is_number() && ttl.as_number().is_int64()) ttl_seconds = ttl.as_number().to_int64();
+  }
+  if (ttl_seconds < 0) return absl::OkStatus();
   absl::StatusOr<int64_t> completed = ParseTime(status.completion_time);
   if (!completed.ok()) return absl::OkStatus();
-  const int64_t expires = *completed + *spec->ttl_seconds_after_finished * kNanosPerSecond;
+  const int64_t expires = *completed + ttl_seconds * kNanosPerSecond;
   const int64_t now = clock_->WallNs();
   if (now < expires) {
     queue_.AddAfter(key, expires - now);
@@ -342,7 +345,7 @@ absl::Status ProfileJobController::HandleFinished(const std::string& key,
   if (absl::IsNotFound(deleted) || kube::IsConflict(deleted)) return absl::OkStatus();
   if (deleted.ok()) {
     spdlog::info("profilejob {}: deleted {} s after it finished (ttlSecondsAfterFinished)", key,
-                 *spec->ttl_seconds_after_finished);
+                 ttl_seconds);
   }
   return deleted;
 }
@@ -449,9 +452,16 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
         current.phase = JobPhase::kFailed;
         current.message = StrCat("the capture could not start: ", result.status().message());
         current.completion_time = FormatTime(clock_->WallNs());
+        SetCondition(current.conditions,
+                     {std::string(kFailed), "True", "CaptureError", current.message, 0, ""},
+                     current.completion_time);
         return absl::OkStatus();
       });
       capture->wrote_final = failed.ok();
+      if (failed.ok()) {
+        Event(job, kube::kEventTypeWarning, "CaptureError",
+              StrCat("the capture could not start: ", result.status().message()));
+      }
     } else {
       spdlog::info("profilejob {}: capture of run {} stopped: {}", key, run,
                    std::string(result.status().message()));
@@ -519,6 +529,11 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
       entry.start_error_ns = target.start_error_ns;
       entry.message =
           target.outcome == coordinator::Outcome::kEmpty ? "no trace data" : target.message;
+      if (!target.warnings.empty()) {
+        std::string warnings = JoinNames(target.warnings, 3);
+        entry.message = entry.message.empty() ? StrCat("warnings: ", warnings)
+                                              : StrCat(entry.message, "; warnings: ", warnings);
+      }
       if (target.recovered) {
         entry.message = entry.message.empty()
                             ? "read back from the sidecar after an operator restart"

@@ -209,6 +209,10 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
   if (!cron.ok()) return invalid(StrCat("spec.schedule: ", cron.status().message()));
   absl::StatusOr<absl::TimeZone> zone = LoadScheduleTimeZone(spec->time_zone);
   if (!zone.ok()) return invalid(StrCat("spec.timeZone: ", zone.status().message()));
+  if (!cron->Next(now, *zone).has_value() && !cron->Prev(now, *zone).has_value()) {
+    return invalid(StrCat("spec.schedule: \"", spec->schedule,
+                          "\" never fires (no date matches it); check the day and month fields"));
+  }
   set_valid(true, "Valid", "the schedule and the job template are valid");
   if (status.has_field("message")) status.erase("message");
 

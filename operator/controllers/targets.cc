@@ -71,7 +71,8 @@ TargetResolution ResolveTargets(const ProfileJobSpec& spec,
     } else if (pod->pod_ip.empty()) {
       why = "no pod IP yet";
     } else if (!HasSidecar(*pod)) {
-      why = StrCat("no clusterprof sidecar (no ", kSidecarContainerName, " container and no ",
+      why = StrCat("no clusterprof sidecar (no ", kSidecarContainerName,
+                   " container, no container port named ", kSidecarPortName, ", no ",
                    kPortAnnotation, " annotation)");
     }
     absl::StatusOr<int32_t> port = SidecarPort(spec, *pod);

@@ -439,6 +439,12 @@ TEST_F(OperatorE2eTest, InvalidSpecsAreRejectedOrFailedWithAPreciseMessage) {
   EXPECT_EQ(job.at("status").at("conditions").at(0).at("reason").as_string(), "InvalidSpec");
   EXPECT_THAT(job.at("status").at("message").as_string(),
               HasSubstr("spec.targets: needs a selector"));
+  // Its ttlSecondsAfterFinished still applies.
+  no_targets["ttlSecondsAfterFinished"] = value::number(1);
+  ASSERT_TRUE(CreateJob("notargets-ttl", no_targets).ok());
+  EXPECT_TRUE(Eventually([&] {
+    return absl::IsNotFound(admin_->Get(controllers::ProfileJobs(), ns_, "notargets-ttl").status());
+  }));
 
   // A bad cron expression: the schedule says what is wrong.
   value schedule = value::object();

@@ -269,5 +269,15 @@ TEST_F(ProfileScheduleIntegrationTest, AnInvalidScheduleSaysWhatIsWrong) {
   EXPECT_TRUE(Children().empty());
 }
 
+TEST_F(ProfileScheduleIntegrationTest, AScheduleThatNeverFiresIsInvalid) {
+  value spec = value::object();
+  spec["schedule"] = value::string("0 0 30 2 *");
+  CreateSchedule("february30", spec);
+  Reconcile();
+  const value condition = Schedule().at("status").at("conditions").at(0);
+  EXPECT_EQ(condition.at("status").as_string(), "False");
+  EXPECT_THAT(condition.at("message").as_string(), ::testing::HasSubstr("never fires"));
+}
+
 }  // namespace
 }  // namespace clusterprof::controllers

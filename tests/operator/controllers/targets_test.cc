@@ -62,8 +62,8 @@ TEST(TargetsTest, PodsThatCannotBeCapturedAreSkippedWithTheReason) {
                           "(1-65535)",
                           "deleting: being deleted", "no-ip: no pod IP yet",
                           "pending: phase Pending, not Running",
-                          "plain: no clusterprof sidecar (no clusterprof-sidecar container and no "
-                          "clusterprof.io/port annotation)",
+                          "plain: no clusterprof sidecar (no clusterprof-sidecar container, no "
+                          "container port named clusterprof, no clusterprof.io/port annotation)",
                           "unready: not Ready"));
 }
 
