@@ -223,7 +223,8 @@ class OperatorProcess {
     std::ifstream in(log_);
     std::string line;
     while (std::getline(in, line)) {
-      if (line.find(" warn ") != std::string::npos || line.find(" error ") != std::string::npos) {
+      if (line.find(" warning ") != std::string::npos ||
+          line.find(" error ") != std::string::npos) {
         lines.push_back(line);
       }
     }

@@ -8,11 +8,14 @@
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "operator/controllers/manager.h"
 #include "operator/kube/config.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // Many threads and a large pod cache: see common/process.h.
+  clusterprof::ApplyProcessSettings({.malloc_arenas = 2});
   using clusterprof::kNanosPerMilli;
   using clusterprof::kNanosPerSecond;
   CLI::App app{

@@ -7,11 +7,13 @@
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "common/process.h"
 #include "sidecar/config.h"
 #include "sidecar/server.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  clusterprof::ApplyProcessSettings();
   using clusterprof::sidecar::SidecarConfig;
   CLI::App app{
       "clusterprof-sidecar: a profiler server (the TensorFlow/JAX ProfilerService protocol) that "

@@ -3,11 +3,13 @@
 
 #include "CLI/CLI.hpp"
 #include "common/logging.h"
+#include "common/process.h"
 #include "google/protobuf/stubs/logging.h"
 #include "operator/cli/commands.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  clusterprof::ApplyProcessSettings();
   CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("clusterprof 0.1.0"));

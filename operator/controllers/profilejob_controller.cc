@@ -221,7 +221,8 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
     // Begun by an earlier operator (or replica): resume it.
     spdlog::info("profilejob {}: resuming run {} ({}, attempt {})", key, status.run_name,
                  JobPhaseName(status.phase), status.attempt);
-    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, /*resume=*/true);
+    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, /*resume=*/true,
+                 /*write_hint_ns=*/0);
     return absl::OkStatus();
   }
   return Schedule(meta, job->json, *spec, std::move(status));
@@ -288,7 +289,9 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   SetCondition(status.conditions,
                {std::string(kTargetsResolved), "True", "Resolved", resolved, meta.generation, ""},
                FormatTime(now));
+  const int64_t write_started = clock_->MonotonicNs();
   CLUSTERPROF_RETURN_IF_ERROR(UpdateStatus(job, status));
+  const int64_t write_ns = clock_->MonotonicNs() - write_started;
 
   const JobRef ref{meta.namespace_, meta.name, meta.uid};
   Event(ref, kube::kEventTypeNormal, "Scheduled",
@@ -297,7 +300,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   for (const std::string& skipped : resolution.skipped) {
     Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
   }
-  StartCapture(meta.Key(), ref, spec, status, /*resume=*/false);
+  StartCapture(meta.Key(), ref, spec, status, /*resume=*/false, write_ns);
   return absl::OkStatus();
 }
 
@@ -352,21 +355,21 @@ absl::Status ProfileJobController::HandleFinished(const std::string& key,
 
 void ProfileJobController::StartCapture(const std::string& key, const JobRef& job,
                                         const ProfileJobSpec& spec, const ProfileJobStatus& status,
-                                        bool resume) {
+                                        bool resume, int64_t write_hint_ns) {
   MutexLock lock(&mu_);
   if (stopping_) return;
   auto capture = std::make_unique<Capture>();
   capture->uid = job.uid;
   Capture* raw = capture.get();
-  capture->thread = std::thread([this, key, job, spec, status, resume, raw] {
-    RunCapture(key, job, spec, status, resume, raw);
+  capture->thread = std::thread([this, key, job, spec, status, resume, write_hint_ns, raw] {
+    RunCapture(key, job, spec, status, resume, write_hint_ns, raw);
   });
   captures_[key] = std::move(capture);
 }
 
 void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                                       const ProfileJobSpec& spec, const ProfileJobStatus& status,
-                                      bool resume, Capture* capture) {
+                                      bool resume, int64_t write_hint_ns, Capture* capture) {
   coordinator::CaptureOptions options;
   for (const TargetStatus& target : status.targets) {
     options.targets.push_back({target.address, target.name});
@@ -390,25 +393,16 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   options.resume = resume;
   // A capture must survive this operator: a successor rejoins or reads it back.
   options.outlive_client = true;
+  // The Capturing write is a JSON patch of the same object: allow twice the Scheduled write.
+  options.before_attempt_hint_ns = 2 * write_hint_ns;
   options.attempts_used = resume ? std::max(0, status.attempt - 1) : 0;
   const std::string run = status.run_name;
+  // The phase the next Capturing write expects to replace.
+  std::string expected_phase(JobPhaseName(status.phase));
   bool aborted = false;
   options.before_attempt = [&](int attempt, int64_t t0) -> absl::Status {
-    absl::Status written = WriteStatus(job, [&](ProfileJobStatus& current) -> absl::Status {
-      if (current.run_name != run || IsTerminal(current.phase)) {
-        return absl::FailedPreconditionError(StrCat("the job moved on (phase ",
-                                                    JobPhaseName(current.phase), ", run ",
-                                                    current.run_name, ")"));
-      }
-      current.phase = JobPhase::kCapturing;
-      current.attempt = attempt;
-      current.start_time_ns = t0;
-      current.start_time = FormatTime(t0);
-      for (TargetStatus& target : current.targets) {
-        if (target.phase != "Succeeded") target.phase = "Capturing";
-      }
-      return absl::OkStatus();
-    });
+    absl::Status written = MarkCapturing(job, run, expected_phase, attempt, t0);
+    if (written.ok()) expected_phase = std::string(JobPhaseName(JobPhase::kCapturing));
     if (!written.ok()) {
       aborted = true;
       return written;
@@ -597,6 +591,48 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   }
   capture->finished = true;
   queue_.Add(key);
+}
+
+absl::Status ProfileJobController::MarkCapturing(const JobRef& job, const std::string& run,
+                                                 const std::string& expected_phase, int attempt,
+                                                 int64_t t0) {
+  // A JSON patch, not a read and a write of the whole object: with 1,000 targets the status is
+  // 300 KB, and this write sits between picking T0 and sending the requests. Its tests make it
+  // apply only to this job and run, in the phase last written.
+  const auto op = [](const char* kind, const char* path, web::json::value value) {
+    web::json::value entry = web::json::value::object();
+    entry["op"] = web::json::value::string(kind);
+    entry["path"] = web::json::value::string(path);
+    entry["value"] = std::move(value);
+    return entry;
+  };
+  web::json::value patch = web::json::value::array();
+  patch[0] = op("test", "/metadata/uid", web::json::value::string(job.uid));
+  patch[1] = op("test", "/status/runName", web::json::value::string(run));
+  patch[2] = op("test", "/status/phase", web::json::value::string(expected_phase));
+  patch[3] = op("replace", "/status/phase",
+                web::json::value::string(std::string(JobPhaseName(JobPhase::kCapturing))));
+  patch[4] = op("add", "/status/attempt", web::json::value::number(attempt));
+  patch[5] = op("add", "/status/startTimeNs", web::json::value::number(t0));
+  patch[6] = op("add", "/status/startTime", web::json::value::string(FormatTime(t0)));
+  absl::StatusOr<web::json::value> patched = client_->Patch(
+      ProfileJobs(), job.namespace_, job.name, kube::PatchType::kJson, patch, "status");
+  if (patched.ok() || absl::IsNotFound(patched.status()) || kube::IsRetryable(patched.status())) {
+    return patched.status();
+  }
+  // A test failed (or something else was refused): read the job to tell which.
+  return WriteStatus(job, [&](ProfileJobStatus& current) -> absl::Status {
+    if (current.run_name != run || IsTerminal(current.phase)) {
+      return absl::FailedPreconditionError(StrCat("the job moved on (phase ",
+                                                  JobPhaseName(current.phase), ", run ",
+                                                  current.run_name, ")"));
+    }
+    current.phase = JobPhase::kCapturing;
+    current.attempt = attempt;
+    current.start_time_ns = t0;
+    current.start_time = FormatTime(t0);
+    return absl::OkStatus();
+  });
 }
 
 absl::Status ProfileJobController::WriteStatus(
