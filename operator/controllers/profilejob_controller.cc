@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <future>
 
 #include "common/check.h"
 #include "common/status.h"
@@ -221,8 +222,7 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
     // Begun by an earlier operator (or replica): resume it.
     spdlog::info("profilejob {}: resuming run {} ({}, attempt {})", key, status.run_name,
                  JobPhaseName(status.phase), status.attempt);
-    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, /*resume=*/true,
-                 /*write_hint_ns=*/0);
+    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, /*resume=*/true);
     return absl::OkStatus();
   }
   return Schedule(meta, job->json, *spec, std::move(status));
@@ -289,9 +289,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   SetCondition(status.conditions,
                {std::string(kTargetsResolved), "True", "Resolved", resolved, meta.generation, ""},
                FormatTime(now));
-  const int64_t write_started = clock_->MonotonicNs();
   CLUSTERPROF_RETURN_IF_ERROR(UpdateStatus(job, status));
-  const int64_t write_ns = clock_->MonotonicNs() - write_started;
 
   const JobRef ref{meta.namespace_, meta.name, meta.uid};
   Event(ref, kube::kEventTypeNormal, "Scheduled",
@@ -300,7 +298,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   for (const std::string& skipped : resolution.skipped) {
     Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
   }
-  StartCapture(meta.Key(), ref, spec, status, /*resume=*/false, write_ns);
+  StartCapture(meta.Key(), ref, spec, status, /*resume=*/false);
   return absl::OkStatus();
 }
 
@@ -355,21 +353,21 @@ absl::Status ProfileJobController::HandleFinished(const std::string& key,
 
 void ProfileJobController::StartCapture(const std::string& key, const JobRef& job,
                                         const ProfileJobSpec& spec, const ProfileJobStatus& status,
-                                        bool resume, int64_t write_hint_ns) {
+                                        bool resume) {
   MutexLock lock(&mu_);
   if (stopping_) return;
   auto capture = std::make_unique<Capture>();
   capture->uid = job.uid;
   Capture* raw = capture.get();
-  capture->thread = std::thread([this, key, job, spec, status, resume, write_hint_ns, raw] {
-    RunCapture(key, job, spec, status, resume, write_hint_ns, raw);
+  capture->thread = std::thread([this, key, job, spec, status, resume, raw] {
+    RunCapture(key, job, spec, status, resume, raw);
   });
   captures_[key] = std::move(capture);
 }
 
 void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                                       const ProfileJobSpec& spec, const ProfileJobStatus& status,
-                                      bool resume, int64_t write_hint_ns, Capture* capture) {
+                                      bool resume, Capture* capture) {
   coordinator::CaptureOptions options;
   for (const TargetStatus& target : status.targets) {
     options.targets.push_back({target.address, target.name});
@@ -393,20 +391,37 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   options.resume = resume;
   // A capture must survive this operator: a successor rejoins or reads it back.
   options.outlive_client = true;
-  // The Capturing write is a JSON patch of the same object: allow twice the Scheduled write.
-  options.before_attempt_hint_ns = 2 * write_hint_ns;
   options.attempts_used = resume ? std::max(0, status.attempt - 1) : 0;
   const std::string run = status.run_name;
   // The phase the next Capturing write expects to replace.
   std::string expected_phase(JobPhaseName(status.phase));
   bool aborted = false;
-  options.before_attempt = [&](int attempt, int64_t t0) -> absl::Status {
-    absl::Status written = MarkCapturing(job, run, expected_phase, attempt, t0);
-    if (written.ok()) expected_phase = std::string(JobPhaseName(JobPhase::kCapturing));
-    if (!written.ok()) {
-      aborted = true;
-      return written;
+  // The Capturing write (attempt, T0) runs beside the requests, not before them: with 1,000
+  // targets it takes longer than the fan-out lead. It only helps a successor resume (a lost
+  // write costs the resumed run its exact T0 and one attempt of its count); the previous one is
+  // waited for before the next attempt and before the final status, and one that finds the job
+  // gone or moved on stops further attempts.
+  std::future<absl::Status> capturing_write;
+  const auto settle_write = [&]() -> absl::Status {
+    if (!capturing_write.valid()) return absl::OkStatus();
+    absl::Status written = capturing_write.get();
+    if (written.ok()) {
+      expected_phase = std::string(JobPhaseName(JobPhase::kCapturing));
+      return absl::OkStatus();
     }
+    if (absl::IsNotFound(written) || absl::IsFailedPrecondition(written)) return written;
+    spdlog::warn("profilejob {}: the Capturing status was not written: {}", key,
+                 std::string(written.message()));
+    return absl::OkStatus();
+  };
+  options.before_attempt = [&](int attempt, int64_t t0) -> absl::Status {
+    if (absl::Status settled = settle_write(); !settled.ok()) {
+      aborted = true;
+      return settled;
+    }
+    capturing_write = std::async(std::launch::async, [this, job, run, expected_phase, attempt, t0] {
+      return MarkCapturing(job, run, expected_phase, attempt, t0);
+    });
     if (attempt == 1 && !resume) {
       Event(job, kube::kEventTypeNormal, "CaptureStarted",
             StrCat("Profile requests sent to ", status.targets.size(), " target(s); start at ",
@@ -432,6 +447,8 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
         last = state;
         have_result = true;
       });
+  // The last Capturing write lands before anything else is written.
+  if (absl::Status settled = settle_write(); !settled.ok()) aborted = true;
   if (result.ok()) {
     last = *result;
     have_result = true;

@@ -104,12 +104,10 @@ class ProfileJobController : public kube::ResourceEventHandler {
                     ProfileJobStatus status, std::string_view reason, std::string_view message);
   absl::Status HandleFinished(const std::string& key, const kube::ObjectMeta& meta,
                               const web::json::value& job, const ProfileJobStatus& status);
-  // `write_hint_ns`: how long a status write took lately (the first T0 leaves room for one).
   void StartCapture(const std::string& key, const JobRef& job, const ProfileJobSpec& spec,
-                    const ProfileJobStatus& status, bool resume, int64_t write_hint_ns);
+                    const ProfileJobStatus& status, bool resume);
   void RunCapture(const std::string& key, const JobRef& job, const ProfileJobSpec& spec,
-                  const ProfileJobStatus& status, bool resume, int64_t write_hint_ns,
-                  Capture* capture);
+                  const ProfileJobStatus& status, bool resume, Capture* capture);
   // Writes phase Capturing with the attempt and its T0, if the job is still in `expected_phase`
   // of `run`; FailedPrecondition when it moved on, NotFound when it is gone.
   absl::Status MarkCapturing(const JobRef& job, const std::string& run,

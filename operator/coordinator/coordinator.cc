@@ -537,7 +537,8 @@ absl::StatusOr<RunResult> Run::Execute() {
       if (!options_.before_attempt) break;
       const int64_t called_ns = clock_.MonotonicNs();
       CLUSTERPROF_RETURN_IF_ERROR(options_.before_attempt(attempt, t0_ns_));
-      if (clock_.WallNs() + lead_ns <= t0_ns_ || pick == 2) break;
+      // Half the lead left is still enough (the lead has room to spare); less is picked again.
+      if (clock_.WallNs() + lead_ns / 2 <= t0_ns_ || pick == 2) break;
       extra_ns = 2 * (clock_.MonotonicNs() - called_ns);
       spdlog::info(
           "attempt {}: recording the start took {} ms, too close to T0; picking a later one",

@@ -169,7 +169,9 @@ class OperatorE2eTest : public kube::KubeFixture {
     if (!IsSkipped() && crds_ != nullptr && absl::IsNotFound(*crds_)) {
       GTEST_SKIP() << *crds_;
     }
-    if (!IsSkipped() && crds_ != nullptr) ASSERT_TRUE(crds_->ok()) << *crds_;
+    if (!IsSkipped() && crds_ != nullptr) {
+      ASSERT_TRUE(crds_->ok()) << *crds_;
+    }
     if (IsSkipped()) return;
     logs_ = root_.Join("logs");
   }

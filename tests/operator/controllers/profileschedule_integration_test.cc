@@ -37,7 +37,9 @@ class ProfileScheduleIntegrationTest : public kube::KubeFixture {
     if (!IsSkipped() && crds_ != nullptr && absl::IsNotFound(*crds_)) {
       GTEST_SKIP() << *crds_;
     }
-    if (!IsSkipped() && crds_ != nullptr) ASSERT_TRUE(crds_->ok()) << *crds_;
+    if (!IsSkipped() && crds_ != nullptr) {
+      ASSERT_TRUE(crds_->ok()) << *crds_;
+    }
     if (IsSkipped() || HasFatalFailure()) return;
     kube::InformerOptions options;
     options.namespace_ = ns_;
