@@ -520,11 +520,11 @@ absl::StatusOr<RunResult> Run::Execute() {
       clock_.SleepForNs(backoff_ms * 1'000'000);
     }
     // The lead must cover sending every request (about kSendNsPerTarget each, measured at 1,000
-    // targets) and the caller's before_attempt (the operator writes status); when that took
-    // longer than the room left, T0 is picked again with the time it took added.
+    // targets). When the caller's before_attempt leaves less than half of it, T0 is picked again
+    // with the time before_attempt took added.
     const int64_t lead_ns = options_.fan_out_lead_ms * 1'000'000 +
                             static_cast<int64_t>(subset.size()) * kSendNsPerTarget;
-    int64_t extra_ns = options_.before_attempt ? options_.before_attempt_hint_ns : 0;
+    int64_t extra_ns = 0;
     for (int pick = 0;; ++pick) {
       const int64_t now = clock_.WallNs();
       if (pick == 0 && attempt == first && options_.start_at_ns > 0 &&

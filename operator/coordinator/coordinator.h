@@ -41,7 +41,8 @@ struct CaptureOptions {
   int64_t delay_ms = 0;
   // The least time between sending the requests and the start, so every target has its
   // request before T0 (a delay larger than this replaces it). 0.2 ms per target is added for
-  // sending the requests, and the time before_attempt takes when it leaves too little.
+  // sending the requests; when before_attempt leaves less than half the lead, T0 is picked again
+  // with the time it took added.
   int64_t fan_out_lead_ms = 200;
   int num_tracing_attempts = 3;
   // Pause before a retry, doubled each time: a busy server (ALREADY_EXISTS) needs its running
@@ -82,9 +83,6 @@ struct CaptureOptions {
   // capture there (returned by Capture; no request of that attempt is sent), so a caller can
   // refuse to start what it could not record.
   std::function<absl::Status(int attempt, int64_t t0_ns)> before_attempt;
-  // How long before_attempt is expected to take: added to the lead of the first pick of T0 (the
-  // time a call takes is added to the next pick when it left too little).
-  int64_t before_attempt_hint_ns = 0;
 };
 
 enum class Outcome { kPending, kOk, kEmpty, kFailed };
