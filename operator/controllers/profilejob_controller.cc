@@ -9,6 +9,7 @@
 #include "common/storage/logdir.h"
 #include "common/strings.h"
 #include "operator/controllers/targets.h"
+#include "operator/controllers/worker.h"
 #include "operator/coordinator/coordinator.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"
@@ -122,17 +123,8 @@ void ProfileJobController::OnDelete(const kube::ObjectPtr& object, bool) {
 }
 
 void ProfileJobController::Worker() {
-  while (std::optional<std::string> key = queue_.Get()) {
-    absl::Status status = Reconcile(*key);
-    if (metrics_ != nullptr) metrics_->ReconcileFinished(kController, status.ok());
-    if (status.ok()) {
-      queue_.Forget(*key);
-    } else {
-      spdlog::warn("profilejob {}: {} (retrying)", *key, std::string(status.message()));
-      queue_.AddRateLimited(*key);
-    }
-    queue_.Done(*key);
-  }
+  RunWorker(queue_, kController, metrics_,
+            [this](const std::string& key) { return Reconcile(key); });
 }
 
 void ProfileJobController::RefreshMetrics() {

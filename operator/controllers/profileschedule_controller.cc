@@ -10,6 +10,7 @@
 #include "common/strings.h"
 #include "operator/controllers/api.h"
 #include "operator/controllers/cron.h"
+#include "operator/controllers/worker.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"
 #include "operator/kube/retry.h"
@@ -124,17 +125,8 @@ void ProfileScheduleController::EnqueueOwner(const kube::ObjectPtr& job) {
 }
 
 void ProfileScheduleController::Worker() {
-  while (std::optional<std::string> key = queue_.Get()) {
-    absl::Status status = Reconcile(*key);
-    if (metrics_ != nullptr) metrics_->ReconcileFinished(kController, status.ok());
-    if (status.ok()) {
-      queue_.Forget(*key);
-    } else {
-      spdlog::warn("profileschedule {}: {} (retrying)", *key, std::string(status.message()));
-      queue_.AddRateLimited(*key);
-    }
-    queue_.Done(*key);
-  }
+  RunWorker(queue_, kController, metrics_,
+            [this](const std::string& key) { return Reconcile(key); });
 }
 
 absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
