@@ -51,11 +51,15 @@
 #include "operator/kube/rest_client.h"
 #include "tests/operator/crd_fixture.h"
 #include "tests/support/kube_control_plane.h"
+#include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
 namespace clusterprof::bench {
 namespace {
+
+using testing::HttpGet;
+using testing::MetricSum;
 
 using controllers::ProfileJobStatus;
 using testing::Subprocess;
@@ -118,31 +122,6 @@ absl::Status CreateRunningPod(kube::RestClient& client, const std::string& ns, c
   if (!created.ok()) return created.status();
   (*created)["status"] = status;
   return client.UpdateStatus(kube::Pods(), ns, *created).status();
-}
-
-// GET http://127.0.0.1:port/path; "" when it fails.
-std::string HttpGet(int port, const std::string& path) {
-  try {
-    web::http::client::http_client client(StrCat("http://127.0.0.1:", port));
-    web::http::http_response response = client.request(web::http::methods::GET, path).get();
-    return response.extract_string().get();
-  } catch (const std::exception&) {
-    return "";
-  }
-}
-
-// The sum of a Prometheus metric's samples whose labels contain `labels`.
-double MetricSum(const std::string& text, const std::string& name, const std::string& labels) {
-  double sum = 0;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!StartsWith(line, name) || line.size() <= name.size()) continue;
-    const char next = line[name.size()];
-    if ((next != '{' && next != ' ') || line.find(labels) == std::string::npos) continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
 }
 
 // A number field of /proc/<pid>/status: KiB for "VmRSS", "VmHWM", "RssAnon"; a count for

@@ -20,6 +20,7 @@
 #include "tests/operator/crd_fixture.h"
 #include "tests/operator/kube/kube_fixture.h"
 #include "tests/support/kube_fault_proxy.h"
+#include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 
@@ -27,6 +28,8 @@ namespace clusterprof {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::HttpGet;
+using testing::MetricSum;
 using testing::Subprocess;
 using testing::TempDir;
 using web::json::value;
@@ -35,42 +38,6 @@ constexpr char kSourceDir[] = CLUSTERPROF_SOURCE_DIR;
 constexpr char kOperator[] = CLUSTERPROF_OPERATOR_PATH;
 constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
 constexpr char kAnnotator[] = CLUSTERPROF_TEST_ANNOTATOR_PATH;
-
-std::map<std::string, int> ReadPorts(const std::string& port_file) {
-  std::map<std::string, int> ports;
-  std::ifstream in(port_file);
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t eq = line.find('=');
-    if (eq != std::string::npos) ports[line.substr(0, eq)] = std::stoi(line.substr(eq + 1));
-  }
-  return ports;
-}
-
-// GET http://127.0.0.1:port/path; "" when it fails.
-std::string HttpGet(int port, const std::string& path) {
-  try {
-    web::http::client::http_client client(StrCat("http://127.0.0.1:", port));
-    web::http::http_response response = client.request(web::http::methods::GET, path).get();
-    return response.extract_string().get();
-  } catch (const std::exception&) {
-    return "";
-  }
-}
-
-// The sum of a Prometheus metric's samples whose labels contain `labels`.
-double MetricSum(const std::string& text, const std::string& name, const std::string& labels) {
-  double sum = 0;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (!StartsWith(line, name) || line.find(labels) == std::string::npos) continue;
-    const char next = line[name.size()];
-    if (next != '{' && next != ' ') continue;
-    sum += std::stod(line.substr(line.rfind(' ') + 1));
-  }
-  return sum;
-}
 
 // A pod's sidecar and workload, as local processes.
 class Host {
@@ -87,7 +54,7 @@ class Host {
     EXPECT_TRUE(testing::WaitForFile(port_file)) << "sidecar " << name << " did not start";
     // The port file is written whole once serving; read until both ports are in.
     for (int i = 0; i < 100 && (port_ == 0 || http_port_ == 0); ++i) {
-      std::map<std::string, int> ports = ReadPorts(port_file);
+      std::map<std::string, int> ports = testing::ReadPortFile(port_file);
       port_ = ports["grpc"];
       http_port_ = ports["http"];
       if (port_ == 0 || http_port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -143,7 +110,7 @@ class OperatorProcess {
   // GET on the operator's health server ("" until it serves).
   std::string Http(const std::string& path) const {
     if (!testing::FileExists(port_file_)) return "";
-    return HttpGet(ReadPorts(port_file_)["http"], path);
+    return HttpGet(testing::ReadPortFile(port_file_)["http"], path);
   }
 
  private:
