@@ -133,6 +133,17 @@ kube::ResourceType ProfileSchedules() {
   return {std::string(kGroup), "v1alpha1", "profileschedules", "ProfileSchedule", true};
 }
 
+kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, std::string_view name,
+                                  std::string_view uid) {
+  kube::ObjectReference ref;
+  ref.api_version = std::string(kApiVersion);
+  ref.kind = std::string(kind);
+  ref.namespace_ = std::string(ns);
+  ref.name = std::string(name);
+  ref.uid = std::string(uid);
+  return ref;
+}
+
 absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::string_view where) {
   if (spec_json.is_null()) {
     return absl::InvalidArgumentError(StrCat(where, ": missing; a ProfileJob needs a spec"));
@@ -205,9 +216,11 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
         StrCat(spec.Path("logdir"), ": \"", out.logdir,
                "\" is neither gs://bucket/prefix nor an absolute path (/... or file:///...)"));
   }
-  if (absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(out.logdir); !logdir.ok()) {
+  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(out.logdir);
+  if (!logdir.ok()) {
     return absl::InvalidArgumentError(StrCat(spec.Path("logdir"), ": ", logdir.status().message()));
   }
+  out.parsed_logdir = *std::move(logdir);
 
   CLUSTERPROF_RETURN_IF_ERROR(spec.String("runName", &out.run_name));
   if (!out.run_name.empty()) {
@@ -313,11 +326,38 @@ void SetCondition(std::vector<Condition>& conditions, Condition condition,
   conditions.push_back(std::move(condition));
 }
 
-const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type) {
-  for (const Condition& condition : conditions) {
-    if (condition.type == type) return &condition;
+absl::StatusOr<std::vector<Condition>> ParseConditions(const value& list, std::string_view where) {
+  if (!list.is_array()) return absl::InvalidArgumentError(StrCat(where, ": must be a list"));
+  std::vector<Condition> out;
+  for (const value& item : list.as_array()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields c, Fields::Of(item, StrCat(where, "[]")));
+    Condition condition;
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("type", &condition.type));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("status", &condition.status));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("reason", &condition.reason));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("message", &condition.message));
+    CLUSTERPROF_RETURN_IF_ERROR(c.Int("observedGeneration", &condition.observed_generation));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("lastTransitionTime", &condition.last_transition_time));
+    out.push_back(std::move(condition));
   }
-  return nullptr;
+  return out;
+}
+
+value ConditionsToJson(const std::vector<Condition>& conditions) {
+  value out = value::array();
+  size_t i = 0;
+  for (const Condition& condition : conditions) {
+    value c = value::object();
+    c["type"] = Str(condition.type);
+    c["status"] = Str(condition.status);
+    // The CRD (metav1.Condition) requires both; never send "" (some servers take it for null).
+    c["reason"] = Str(condition.reason.empty() ? "Unknown" : condition.reason);
+    c["message"] = Str(condition.message.empty() ? condition.reason : condition.message);
+    c["observedGeneration"] = value::number(condition.observed_generation);
+    c["lastTransitionTime"] = Str(condition.last_transition_time);
+    out[i++] = std::move(c);
+  }
+  return out;
 }
 
 absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json) {
@@ -337,20 +377,7 @@ absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json)
   CLUSTERPROF_RETURN_IF_ERROR(status.Int("attempt", &out.attempt));
   CLUSTERPROF_RETURN_IF_ERROR(status.Int("observedGeneration", &out.observed_generation));
   if (const value* conditions = status.Find("conditions")) {
-    if (!conditions->is_array()) {
-      return absl::InvalidArgumentError("status.conditions: must be a list");
-    }
-    for (const value& item : conditions->as_array()) {
-      CLUSTERPROF_ASSIGN_OR_RETURN(Fields c, Fields::Of(item, "status.conditions[]"));
-      Condition condition;
-      CLUSTERPROF_RETURN_IF_ERROR(c.String("type", &condition.type));
-      CLUSTERPROF_RETURN_IF_ERROR(c.String("status", &condition.status));
-      CLUSTERPROF_RETURN_IF_ERROR(c.String("reason", &condition.reason));
-      CLUSTERPROF_RETURN_IF_ERROR(c.String("message", &condition.message));
-      CLUSTERPROF_RETURN_IF_ERROR(c.Int("observedGeneration", &condition.observed_generation));
-      CLUSTERPROF_RETURN_IF_ERROR(c.String("lastTransitionTime", &condition.last_transition_time));
-      out.conditions.push_back(std::move(condition));
-    }
+    CLUSTERPROF_ASSIGN_OR_RETURN(out.conditions, ParseConditions(*conditions, "status.conditions"));
   }
   if (const value* targets = status.Find("targets")) {
     if (!targets->is_array()) return absl::InvalidArgumentError("status.targets: must be a list");
@@ -398,22 +425,7 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
   if (!status.completion_time.empty()) out["completionTime"] = Str(status.completion_time);
   out["attempt"] = value::number(status.attempt);
   out["observedGeneration"] = value::number(status.observed_generation);
-  if (!status.conditions.empty()) {
-    value conditions = value::array();
-    size_t i = 0;
-    for (const Condition& condition : status.conditions) {
-      value c = value::object();
-      c["type"] = Str(condition.type);
-      c["status"] = Str(condition.status);
-      // The CRD (metav1.Condition) requires both; never send "" (some servers take it for null).
-      c["reason"] = Str(condition.reason.empty() ? "Unknown" : condition.reason);
-      c["message"] = Str(condition.message.empty() ? condition.reason : condition.message);
-      c["observedGeneration"] = value::number(condition.observed_generation);
-      c["lastTransitionTime"] = Str(condition.last_transition_time);
-      conditions[i++] = std::move(c);
-    }
-    out["conditions"] = std::move(conditions);
-  }
+  if (!status.conditions.empty()) out["conditions"] = ConditionsToJson(status.conditions);
   if (!status.targets.empty()) {
     value targets = value::array();
     size_t i = 0;

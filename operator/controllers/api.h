@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/storage/logdir.h"
 #include "cpprest/json.h"
+#include "operator/kube/event_recorder.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/selector.h"
 
@@ -36,6 +38,9 @@ inline constexpr std::string_view kScheduledAtAnnotation = "clusterprof.io/sched
 
 kube::ResourceType ProfileJobs();
 kube::ResourceType ProfileSchedules();
+// The object of an Event about one of ours: `kind` is "ProfileJob" or "ProfileSchedule".
+kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, std::string_view name,
+                                  std::string_view uid);
 
 // Bounds the CRD schema states, and that the controllers enforce.
 inline constexpr int64_t kMaxDurationMs = 600'000;
@@ -55,7 +60,9 @@ struct ProfileJobSpec {
   int32_t min_ready = 1;
   int64_t duration_ms = 2000;
   int64_t delay_ms = 1000;
+  // As written, and parsed (ParseProfileJobSpec checked that it parses).
   std::string logdir;
+  storage::Logdir parsed_logdir;
   // "": the UTC start time, YYYY_MM_DD_HH_MM_SS.
   std::string run_name;
   int32_t tracing_attempts = 3;
@@ -92,7 +99,10 @@ struct Condition {
 // change (and taking `now_rfc3339` when it did).
 void SetCondition(std::vector<Condition>& conditions, Condition condition,
                   std::string_view now_rfc3339);
-const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);
+// A metav1.Condition list from JSON and back; `where` names the list in errors.
+absl::StatusOr<std::vector<Condition>> ParseConditions(const web::json::value& list,
+                                                       std::string_view where);
+web::json::value ConditionsToJson(const std::vector<Condition>& conditions);
 
 struct TargetStatus {
   std::string name;  // the pod name (the host name in the run), or the address

@@ -248,9 +248,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   const int64_t now = clock_->WallNs();
   const int64_t t0 = now + std::max(spec.delay_ms, options_.fan_out_lead_ms) * kNanosPerMilli;
   const std::string run = spec.run_name.empty() ? storage::DefaultRunName(t0) : spec.run_name;
-  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(spec.logdir);
-  CLUSTERPROF_CHECK(logdir.ok()) << "ParseProfileJobSpec checked the logdir";
-  absl::StatusOr<storage::RunLayout> layout = storage::RunLayout::Create(*logdir, run);
+  absl::StatusOr<storage::RunLayout> layout = storage::RunLayout::Create(spec.parsed_logdir, run);
   if (!layout.ok()) {
     return Fail(meta, job, std::move(status), "InvalidSpec",
                 std::string(layout.status().message()));
@@ -364,9 +362,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   for (const TargetStatus& target : status.targets) {
     options.targets.push_back({target.address, target.name});
   }
-  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(spec.logdir);
-  CLUSTERPROF_CHECK(logdir.ok());
-  options.logdir = *logdir;
+  options.logdir = spec.parsed_logdir;
   options.run = status.run_name;
   options.duration_ms = spec.duration_ms;
   options.delay_ms = spec.delay_ms;
@@ -681,13 +677,8 @@ absl::Status ProfileJobController::UpdateStatus(const web::json::value& job,
 void ProfileJobController::Event(const JobRef& job, std::string_view type, std::string_view reason,
                                  std::string_view message) {
   if (events_ == nullptr) return;
-  kube::ObjectReference ref;
-  ref.api_version = std::string(kApiVersion);
-  ref.kind = "ProfileJob";
-  ref.namespace_ = job.namespace_;
-  ref.name = job.name;
-  ref.uid = job.uid;
-  events_->Event(ref, type, reason, message);
+  events_->Event(ReferenceTo("ProfileJob", job.namespace_, job.name, job.uid), type, reason,
+                 message);
 }
 
 }  // namespace clusterprof::controllers

@@ -161,27 +161,18 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
     });
   };
   const auto set_valid = [&](bool valid, std::string_view reason, std::string_view message) {
-    value conditions = value::array();
-    value condition = value::object();
-    const value* old = nullptr;
-    if (status.has_array_field("conditions")) {
-      for (const value& c : status.at("conditions").as_array()) {
-        if (c.has_string_field("type") && c.at("type").as_string() == "Valid") old = &c;
-      }
+    std::vector<Condition> conditions;
+    if (status.has_field("conditions")) {
+      // Conditions written by something else that do not parse are replaced.
+      absl::StatusOr<std::vector<Condition>> parsed =
+          ParseConditions(status.at("conditions"), "status.conditions");
+      if (parsed.ok()) conditions = *std::move(parsed);
     }
-    const std::string state = valid ? "True" : "False";
-    condition["type"] = Str("Valid");
-    condition["status"] = Str(state);
-    condition["reason"] = Str(reason);
-    condition["message"] = Str(message);
-    condition["observedGeneration"] = value::number(meta.generation);
-    condition["lastTransitionTime"] = old != nullptr && old->has_string_field("status") &&
-                                              old->at("status").as_string() == state &&
-                                              old->has_string_field("lastTransitionTime")
-                                          ? old->at("lastTransitionTime")
-                                          : Str(FormatTime(now_ns));
-    conditions[0] = condition;
-    status["conditions"] = conditions;
+    SetCondition(conditions,
+                 {"Valid", valid ? "True" : "False", std::string(reason), std::string(message),
+                  meta.generation, ""},
+                 FormatTime(now_ns));
+    status["conditions"] = ConditionsToJson(conditions);
   };
   const auto invalid = [&](std::string_view message) -> absl::Status {
     const bool already =
@@ -399,13 +390,8 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
 void ProfileScheduleController::Event(const kube::ObjectMeta& meta, std::string_view type,
                                       std::string_view reason, std::string_view message) {
   if (events_ == nullptr) return;
-  kube::ObjectReference ref;
-  ref.api_version = std::string(kApiVersion);
-  ref.kind = "ProfileSchedule";
-  ref.namespace_ = meta.namespace_;
-  ref.name = meta.name;
-  ref.uid = meta.uid;
-  events_->Event(ref, type, reason, message);
+  events_->Event(ReferenceTo("ProfileSchedule", meta.namespace_, meta.name, meta.uid), type, reason,
+                 message);
 }
 
 }  // namespace clusterprof::controllers

@@ -133,6 +133,11 @@ class Run {
   void Connect();
   void ProbeClocks();
   void ChooseHostNames();
+  // Sends Sidecar.GetSession for the run to each of `targets` at once and waits for every
+  // answer; `record` gets each one under pending_.mu().
+  void AskSessions(
+      const std::vector<size_t>& targets,
+      const std::function<void(size_t, const grpc::Status&, const GetSessionResponse&)>& record);
   // Asks the sidecars in `subset` for the run's session (resume); returns the targets still to
   // capture.
   std::vector<size_t> Recover(const std::vector<size_t>& subset);
@@ -241,14 +246,11 @@ void Run::ChooseHostNames() {
   }
 }
 
-std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
-  std::vector<size_t> sidecars;
-  for (size_t i : subset) {
-    if (targets_[i].result.is_sidecar) sidecars.push_back(i);
-  }
-  std::vector<bool> settled(targets_.size(), false);
-  pending_.Add(static_cast<int>(sidecars.size()));
-  for (size_t i : sidecars) {
+void Run::AskSessions(
+    const std::vector<size_t>& targets,
+    const std::function<void(size_t, const grpc::Status&, const GetSessionResponse&)>& record) {
+  pending_.Add(static_cast<int>(targets.size()));
+  for (size_t i : targets) {
     auto context = std::make_shared<grpc::ClientContext>();
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(kSessionQueryTimeoutMs));
@@ -257,37 +259,46 @@ std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
     auto response = std::make_shared<GetSessionResponse>();
     targets_[i].sidecar->async()->GetSession(
         context.get(), request.get(), response.get(),
-        [this, i, context, request, response, &settled](grpc::Status status) {
-          pending_.Complete([&] {
-            TargetState& target = targets_[i];
-            // Not found, or not reachable now: captured (or retried) like any target.
-            if (!status.ok()) return;
-            switch (response->state()) {
-              case clusterprof::v1alpha1::SESSION_STATE_DONE:
-              case clusterprof::v1alpha1::SESSION_STATE_FAILED:
-                settled[i] = true;
-                target.result.recovered = true;
-                target.result.attempts = std::max(target.result.attempts, 1);
-                target.t0_ns = options_.start_at_ns;
-                target.result.outcome =
-                    response->state() == clusterprof::v1alpha1::SESSION_STATE_FAILED
-                        ? Outcome::kFailed
-                    : response->empty_trace() ? Outcome::kEmpty
-                                              : Outcome::kOk;
-                target.result.message = response->error();
-                target.result.phase = Phase::kDone;
-                ApplySession(*response, target);
-                break;
-              default:
-                // Still running: the attempt joins it, and judges its start against the T0 it
-                // was started for.
-                target.t0_ns = options_.start_at_ns;
-                break;
-            }
-          });
+        [this, i, context, request, response, &record](grpc::Status status) {
+          pending_.Complete([&] { record(i, status, *response); });
         });
   }
   pending_.Wait(nullptr);
+}
+
+std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
+  std::vector<size_t> sidecars;
+  for (size_t i : subset) {
+    if (targets_[i].result.is_sidecar) sidecars.push_back(i);
+  }
+  std::vector<bool> settled(targets_.size(), false);
+  AskSessions(
+      sidecars, [&](size_t i, const grpc::Status& status, const GetSessionResponse& response) {
+        TargetState& target = targets_[i];
+        // Not found, or not reachable now: captured (or retried) like any target.
+        if (!status.ok()) return;
+        switch (response.state()) {
+          case clusterprof::v1alpha1::SESSION_STATE_DONE:
+          case clusterprof::v1alpha1::SESSION_STATE_FAILED:
+            settled[i] = true;
+            target.result.recovered = true;
+            target.result.attempts = std::max(target.result.attempts, 1);
+            target.t0_ns = options_.start_at_ns;
+            target.result.outcome = response.state() == clusterprof::v1alpha1::SESSION_STATE_FAILED
+                                        ? Outcome::kFailed
+                                    : response.empty_trace() ? Outcome::kEmpty
+                                                             : Outcome::kOk;
+            target.result.message = response.error();
+            target.result.phase = Phase::kDone;
+            ApplySession(response, target);
+            break;
+          default:
+            // Still running: the attempt joins it, and judges its start against the T0 it was
+            // started for.
+            target.t0_ns = options_.start_at_ns;
+            break;
+        }
+      });
   std::vector<size_t> rest;
   for (size_t i : subset) {
     if (!settled[i]) rest.push_back(i);
@@ -372,28 +383,15 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
     const TargetResult& result = targets_[i].result;
     if (result.is_sidecar && result.outcome != Outcome::kFailed) sidecars.push_back(i);
   }
-  pending_.Add(static_cast<int>(sidecars.size()));
-  for (size_t i : sidecars) {
-    auto context = std::make_shared<grpc::ClientContext>();
-    context->set_deadline(std::chrono::system_clock::now() +
-                          std::chrono::milliseconds(kSessionQueryTimeoutMs));
-    auto request = std::make_shared<GetSessionRequest>();
-    request->set_session_id(layout_->run());
-    auto response = std::make_shared<GetSessionResponse>();
-    targets_[i].sidecar->async()->GetSession(
-        context.get(), request.get(), response.get(),
-        [this, i, context, request, response](grpc::Status status) {
-          pending_.Complete([&] {
-            if (!status.ok()) {
-              targets_[i].result.warnings.push_back(
-                  StrCat("session status unavailable: ", Describe(status)));
-              return;
-            }
-            ApplySession(*response, targets_[i]);
-          });
-        });
-  }
-  pending_.Wait(nullptr);
+  AskSessions(sidecars,
+              [&](size_t i, const grpc::Status& status, const GetSessionResponse& response) {
+                if (!status.ok()) {
+                  targets_[i].result.warnings.push_back(
+                      StrCat("session status unavailable: ", Describe(status)));
+                  return;
+                }
+                ApplySession(response, targets_[i]);
+              });
   for (size_t i : subset) targets_[i].result.phase = Phase::kDone;
   // Servers that are not sidecars: the file upstream's layout puts them in.
   for (size_t i : subset) {

@@ -658,10 +658,11 @@ void ExpectProfileJobSpecRules(const YAML::Node& spec) {
   EXPECT_THAT(expression_rules[0].second, ::testing::HasSubstr("In and NotIn need values"));
 }
 
-class ProfileJobCrdTest : public ::testing::Test {
+// One CRD file's schema: the root, spec and status.
+class CrdSchemaTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    crd_.reset(LoadSourceFile(kProfileJob.file));
+  void Load(const std::string& file) {
+    crd_.reset(LoadSourceFile(file));
     root_.reset(RootSchema(crd_));
     ASSERT_TRUE(root_.IsMap());
     spec_.reset(SchemaAt(root_, "spec"));
@@ -672,6 +673,11 @@ class ProfileJobCrdTest : public ::testing::Test {
   YAML::Node root_;
   YAML::Node spec_;
   YAML::Node status_;
+};
+
+class ProfileJobCrdTest : public CrdSchemaTest {
+ protected:
+  void SetUp() override { Load(kProfileJob.file); }
 };
 
 TEST_F(ProfileJobCrdTest, SpecFieldsDefaultsAndBounds) { ExpectProfileJobSpec(spec_); }
@@ -774,20 +780,9 @@ void ExpectConditions(const YAML::Node& status) {
 
 TEST_F(ProfileJobCrdTest, ConditionsAreMetav1Conditions) { ExpectConditions(status_); }
 
-class ProfileScheduleCrdTest : public ::testing::Test {
+class ProfileScheduleCrdTest : public CrdSchemaTest {
  protected:
-  void SetUp() override {
-    crd_.reset(LoadSourceFile(kProfileSchedule.file));
-    root_.reset(RootSchema(crd_));
-    ASSERT_TRUE(root_.IsMap());
-    spec_.reset(SchemaAt(root_, "spec"));
-    status_.reset(SchemaAt(root_, "status"));
-  }
-
-  YAML::Node crd_;
-  YAML::Node root_;
-  YAML::Node spec_;
-  YAML::Node status_;
+  void SetUp() override { Load(kProfileSchedule.file); }
 };
 
 TEST_F(ProfileScheduleCrdTest, SpecFieldsDefaultsAndBounds) {

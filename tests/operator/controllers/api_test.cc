@@ -57,6 +57,8 @@ TEST(ProfileJobSpecTest, ReadsEveryField) {
   EXPECT_EQ(spec->duration_ms, 5000);
   EXPECT_EQ(spec->delay_ms, 0);
   EXPECT_EQ(spec->logdir, "gs://bucket/tb");
+  EXPECT_EQ(spec->parsed_logdir.bucket, "bucket");
+  EXPECT_EQ(spec->parsed_logdir.kind, storage::Logdir::Kind::kGcs);
   EXPECT_EQ(spec->run_name, "step_1200");
   EXPECT_EQ(spec->tracing_attempts, 5);
   EXPECT_EQ(spec->host_tracer_level, 3u);
@@ -161,8 +163,20 @@ TEST(ConditionTest, TransitionTimeMovesOnlyWhenTheStatusChanges) {
   EXPECT_EQ(conditions[0].reason, "r2");
   SetCondition(conditions, {"Failed", "True", "r3", "m3", 1, ""}, "t3");
   EXPECT_EQ(conditions[0].last_transition_time, "t3");
-  EXPECT_NE(FindCondition(conditions, "Failed"), nullptr);
-  EXPECT_EQ(FindCondition(conditions, "Complete"), nullptr);
+  SetCondition(conditions, {"Complete", "False", "r4", "m4", 1, ""}, "t4");
+  ASSERT_EQ(conditions.size(), 2u);
+  EXPECT_EQ(conditions[0].type, "Failed");
+  EXPECT_EQ(conditions[0].last_transition_time, "t3");
+  EXPECT_EQ(conditions[1].last_transition_time, "t4");
+  // Through JSON and back, and a list that is not one.
+  absl::StatusOr<std::vector<Condition>> back =
+      ParseConditions(ConditionsToJson(conditions), "status.conditions");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 2u);
+  EXPECT_EQ((*back)[1].reason, "r4");
+  EXPECT_EQ((*back)[1].observed_generation, 1);
+  EXPECT_EQ(ParseConditions(value::object(), "status.conditions").status().message(),
+            "status.conditions: must be a list");
 }
 
 TEST(FormatTest, DurationsAndTimes) {
