@@ -13,7 +13,6 @@
 #include "operator/controllers/worker.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"
-#include "operator/kube/retry.h"
 #include "operator/kube/selector.h"
 #include "spdlog/spdlog.h"
 
@@ -144,21 +143,17 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
 
   // The new status, written at the end when it differs from the current one.
   value status = status_json.is_object() ? status_json : value::object();
+  // Written over the cached object: its resourceVersion makes a write from a stale cache a
+  // Conflict (requeued) instead of one that drops what a newer status holds (lastSuccessfulTime of
+  // a job pruned since).
   const auto write_status = [&]() -> absl::Status {
     status["observedGeneration"] = value::number(meta.generation);
     if (status == status_json) return absl::OkStatus();
-    return kube::RetryOnConflict(clock_, [&]() -> absl::Status {
-      CLUSTERPROF_ASSIGN_OR_RETURN(value latest,
-                                   client_->Get(ProfileSchedules(), meta.namespace_, meta.name));
-      if (!latest.has_field("metadata") ||
-          latest.at("metadata").at("uid").as_string() != meta.uid) {
-        return absl::OkStatus();  // replaced meanwhile
-      }
-      latest["status"] = status;
-      absl::StatusOr<value> written =
-          client_->UpdateStatus(ProfileSchedules(), meta.namespace_, latest);
-      return absl::IsNotFound(written.status()) ? absl::OkStatus() : written.status();
-    });
+    value updated = schedule->json;
+    updated["status"] = status;
+    absl::StatusOr<value> written =
+        client_->UpdateStatus(ProfileSchedules(), meta.namespace_, updated);
+    return absl::IsNotFound(written.status()) ? absl::OkStatus() : written.status();
   };
   const auto set_valid = [&](bool valid, std::string_view reason, std::string_view message) {
     std::vector<Condition> conditions;
@@ -235,7 +230,9 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
     }
   }
 
-  // lastSuccessfulTime, then the history limits.
+  spdlog::debug("profileschedule {}: {} active, {} succeeded, {} failed job(s)", key, active.size(),
+                succeeded.size(), failed.size());
+  // lastSuccessfulTime.
   std::optional<absl::Time> last_successful = ReadTime(status, "lastSuccessfulTime");
   for (const Child& child : succeeded) {
     absl::StatusOr<int64_t> completed = ParseTime(child.completion_time);
@@ -245,28 +242,6 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
     }
   }
   if (last_successful.has_value()) status["lastSuccessfulTime"] = Str(FormatAbsl(*last_successful));
-  for (auto [children, limit] :
-       {std::pair<std::vector<Child>*, int32_t>{&succeeded, spec->successful_jobs_history_limit},
-        {&failed, spec->failed_jobs_history_limit}}) {
-    if (static_cast<int32_t>(children->size()) <= limit) continue;
-    std::sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
-      return a.finished_or_created < b.finished_or_created;
-    });
-    const size_t excess = children->size() - static_cast<size_t>(limit);
-    for (size_t i = 0; i < excess; ++i) {
-      const Child& child = (*children)[i];
-      kube::DeleteOptions options;
-      options.uid = child.uid;
-      options.propagation_policy = "Background";
-      absl::Status deleted = client_->Delete(ProfileJobs(), meta.namespace_, child.name, options);
-      if (!deleted.ok() && !absl::IsNotFound(deleted) && !kube::IsConflict(deleted)) {
-        return deleted;
-      }
-      Event(meta, kube::kEventTypeNormal, "SuccessfulDelete",
-            StrCat("deleted finished job ", child.name, " (history limit ", limit, ")"));
-    }
-  }
-
   // What is due.
   std::optional<absl::Time> last_schedule = ReadTime(status, "lastScheduleTime");
   std::optional<absl::Time> requeue_at;
@@ -379,6 +354,28 @@ absl::Status ProfileScheduleController::Reconcile(const std::string& key) {
   }
   status["activeCount"] = value::number(static_cast<int32_t>(active.size()));
   CLUSTERPROF_RETURN_IF_ERROR(write_status());
+  // The history limits, once the status that records these jobs is written.
+  for (auto [children, limit] :
+       {std::pair<std::vector<Child>*, int32_t>{&succeeded, spec->successful_jobs_history_limit},
+        {&failed, spec->failed_jobs_history_limit}}) {
+    if (static_cast<int32_t>(children->size()) <= limit) continue;
+    std::sort(children->begin(), children->end(), [](const Child& a, const Child& b) {
+      return a.finished_or_created < b.finished_or_created;
+    });
+    const size_t excess = children->size() - static_cast<size_t>(limit);
+    for (size_t i = 0; i < excess; ++i) {
+      const Child& child = (*children)[i];
+      kube::DeleteOptions options;
+      options.uid = child.uid;
+      options.propagation_policy = "Background";
+      absl::Status deleted = client_->Delete(ProfileJobs(), meta.namespace_, child.name, options);
+      if (!deleted.ok() && !absl::IsNotFound(deleted) && !kube::IsConflict(deleted)) {
+        return deleted;
+      }
+      Event(meta, kube::kEventTypeNormal, "SuccessfulDelete",
+            StrCat("deleted finished job ", child.name, " (history limit ", limit, ")"));
+    }
+  }
   if (requeue_at.has_value()) {
     // A little past the time, so the clock has reached it when the reconcile runs.
     const int64_t delay = absl::ToUnixNanos(*requeue_at) - now_ns + 100 * kNanosPerMilli;
