@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/storage/host_files.h"
 #include "common/storage/local_storage.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
@@ -155,7 +156,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sample_capture: %s\n", std::string(layout.status().message()).c_str());
     return 2;
   }
-  auto store = storage::NewStorageForLogdir(*logdir);
+  storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
+  auto store = storages.For(*logdir);
   if (!store.ok()) {
     std::fprintf(stderr, "sample_capture: %s\n", std::string(store.status().message()).c_str());
     return 2;
@@ -166,6 +168,10 @@ int main(int argc, char** argv) {
     auto files = storage::WriteHostFiles(**store, *layout, space.hostnames(0), space);
     if (!files.ok()) {
       std::fprintf(stderr, "sample_capture: %s\n", std::string(files.status().message()).c_str());
+      return 1;
+    }
+    if (absl::Status committed = storage::CheckCommitted(files->xplane); !committed.ok()) {
+      std::fprintf(stderr, "sample_capture: %s\n", std::string(committed.message()).c_str());
       return 1;
     }
     std::printf("wrote %s (%lld events)\n", files->xplane.uri.c_str(),

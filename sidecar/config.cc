@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cstdlib>
 #include <functional>
 #include <map>
 
@@ -46,6 +47,9 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"log_format", scalar(&c.log_format)},
       {"log_level", scalar(&c.log_level)},
       {"port_file", scalar(&c.port_file)},
+      {"spool_dir", scalar(&c.spool_dir)},
+      {"spool_max_bytes", scalar(&c.spool_max_bytes)},
+      {"upload_wait_ms", scalar(&c.upload_wait_ms)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {
@@ -71,6 +75,11 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
     }
   }
   return absl::OkStatus();
+}
+
+std::string DefaultSpoolDir() {
+  const char* dir = std::getenv("CLUSTERPROF_SPOOL_DIR");
+  return dir != nullptr && *dir != '\0' ? dir : "/var/lib/clusterprof/spool";
 }
 
 }  // namespace clusterprof::sidecar

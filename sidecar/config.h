@@ -30,7 +30,18 @@ struct SidecarConfig {
   // When set, the bound ports are written here as `grpc=<port>` and `http=<port>` lines once the
   // servers listen (for scripts and tests that ask for port 0).
   std::string port_file;
+  // Where files bound for gs:// wait until they are uploaded and verified; default:
+  // $CLUSTERPROF_SPOOL_DIR, else /var/lib/clusterprof/spool. Use a volume that outlives the
+  // container (an emptyDir), so a restarted sidecar finishes what its predecessor spooled.
+  std::string spool_dir;
+  uint64_t spool_max_bytes = uint64_t{8} << 30;
+  // How long a Profile request waits for its gs:// uploads before answering; they go on
+  // in the background after that (GetSession follows them).
+  int64_t upload_wait_ms = 120'000;
 };
+
+// The sidecar's default spool directory (see SidecarConfig::spool_dir).
+std::string DefaultSpoolDir();
 
 // Reads a YAML mapping into `config`, keeping what the file does not set. Unknown keys and
 // values of the wrong type are errors that name the key and the file.

@@ -5,6 +5,7 @@
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -48,6 +49,39 @@ SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Regist
                       .Register(*registry_)
                       .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 5e-5, 1e-4, 2e-4, 5e-4,
                                                                        1e-3, 5e-3, 1e-2, 0.1, 1});
+  uploads_ = &prometheus::BuildCounter()
+                  .Name("clusterprof_sidecar_uploads_total")
+                  .Help(
+                      "gs:// uploads by outcome: uploaded (verified), deferred (transient "
+                      "errors outlasted the retry deadline; tried again later), failed "
+                      "(permanent error; kept in the spool)")
+                  .Register(*registry_);
+  uploaded_bytes_ = &prometheus::BuildCounter()
+                         .Name("clusterprof_sidecar_uploaded_bytes_total")
+                         .Help("Bytes uploaded to gs:// and verified")
+                         .Register(*registry_)
+                         .Add({});
+  upload_retries_ = &prometheus::BuildCounter()
+                         .Name("clusterprof_sidecar_upload_retries_total")
+                         .Help(
+                             "GCS requests retried after a transient error (408, 429, 5xx, "
+                             "broken connections)")
+                         .Register(*registry_)
+                         .Add({});
+  spool_full_ = &prometheus::BuildCounter()
+                     .Name("clusterprof_sidecar_spool_full_total")
+                     .Help("Writes refused because the upload spool was at --spool-max-bytes")
+                     .Register(*registry_)
+                     .Add({});
+  spool_bytes_ = &prometheus::BuildGauge()
+                      .Name("clusterprof_sidecar_spool_bytes")
+                      .Help("Bytes in the upload spool (files waiting for upload)")
+                      .Register(*registry_)
+                      .Add({});
+  spool_files_ = &prometheus::BuildGauge()
+                      .Name("clusterprof_sidecar_spool_files")
+                      .Help("Files in the upload spool by state (spooled, uploading, failed)")
+                      .Register(*registry_);
 }
 
 SidecarMetrics::~SidecarMetrics() = default;
@@ -65,6 +99,32 @@ void SidecarMetrics::CaptureFinished(std::string_view outcome, const TracerStats
   bytes_->Increment(static_cast<double>(bytes_written));
   latency_->Observe(latency_seconds);
   if (start_error_seconds != 0) start_error_->Observe(std::fabs(start_error_seconds));
+}
+
+void SidecarMetrics::UploadEvent(const storage::UploadEvent& event) {
+  using Kind = storage::UploadEvent::Kind;
+  switch (event.kind) {
+    case Kind::kUploaded:
+      uploads_->Add({{"outcome", "uploaded"}}).Increment();
+      uploaded_bytes_->Increment(static_cast<double>(event.bytes));
+      break;
+    case Kind::kDeferred:
+      uploads_->Add({{"outcome", "deferred"}}).Increment();
+      break;
+    case Kind::kFailed:
+      uploads_->Add({{"outcome", "failed"}}).Increment();
+      break;
+    case Kind::kRetry:
+      upload_retries_->Increment();
+      return;  // carries no spool state
+    case Kind::kSpoolFull:
+      spool_full_->Increment();
+      break;
+  }
+  spool_bytes_->Set(static_cast<double>(event.spool.used_bytes));
+  spool_files_->Add({{"state", "spooled"}}).Set(event.spool.spooled);
+  spool_files_->Add({{"state", "uploading"}}).Set(event.spool.uploading);
+  spool_files_->Add({{"state", "failed"}}).Set(event.spool.failed);
 }
 
 }  // namespace clusterprof::sidecar

@@ -4,10 +4,12 @@
 
 #include <memory>
 
+#include "common/storage/gcs_storage.h"
 #include "sidecar/session.h"
 
 namespace prometheus {
 class Counter;
+class Gauge;
 class Histogram;
 class Registry;
 template <typename T>
@@ -29,6 +31,9 @@ class SidecarMetrics final : public SessionObserver {
   void CaptureFinished(std::string_view outcome, const TracerStats& stats, uint64_t bytes_written,
                        double start_error_seconds, double latency_seconds) override;
 
+  // What the gs:// uploader did (GcsStorageOptions::observer); thread-safe.
+  void UploadEvent(const storage::UploadEvent& event);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* captures_;
@@ -38,6 +43,12 @@ class SidecarMetrics final : public SessionObserver {
   prometheus::Counter* bytes_;
   prometheus::Histogram* latency_;
   prometheus::Histogram* start_error_;
+  prometheus::Family<prometheus::Counter>* uploads_;
+  prometheus::Counter* uploaded_bytes_;
+  prometheus::Counter* upload_retries_;
+  prometheus::Counter* spool_full_;
+  prometheus::Gauge* spool_bytes_;
+  prometheus::Family<prometheus::Gauge>* spool_files_;
 };
 
 }  // namespace clusterprof::sidecar

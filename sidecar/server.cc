@@ -10,6 +10,7 @@
 
 #include "common/http/health_server.h"
 #include "common/status.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "sidecar/metrics.h"
@@ -52,6 +53,9 @@ struct SidecarServer::Impl {
   Clock* clock = nullptr;
   std::unique_ptr<AnnotationTracer> annotations;
   std::unique_ptr<SidecarMetrics> metrics;
+  std::unique_ptr<storage::StorageSet> storages;
+  // Resumes what an earlier sidecar left in the spool without holding up the start.
+  std::thread resume_spool;
   std::unique_ptr<SessionManager> sessions;
   std::unique_ptr<ProfilerServiceImpl> profiler_service;
   std::unique_ptr<SidecarServiceImpl> sidecar_service;
@@ -59,6 +63,10 @@ struct SidecarServer::Impl {
   std::unique_ptr<http::HealthServer> health;
   int grpc_port = 0;
   std::atomic<bool> shut_down{false};
+
+  ~Impl() {
+    if (resume_spool.joinable()) resume_spool.join();
+  }
 };
 
 SidecarServer::SidecarServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -109,9 +117,29 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   annotation_options.default_max_events = config.max_events;
   CLUSTERPROF_ASSIGN_OR_RETURN(impl->annotations, AnnotationTracer::Create(annotation_options));
 
+  if (config.upload_wait_ms < 0) {
+    return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
+  }
   impl->metrics = std::make_unique<SidecarMetrics>();
-  impl->sessions = std::make_unique<SessionManager>(
-      clock, std::vector<Tracer*>{impl->annotations.get()}, impl->metrics.get());
+  storage::StorageSetOptions storage_options;
+  storage_options.clock = &clock;
+  storage_options.gcs.spool_dir = config.spool_dir.empty() ? DefaultSpoolDir() : config.spool_dir;
+  storage_options.gcs.spool_max_bytes = config.spool_max_bytes;
+  storage_options.gcs.commit_wait_ns = config.upload_wait_ms * kNanosPerMilli;
+  storage_options.gcs.observer = [metrics =
+                                      impl->metrics.get()](const storage::UploadEvent& event) {
+    metrics->UploadEvent(event);
+  };
+  impl->storages = std::make_unique<storage::StorageSet>(std::move(storage_options));
+  impl->resume_spool = std::thread([storages = impl->storages.get()] {
+    if (absl::Status resumed = storages->ResumeSpool(); !resumed.ok()) {
+      spdlog::error("cannot resume the uploads left in spool {}: {}", storages->spool_dir(),
+                    std::string(resumed.message()));
+    }
+  });
+  impl->sessions =
+      std::make_unique<SessionManager>(clock, std::vector<Tracer*>{impl->annotations.get()},
+                                       impl->metrics.get(), impl->storages.get());
   const std::string host_name = policy.default_host_name;
   impl->profiler_service = std::make_unique<ProfilerServiceImpl>(*impl->sessions, std::move(policy),
                                                                  clock, impl->metrics.get());
@@ -171,6 +199,9 @@ void SidecarServer::Shutdown() {
   impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
   impl_->grpc_server->Wait();
   impl_->sessions.reset();  // joins the session thread
+  if (impl_->resume_spool.joinable()) impl_->resume_spool.join();
+  // Stops the uploaders between chunks; what is left stays in the spool for the next start.
+  impl_->storages.reset();
   impl_->health.reset();
 }
 

@@ -10,6 +10,28 @@
 namespace clusterprof::sidecar {
 namespace {
 
+// The files of a finished capture, as a serialized GetSessionResponse with only `files` set.
+std::string FilesTrailer(const std::vector<storage::ObjectInfo>& files) {
+  clusterprof::v1alpha1::GetSessionResponse response;
+  for (const storage::ObjectInfo& info : files) {
+    SetFileResult(info, response.add_files());
+  }
+  return response.SerializeAsString();
+}
+
+// A capture whose upload failed for good is an error for the client: its files are not where
+// it will look. One still uploading is not: it arrives shortly, and GetSession follows it.
+grpc::Status UploadStatus(const std::vector<storage::ObjectInfo>& files) {
+  for (const storage::ObjectInfo& info : files) {
+    if (info.state != storage::UploadState::kFailed) continue;
+    return grpc::Status(grpc::StatusCode::INTERNAL,
+                        StrCat("the capture was recorded, but uploading ", info.uri, " failed: ",
+                               info.error, ". The sidecar keeps the file in its spool (",
+                               info.spool_path, ") and uploads it again when it restarts"));
+  }
+  return grpc::Status::OK;
+}
+
 // One Profile call. The session thread completes it, or the client's cancellation does; whichever
 // comes first finishes the RPC, exactly once.
 class ProfileCall final : public grpc::ServerUnaryReactor {
@@ -20,13 +42,17 @@ class ProfileCall final : public grpc::ServerUnaryReactor {
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     ProfileCall* call ABSL_GUARDED_BY(mu) = nullptr;
     tensorflow::ProfileResponse* response ABSL_GUARDED_BY(mu) = nullptr;
+    grpc::CallbackServerContext* context ABSL_GUARDED_BY(mu) = nullptr;
     std::shared_ptr<CaptureSession> session ABSL_GUARDED_BY(mu);
     CaptureSession::ClientId client ABSL_GUARDED_BY(mu) = 0;
   };
 
-  explicit ProfileCall(tensorflow::ProfileResponse* response) : state_(std::make_shared<State>()) {
+  ProfileCall(grpc::CallbackServerContext* context, tensorflow::ProfileResponse* response)
+      : state_(std::make_shared<State>()) {
+    MutexLock lock(&state_->mu);
     state_->call = this;
     state_->response = response;
+    state_->context = context;
   }
 
   // Called by the session with its outcome.
@@ -80,6 +106,7 @@ class ProfileCall final : public grpc::ServerUnaryReactor {
 void ProfileCall::Complete(const std::shared_ptr<State>& state,
                            const absl::StatusOr<CaptureResult>& result) {
   ProfileCall* call;
+  grpc::Status status = ToGrpcStatus(result.status());
   {
     MutexLock lock(&state->mu);
     if (state->finished) return;
@@ -88,10 +115,15 @@ void ProfileCall::Complete(const std::shared_ptr<State>& state,
     if (result.ok()) {
       state->response->set_empty_trace(result->empty_trace);
       if (result->xspace != nullptr) *state->response->mutable_xspace() = *result->xspace;
+      // Where each file's upload stands, for clients that look (upstream ones ignore it).
+      if (!result->files.empty()) {
+        state->context->AddTrailingMetadata(kFilesTrailer, FilesTrailer(result->files));
+      }
+      status = UploadStatus(result->files);
     }
   }
   // After `finished` is set nothing else touches the call; Finish may run OnDone inline.
-  call->Finish(ToGrpcStatus(result.status()));
+  call->Finish(status);
 }
 
 grpc::ServerUnaryReactor* FinishedReactor(grpc::CallbackServerContext* context,
@@ -121,7 +153,7 @@ const char* CodeName(absl::StatusCode code) {
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* context,
                                                        const tensorflow::ProfileRequest* request,
                                                        tensorflow::ProfileResponse* response) {
-  auto* call = new ProfileCall(response);
+  auto* call = new ProfileCall(context, response);
   absl::StatusOr<CaptureRequest> parsed = ParseCaptureRequest(*request, policy_, clock_.WallNs());
   absl::Status status = parsed.status();
   if (status.ok()) {

@@ -6,6 +6,7 @@
 #include "common/check.h"
 #include "common/storage/host_files.h"
 #include "common/storage/storage.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
@@ -35,12 +36,40 @@ std::string FormatMs(int64_t ns) { return StrCat(static_cast<double>(ns) / 1e6, 
 
 }  // namespace
 
+namespace {
+
+clusterprof::v1alpha1::UploadState ToProto(storage::UploadState state) {
+  switch (state) {
+    case storage::UploadState::kSpooled:
+      return clusterprof::v1alpha1::UPLOAD_STATE_SPOOLED;
+    case storage::UploadState::kUploading:
+      return clusterprof::v1alpha1::UPLOAD_STATE_UPLOADING;
+    case storage::UploadState::kCommitted:
+      return clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED;
+    case storage::UploadState::kFailed:
+      return clusterprof::v1alpha1::UPLOAD_STATE_FAILED;
+  }
+  return clusterprof::v1alpha1::UPLOAD_STATE_UNSPECIFIED;
+}
+
+}  // namespace
+
+void SetFileResult(const storage::ObjectInfo& info, clusterprof::v1alpha1::FileResult* file) {
+  file->set_uri(info.uri);
+  file->set_bytes(info.bytes);
+  file->set_upload_state(ToProto(info.state));
+  file->set_bytes_committed(info.bytes_committed);
+  file->set_crc32c(info.crc32c);
+  file->set_error(info.error);
+}
+
 CaptureSession::CaptureSession(CaptureRequest request, Clock& clock, std::vector<Tracer*> tracers,
-                               SessionObserver* observer)
+                               SessionObserver* observer, storage::StorageSet* storages)
     : request_(std::move(request)),
       clock_(clock),
       tracers_(std::move(tracers)),
-      observer_(observer) {
+      observer_(observer),
+      storages_(storages) {
   MutexLock lock(&mu_);
   status_.set_session_id(request_.session_id);
   status_.set_state(clusterprof::v1alpha1::SESSION_STATE_WAITING);
@@ -147,21 +176,33 @@ void CaptureSession::Run() {
     result.xspace = std::make_shared<const XSpace>(std::move(space));
   } else {
     const storage::RunLayout& layout = *request_.layout;
-    absl::StatusOr<std::unique_ptr<storage::Storage>> store =
-        storage::NewStorageForLogdir(layout.logdir());
+    // Without a shared set (tests), a set of this session's own serves local logdirs.
+    std::unique_ptr<storage::StorageSet> own;
+    storage::StorageSet* storages = storages_;
+    if (storages == nullptr) {
+      own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
+      storages = own.get();
+    }
+    absl::StatusOr<storage::Storage*> store = storages->For(layout.logdir());
     absl::StatusOr<storage::HostFiles> files =
         store.ok() ? storage::WriteHostFiles(**store, layout, request_.host_name, space)
                    : absl::StatusOr<storage::HostFiles>(store.status());
     if (files.ok()) {
+      if (own == nullptr) storage_.store(*store, std::memory_order_release);
+      std::vector<std::string> pending;
       MutexLock lock(&mu_);
       for (const storage::ObjectInfo* info : {&files->xplane, &files->trace_json}) {
         if (info->uri.empty()) continue;
-        clusterprof::v1alpha1::FileResult* file = status_.add_files();
-        file->set_uri(info->uri);
-        file->set_bytes(info->bytes);
-        file->set_bytes_committed(info->bytes);
-        file->set_upload_state(clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED);
+        SetFileResult(*info, status_.add_files());
+        result.files.push_back(*info);
         bytes += info->bytes;
+        if (info->state != storage::UploadState::kCommitted) {
+          pending.push_back(StrCat(info->uri, " ", storage::UploadStateName(info->state),
+                                   info->error.empty() ? "" : StrCat(": ", info->error)));
+        }
+      }
+      for (const std::string& file : pending) {
+        spdlog::warn("session {}: not uploaded yet: {}", request_.session_id, file);
       }
     } else {
       write_status = absl::InternalError(
@@ -262,13 +303,26 @@ bool CaptureSession::finished() const {
 }
 
 GetSessionResponse CaptureSession::Snapshot() const {
-  MutexLock lock(&mu_);
-  return status_;
+  GetSessionResponse snapshot;
+  {
+    MutexLock lock(&mu_);
+    snapshot = status_;
+  }
+  // Uploads go on after the session: ask the storage where they stand now.
+  if (storage::Storage* storage = storage_.load(std::memory_order_acquire)) {
+    for (clusterprof::v1alpha1::FileResult& file : *snapshot.mutable_files()) {
+      if (file.upload_state() == clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED) continue;
+      if (std::optional<storage::ObjectInfo> info = storage->UploadStatus(file.uri())) {
+        SetFileResult(*info, &file);
+      }
+    }
+  }
+  return snapshot;
 }
 
 SessionManager::SessionManager(Clock& clock, std::vector<Tracer*> tracers,
-                               SessionObserver* observer)
-    : clock_(clock), tracers_(std::move(tracers)), observer_(observer) {}
+                               SessionObserver* observer, storage::StorageSet* storages)
+    : clock_(clock), tracers_(std::move(tracers)), observer_(observer), storages_(storages) {}
 
 SessionManager::~SessionManager() {
   std::thread thread;
@@ -300,7 +354,8 @@ SessionManager::StartOrJoin(CaptureRequest request, CaptureSession::Done done) {
         if (finished_.size() > kFinishedKept) finished_.pop_front();
       }
       previous = std::move(active_thread_);
-      session = std::make_shared<CaptureSession>(std::move(request), clock_, tracers_, observer_);
+      session = std::make_shared<CaptureSession>(std::move(request), clock_, tracers_, observer_,
+                                                 storages_);
       active_ = session;
       // The previous session has finished; its thread is only returning.
       if (previous.joinable()) previous.join();

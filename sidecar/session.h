@@ -24,18 +24,28 @@
 #include "clusterprof/v1alpha1/sidecar.pb.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "common/storage/storage.h"
 #include "sidecar/capture_request.h"
 #include "sidecar/tracers/tracer.h"
 #include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::storage {
+class StorageSet;
+}  // namespace clusterprof::storage
 
 namespace clusterprof::sidecar {
 
 // What a finished session hands its clients.
 struct CaptureResult {
   bool empty_trace = true;
+  // The files written and where their uploads stand (empty with emit_xspace).
+  std::vector<storage::ObjectInfo> files;
   // Set when the request asked for emit_xspace.
   std::shared_ptr<const tensorflow::profiler::XSpace> xspace;
 };
+
+// A file's outcome in the sidecar protocol.
+void SetFileResult(const storage::ObjectInfo& info, clusterprof::v1alpha1::FileResult* file);
 
 // Observes sessions (metrics); every method may be called from session threads.
 class SessionObserver {
@@ -53,8 +63,10 @@ class CaptureSession {
   // already finished.
   using Done = std::function<void(const absl::StatusOr<CaptureResult>&)>;
 
+  // `storages` gives the storage of the request's logdir (storage_set.h); with nullptr the
+  // session makes its own for local logdirs only.
   CaptureSession(CaptureRequest request, Clock& clock, std::vector<Tracer*> tracers,
-                 SessionObserver* observer);
+                 SessionObserver* observer, storage::StorageSet* storages = nullptr);
 
   const std::string& id() const { return request_.session_id; }
   // Runs the whole session; returns when it is DONE or FAILED.
@@ -69,6 +81,7 @@ class CaptureSession {
   void Detach(ClientId client);
 
   bool finished() const;
+  // The session's state, with the current state of uploads that outlived the session.
   clusterprof::v1alpha1::GetSessionResponse Snapshot() const;
 
  private:
@@ -80,6 +93,9 @@ class CaptureSession {
   Clock& clock_;
   const std::vector<Tracer*> tracers_;
   SessionObserver* const observer_;
+  storage::StorageSet* const storages_;
+  // The storage the files went to (for UploadStatus); set once the files are written.
+  std::atomic<storage::Storage*> storage_{nullptr};
   std::atomic<bool> stop_{false};
 
   mutable Mutex mu_;
@@ -93,7 +109,8 @@ class CaptureSession {
 
 class SessionManager {
  public:
-  SessionManager(Clock& clock, std::vector<Tracer*> tracers, SessionObserver* observer = nullptr);
+  SessionManager(Clock& clock, std::vector<Tracer*> tracers, SessionObserver* observer = nullptr,
+                 storage::StorageSet* storages = nullptr);
   // Terminates a running session and waits for it to finish writing.
   ~SessionManager();
 
@@ -115,6 +132,7 @@ class SessionManager {
   Clock& clock_;
   const std::vector<Tracer*> tracers_;
   SessionObserver* const observer_;
+  storage::StorageSet* const storages_;
 
   mutable Mutex mu_;
   std::shared_ptr<CaptureSession> active_ ABSL_GUARDED_BY(mu_);

@@ -47,6 +47,17 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--port-file", flags.port_file,
                  "Write the bound ports here (grpc=N, http=N lines) once serving");
+  app.add_option("--spool-dir", flags.spool_dir,
+                 "Where files bound for gs:// wait until uploaded and verified (default: "
+                 "$CLUSTERPROF_SPOOL_DIR, else /var/lib/clusterprof/spool); put it on a volume "
+                 "that outlives the container");
+  app.add_option("--spool-max-bytes", flags.spool_max_bytes,
+                 "Cap on the spool's size; captures that do not fit are refused")
+      ->capture_default_str();
+  app.add_option("--upload-wait-ms", flags.upload_wait_ms,
+                 "How long a Profile request waits for its uploads before answering (they go "
+                 "on in the background)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -70,6 +81,9 @@ int main(int argc, char** argv) {
   if (given("--log-format")) config.log_format = flags.log_format;
   if (given("--log-level")) config.log_level = flags.log_level;
   if (given("--port-file")) config.port_file = flags.port_file;
+  if (given("--spool-dir")) config.spool_dir = flags.spool_dir;
+  if (given("--spool-max-bytes")) config.spool_max_bytes = flags.spool_max_bytes;
+  if (given("--upload-wait-ms")) config.upload_wait_ms = flags.upload_wait_ms;
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =

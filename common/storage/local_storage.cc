@@ -112,7 +112,11 @@ class LocalObjectWriter final : public ObjectWriter {
       return status_;
     }
     if (options_.sync) CLUSTERPROF_RETURN_IF_ERROR(SyncDirectory(SplitDirName(path_).first));
-    return ObjectInfo{uri_, bytes_};
+    ObjectInfo info;
+    info.uri = uri_;
+    info.bytes = bytes_;
+    info.bytes_committed = bytes_;
+    return info;
   }
 
   void Abort() override {
@@ -233,37 +237,6 @@ class LocalStorage final : public Storage {
 
 std::unique_ptr<Storage> NewLocalStorage(LocalStorageOptions options) {
   return std::make_unique<LocalStorage>(options);
-}
-
-absl::StatusOr<ObjectInfo> WriteObject(Storage& storage, std::string_view uri,
-                                       std::string_view data) {
-  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<ObjectWriter> writer, storage.NewWriter(uri));
-  CLUSTERPROF_RETURN_IF_ERROR(writer->Append(data));
-  return writer->Commit();
-}
-
-absl::StatusOr<std::string> ReadObject(Storage& storage, std::string_view uri) {
-  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, storage.NewReader(uri));
-  std::string data;
-  char buffer[64 * 1024];
-  while (true) {
-    CLUSTERPROF_ASSIGN_OR_RETURN(size_t n, reader->Read(buffer, sizeof(buffer)));
-    if (n == 0) break;
-    data.append(buffer, n);
-  }
-  return data;
-}
-
-absl::StatusOr<std::unique_ptr<Storage>> NewStorageForLogdir(const Logdir& logdir) {
-  switch (logdir.kind) {
-    case Logdir::Kind::kLocal:
-      return NewLocalStorage();
-    case Logdir::Kind::kGcs:
-      return absl::UnimplementedError(StrCat("logdir ", logdir.uri,
-                                             ": gs:// logdirs are not supported by this build yet; "
-                                             "use a local directory"));
-  }
-  return absl::InternalError("unknown logdir kind");
 }
 
 }  // namespace clusterprof::storage

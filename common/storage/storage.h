@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,10 +26,29 @@
 
 namespace clusterprof::storage {
 
+// Where a committed object's bytes are. Local commits are done at once; gs:// commits are
+// durable in the spool first and reach the bucket when their upload finishes.
+enum class UploadState {
+  kSpooled,    // durable in the local spool, waiting for an upload (or its retry)
+  kUploading,  // being uploaded
+  kCommitted,  // at the destination and verified (renamed, or CRC32C matched)
+  kFailed,     // the upload failed for good (kept in the spool; retried when the process restarts)
+};
+std::string_view UploadStateName(UploadState state);
+
 // What a committed object looks like.
 struct ObjectInfo {
   std::string uri;
   uint64_t bytes = 0;
+  UploadState state = UploadState::kCommitted;
+  // Bytes the destination holds (== bytes once committed).
+  uint64_t bytes_committed = 0;
+  // CRC32C of the content, base64 as GCS reports it; empty when not computed (local files).
+  std::string crc32c;
+  // Why the upload has not finished: its last error. Empty otherwise.
+  std::string error;
+  // Where the bytes wait while they are not committed.
+  std::string spool_path;
 };
 
 // A directory entry from List().
@@ -72,11 +92,14 @@ class Storage {
   virtual absl::StatusOr<std::vector<Entry>> List(std::string_view uri) = 0;
   // NotFound when nothing is there.
   virtual absl::StatusOr<Entry> Stat(std::string_view uri) = 0;
-  // Completes commits that a previous process left unfinished (spooled uploads). Returns the
-  // objects it committed. Local storage has none: its commit is a single rename.
+  // Completes commits that a previous process left unfinished (spooled uploads), waiting for
+  // them. Returns what became of each. Local storage has none: its commit is a single rename.
   virtual absl::StatusOr<std::vector<ObjectInfo>> ResumePendingCommits() {
     return std::vector<ObjectInfo>();
   }
+  // The current state of an object committed through this storage, for uploads that go on
+  // after Commit returned; nullopt when this storage does not know it (nothing pending).
+  virtual std::optional<ObjectInfo> UploadStatus(std::string_view uri) { return std::nullopt; }
 };
 
 // Writes `data` to `uri` and commits it.
@@ -85,8 +108,25 @@ absl::StatusOr<ObjectInfo> WriteObject(Storage& storage, std::string_view uri,
 // Reads the whole object; for small files (manifests, tests).
 absl::StatusOr<std::string> ReadObject(Storage& storage, std::string_view uri);
 
-// The storage for `logdir`'s kind.
-absl::StatusOr<std::unique_ptr<Storage>> NewStorageForLogdir(const Logdir& logdir);
+// A local file holding an object's bytes, for readers that need a file (mmap). For a local URI
+// it is the file itself; for gs:// a downloaded copy in $TMPDIR, removed with this object.
+class LocalCopy {
+ public:
+  static absl::StatusOr<std::unique_ptr<LocalCopy>> Fetch(Storage& storage, std::string_view uri);
+  ~LocalCopy();
+  LocalCopy(const LocalCopy&) = delete;
+  LocalCopy& operator=(const LocalCopy&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  LocalCopy(std::string path, bool temporary) : path_(std::move(path)), temporary_(temporary) {}
+  std::string path_;
+  bool temporary_;
+};
+
+// Fails unless the object is at its destination: a commit that left the file in the spool
+// (upload still running, or failed) is an error that says where it waits and why.
+absl::Status CheckCommitted(const ObjectInfo& info);
 
 }  // namespace clusterprof::storage
 

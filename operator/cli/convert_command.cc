@@ -4,11 +4,12 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/io/background_sink.h"
 #include "common/io/gzip_sink.h"
 #include "common/io/mapped_file.h"
-#include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"
@@ -51,7 +52,18 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   const auto started = std::chrono::steady_clock::now();
   // Convert straight from the mapped file, one event at a time: memory stays small whatever the
   // size of the trace, and pages already converted are dropped as conversion moves on.
-  auto file = io::MappedFile::Open(options.input);
+  RealClock clock;
+  storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
+  absl::StatusOr<storage::Storage*> input_storage = storages.ForUri(options.input);
+  absl::StatusOr<std::unique_ptr<storage::LocalCopy>> input =
+      input_storage.ok()
+          ? storage::LocalCopy::Fetch(**input_storage, options.input)
+          : absl::StatusOr<std::unique_ptr<storage::LocalCopy>>(input_storage.status());
+  if (!input.ok()) {
+    err << "clusterprof convert: " << input.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto file = io::MappedFile::Open((*input)->path());
   if (!file.ok()) {
     err << "clusterprof convert: " << file.status().message() << "\n";
     return kExitFailure;
@@ -76,14 +88,17 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
 
   const std::string output = options.output.empty() ? DefaultOutput(options.input) : options.output;
   auto path = storage::ParseLogdir(output);  // makes it absolute and rejects '..'
-  if (!path.ok() || path->kind != storage::Logdir::Kind::kLocal) {
-    err << "clusterprof convert: bad output path '" << output
-        << "': " << (path.ok() ? "only local paths are supported" : path.status().message())
+  if (!path.ok()) {
+    err << "clusterprof convert: bad output path '" << output << "': " << path.status().message()
         << "\n";
     return kExitUsage;
   }
-  auto storage = storage::NewLocalStorage();
-  auto writer = storage->NewWriter(path->uri);
+  auto storage = storages.For(*path);
+  if (!storage.ok()) {
+    err << "clusterprof convert: " << storage.status().message() << "\n";
+    return kExitFailure;
+  }
+  auto writer = (*storage)->NewWriter(path->uri);
   if (!writer.ok()) {
     err << "clusterprof convert: " << writer.status().message() << "\n";
     return kExitFailure;
@@ -107,8 +122,9 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   }
   absl::StatusOr<storage::ObjectInfo> info =
       output_status.ok() ? (*writer)->Commit() : absl::StatusOr<storage::ObjectInfo>(output_status);
-  if (!info.ok()) {
-    err << "clusterprof convert: writing " << output << ": " << info.status().message() << "\n";
+  const absl::Status committed = info.ok() ? storage::CheckCommitted(*info) : info.status();
+  if (!committed.ok()) {
+    err << "clusterprof convert: writing " << output << ": " << committed.message() << "\n";
     return kExitFailure;
   }
   const double seconds =

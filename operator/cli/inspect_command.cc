@@ -5,9 +5,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/saturating.h"
-#include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "common/xspace/summary.h"
 #include "common/xspace/xspace_io.h"
@@ -29,9 +30,11 @@ std::string FormatInstant(int64_t ns) {
   return absl::FormatTime("%H:%M:%E6S", absl::FromUnixNanos(ns), absl::UTCTimeZone());
 }
 
-int InspectFile(const std::string& path, const InspectOptions& options, std::ostream& out,
-                std::ostream& err) {
-  auto loaded = xspace::ReadXSpaceFile(path);
+int InspectFile(storage::Storage& storage, const std::string& path, const InspectOptions& options,
+                std::ostream& out, std::ostream& err) {
+  auto local = storage::LocalCopy::Fetch(storage, path);
+  auto loaded = local.ok() ? xspace::ReadXSpaceFile((*local)->path())
+                           : absl::StatusOr<std::unique_ptr<xspace::LoadedXSpace>>(local.status());
   if (!loaded.ok()) {
     err << "clusterprof inspect: " << loaded.status().message() << "\n";
     return kExitFailure;
@@ -42,15 +45,19 @@ int InspectFile(const std::string& path, const InspectOptions& options, std::ost
 }
 
 // A run directory: one table over all hosts, then each host in detail.
-int InspectRun(const std::string& dir, const std::vector<storage::Entry>& entries,
-               const InspectOptions& options, std::ostream& out, std::ostream& err) {
+int InspectRun(storage::Storage& storage, const std::string& dir,
+               const std::vector<storage::Entry>& entries, const InspectOptions& options,
+               std::ostream& out, std::ostream& err) {
   std::vector<HostResult> hosts;
   for (const storage::Entry& entry : entries) {
     std::string_view name = entry.name;
     if (entry.is_directory || !ConsumeSuffix(&name, storage::kXPlaneSuffix)) continue;
     HostResult host{std::string(name), StrCat(dir, "/", entry.name), entry.bytes,
                     absl::UnknownError("not read")};
-    auto loaded = xspace::ReadXSpaceFile(host.path);
+    auto local = storage::LocalCopy::Fetch(storage, host.path);
+    auto loaded = local.ok()
+                      ? xspace::ReadXSpaceFile((*local)->path())
+                      : absl::StatusOr<std::unique_ptr<xspace::LoadedXSpace>>(local.status());
     if (loaded.ok()) {
       host.summary = xspace::Summarize((*loaded)->space(), options.top);
     } else {
@@ -124,20 +131,21 @@ int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& e
     err << "clusterprof inspect: " << path.status().message() << "\n";
     return kExitUsage;
   }
-  if (path->kind != storage::Logdir::Kind::kLocal) {
-    err << "clusterprof inspect: " << path->uri
-        << ": only local paths can be inspected by this build\n";
-    return kExitUsage;
+  RealClock clock;
+  storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
+  auto storage = storages.For(*path);
+  if (!storage.ok()) {
+    err << "clusterprof inspect: " << storage.status().message() << "\n";
+    return kExitFailure;
   }
-  auto storage = storage::NewLocalStorage();
-  auto entry = storage->Stat(path->uri);
+  auto entry = (*storage)->Stat(path->uri);
   if (!entry.ok()) {
     err << "clusterprof inspect: " << entry.status().message() << "\n";
     return kExitFailure;
   }
-  if (!entry->is_directory) return InspectFile(path->uri, options, out, err);
+  if (!entry->is_directory) return InspectFile(**storage, path->uri, options, out, err);
 
-  auto entries = storage->List(path->uri);
+  auto entries = (*storage)->List(path->uri);
   if (!entries.ok()) {
     err << "clusterprof inspect: " << entries.status().message() << "\n";
     return kExitFailure;
@@ -148,10 +156,10 @@ int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& e
     has_hosts |= !e.is_directory && EndsWith(e.name, storage::kXPlaneSuffix);
     has_plugins |= e.is_directory && e.name == "plugins";
   }
-  if (has_hosts) return InspectRun(path->uri, *entries, options, out, err);
-  if (has_plugins) return InspectRuns(path->Join(storage::kProfilePluginDir), *storage, out, err);
+  if (has_hosts) return InspectRun(**storage, path->uri, *entries, options, out, err);
+  if (has_plugins) return InspectRuns(path->Join(storage::kProfilePluginDir), **storage, out, err);
   if (EndsWith(path->uri, storage::kProfilePluginDir)) {
-    return InspectRuns(path->uri, *storage, out, err);
+    return InspectRuns(path->uri, **storage, out, err);
   }
   err << "clusterprof inspect: " << path->uri
       << " holds no .xplane.pb files and no plugins/profile directory; give a run directory "

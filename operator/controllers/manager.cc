@@ -8,6 +8,7 @@
 
 #include "common/http/health_server.h"
 #include "common/status.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "operator/controllers/api.h"
 #include "operator/controllers/metrics.h"
@@ -81,8 +82,12 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   kube::Informer pods(client.get(), &clock, pod_options);
 
   kube::EventRecorder recorder(client.get(), &clock, "clusterprof-operator", identity);
+  // Run manifests go through one storage set (for gs://: one token cache, spool and uploader).
+  storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
+  ProfileJobControllerOptions job_options_with_storage = options.jobs;
+  if (job_options_with_storage.storages == nullptr) job_options_with_storage.storages = &storages;
   ProfileJobController job_controller(client.get(), &clock, &jobs, &pods, &recorder, &metrics,
-                                      options.jobs);
+                                      job_options_with_storage);
   ProfileScheduleController schedule_controller(client.get(), &clock, &schedules, &jobs, &recorder,
                                                 &metrics, options.schedules);
 

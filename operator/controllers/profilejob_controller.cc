@@ -363,6 +363,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
     options.targets.push_back({target.address, target.name});
   }
   options.logdir = spec.parsed_logdir;
+  options.storages = options_.storages;
   options.run = status.run_name;
   options.duration_ms = spec.duration_ms;
   options.delay_ms = spec.delay_ms;

@@ -38,6 +38,10 @@
 #include "operator/kube/rest_client.h"
 #include "operator/kube/workqueue.h"
 
+namespace clusterprof::storage {
+class StorageSet;
+}  // namespace clusterprof::storage
+
 namespace clusterprof::controllers {
 
 struct ProfileJobControllerOptions {
@@ -50,6 +54,8 @@ struct ProfileJobControllerOptions {
   // How long a capture keeps trying to write its final status while the API server is
   // unreachable; after that the results stay with the sidecars (GetSession) for a resume.
   int64_t final_status_retry_ns = 5 * 60 * kNanosPerSecond;
+  // Where run manifests are written (common/storage/storage_set.h); nullptr: a set per capture.
+  storage::StorageSet* storages = nullptr;
 };
 
 class ProfileJobController : public kube::ResourceEventHandler {

@@ -12,6 +12,7 @@
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/storage/storage.h"
+#include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
@@ -19,6 +20,21 @@
 
 namespace clusterprof::coordinator {
 namespace {
+
+std::string UploadStateName(clusterprof::v1alpha1::UploadState state) {
+  switch (state) {
+    case clusterprof::v1alpha1::UPLOAD_STATE_SPOOLED:
+      return "spooled";
+    case clusterprof::v1alpha1::UPLOAD_STATE_UPLOADING:
+      return "uploading";
+    case clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED:
+      return "committed";
+    case clusterprof::v1alpha1::UPLOAD_STATE_FAILED:
+      return "failed";
+    default:
+      return "unknown";
+  }
+}
 
 using clusterprof::v1alpha1::GetInfoRequest;
 using clusterprof::v1alpha1::GetInfoResponse;
@@ -145,6 +161,7 @@ class Run {
   void QuerySessions(const std::vector<size_t>& subset);
   // Records a session's results in `target` (under pending_.mu()).
   void ApplySession(const GetSessionResponse& session, TargetState& target);
+  static void ApplyUploads(const GetSessionResponse& session, TargetResult& result);
   void Report();
   RunResult Snapshot();
 
@@ -380,11 +397,15 @@ void Run::Attempt(const std::vector<size_t>& subset) {
 void Run::QuerySessions(const std::vector<size_t>& subset) {
   std::vector<size_t> sidecars;
   for (size_t i : subset) {
-    const TargetResult& result = targets_[i].result;
-    if (result.is_sidecar && result.outcome != Outcome::kFailed) sidecars.push_back(i);
+    // Failed ones too: a capture whose upload failed is a failed Profile call with files.
+    if (targets_[i].result.is_sidecar) sidecars.push_back(i);
   }
   AskSessions(sidecars,
               [&](size_t i, const grpc::Status& status, const GetSessionResponse& response) {
+                if (targets_[i].result.outcome == Outcome::kFailed) {
+                  if (status.ok()) ApplyUploads(response, targets_[i].result);
+                  return;
+                }
                 if (!status.ok()) {
                   targets_[i].result.warnings.push_back(
                       StrCat("session status unavailable: ", Describe(status)));
@@ -402,6 +423,25 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
   }
 }
 
+void Run::ApplyUploads(const GetSessionResponse& session, TargetResult& result) {
+  result.uploads.clear();
+  for (const auto& file : session.files()) {
+    TargetResult::Upload upload;
+    upload.uri = file.uri();
+    upload.bytes = file.bytes();
+    upload.state = UploadStateName(file.upload_state());
+    upload.bytes_committed = file.bytes_committed();
+    upload.crc32c = file.crc32c();
+    upload.error = file.error();
+    if (file.upload_state() != clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED) {
+      result.warnings.push_back(StrCat(file.uri(), " is not uploaded yet (", upload.state, ", ",
+                                       file.bytes_committed(), " of ", file.bytes(), " bytes)",
+                                       file.error().empty() ? "" : StrCat(": ", file.error())));
+    }
+    result.uploads.push_back(std::move(upload));
+  }
+}
+
 void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
   TargetResult& result = target.result;
   result.stats_known = true;
@@ -413,6 +453,7 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
     result.files.push_back(file.uri());
     result.bytes += file.bytes();
   }
+  ApplyUploads(session, result);
   result.warnings.assign(session.warnings().begin(), session.warnings().end());
   if (session.start_time_ns() > 0) {
     result.start_known = true;
@@ -568,15 +609,20 @@ absl::StatusOr<RunResult> Run::Execute() {
   RunResult result = Snapshot();
   if (options_.write_manifest) {
     const std::string json = ManifestJson(options_, result, created_ns);
-    absl::StatusOr<std::unique_ptr<storage::Storage>> store =
-        storage::NewStorageForLogdir(options_.logdir);
+    std::unique_ptr<storage::StorageSet> own;
+    storage::StorageSet* storages = options_.storages;
+    if (storages == nullptr) {
+      own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
+      storages = own.get();
+    }
+    absl::StatusOr<storage::Storage*> store = storages->For(options_.logdir);
     absl::StatusOr<storage::ObjectInfo> written =
         store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
                    : absl::StatusOr<storage::ObjectInfo>(store.status());
-    if (written.ok()) {
-      result.manifest_uri = written->uri;
-    } else {
-      spdlog::warn("the run manifest was not written: {}", std::string(written.status().message()));
+    absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
+    if (written.ok()) result.manifest_uri = written->uri;
+    if (!committed.ok()) {
+      spdlog::warn("the run manifest was not written: {}", std::string(committed.message()));
     }
   }
   if (progress_) progress_(result, clock_.WallNs());

@@ -22,6 +22,10 @@
 #include "common/clock.h"
 #include "common/storage/logdir.h"
 
+namespace clusterprof::storage {
+class StorageSet;
+}  // namespace clusterprof::storage
+
 namespace clusterprof::coordinator {
 
 struct Target {
@@ -63,6 +67,8 @@ struct CaptureOptions {
   // Extra time allowed after the capture's end for collecting and writing.
   int64_t grace_ms = 30'000;
   bool write_manifest = true;
+  // Where the manifest is written (storage_set.h); nullptr: a set made for this capture.
+  storage::StorageSet* storages = nullptr;
 
   // For a caller that persists its progress and may be restarted mid-capture (the operator).
   //
@@ -120,6 +126,16 @@ struct TargetResult {
   uint64_t bytes = 0;
   bool stats_known = false;  // events/dropped/bytes came from the sidecar
   std::vector<std::string> files;
+  // Where each file's upload stands, as the sidecar reported it (GetSession).
+  struct Upload {
+    std::string uri;
+    uint64_t bytes = 0;
+    std::string state;  // "committed", "spooled", "uploading", "failed"
+    uint64_t bytes_committed = 0;
+    std::string crc32c;
+    std::string error;
+  };
+  std::vector<Upload> uploads;
   std::vector<std::string> warnings;
   // The last error, with its gRPC code name ("UNAVAILABLE: ...").
   std::string message;

@@ -139,6 +139,21 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
     json.Open('[');
     for (const std::string& file : target.files) json.String(file);
     json.Close(']');
+    if (!target.uploads.empty()) {
+      json.Key("uploads");
+      json.Open('[');
+      for (const TargetResult::Upload& upload : target.uploads) {
+        json.Open('{');
+        json.Field("uri", upload.uri);
+        json.Field("bytes", upload.bytes);
+        json.Field("state", upload.state);
+        json.Field("bytes_committed", upload.bytes_committed);
+        if (!upload.crc32c.empty()) json.Field("crc32c", upload.crc32c);
+        if (!upload.error.empty()) json.Field("error", upload.error);
+        json.Close('}');
+      }
+      json.Close(']');
+    }
     json.Key("warnings");
     json.Open('[');
     for (const std::string& warning : target.warnings) json.String(warning);

@@ -111,13 +111,5 @@ TEST(LocalStorageTest, ListAndStat) {
   EXPECT_EQ(storage->List(dir.Join("missing")).status().code(), absl::StatusCode::kNotFound);
 }
 
-TEST(LocalStorageTest, GcsIsNotAvailableYetWithAClearError) {
-  auto logdir = ParseLogdir("gs://bucket/x");
-  ASSERT_TRUE(logdir.ok());
-  auto storage = NewStorageForLogdir(*logdir);
-  EXPECT_EQ(storage.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(storage.status().message(), HasSubstr("gs://bucket/x"));
-}
-
 }  // namespace
 }  // namespace clusterprof::storage

@@ -1,0 +1,685 @@
+#include "common/storage/gcs_client.h"
+
+#include <algorithm>
+#include <cctype>
+#include <random>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "common/crc32c.h"
+#include "common/json_escape.h"
+#include "common/mutex.h"
+#include "common/status.h"
+#include "common/storage/gcs_credentials.h"
+#include "common/strings.h"
+#include "cpprest/http_client.h"
+#include "cpprest/json.h"
+#include "cpprest/rawptrstream.h"
+
+namespace clusterprof::storage::gcs {
+namespace {
+
+namespace http = web::http;
+
+// Unreserved characters (RFC 3986) stay; everything else, '/' included, is %XX.
+std::string PercentEncode(std::string_view text) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(text.size() * 3);
+  for (unsigned char c : text) {
+    if (std::isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  return out;
+}
+
+std::string_view ReasonPhrase(int code) {
+  switch (code) {
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 408:
+      return "Request Timeout";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Gone";
+    case 412:
+      return "Precondition Failed";
+    case 416:
+      return "Range Not Satisfiable";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 502:
+      return "Bad Gateway";
+    case 503:
+      return "Service Unavailable";
+    case 504:
+      return "Gateway Timeout";
+    default:
+      return "";
+  }
+}
+
+absl::StatusCode CodeForHttp(int code) {
+  if (code == 408) return absl::StatusCode::kDeadlineExceeded;
+  if (code == 429) return absl::StatusCode::kResourceExhausted;
+  if (code >= 500) return absl::StatusCode::kUnavailable;
+  switch (code) {
+    case 400:
+      return absl::StatusCode::kInvalidArgument;
+    case 401:
+      return absl::StatusCode::kUnauthenticated;
+    case 403:
+      return absl::StatusCode::kPermissionDenied;
+    case 404:
+    case 410:
+      return absl::StatusCode::kNotFound;
+    case 409:
+      return absl::StatusCode::kAlreadyExists;
+    case 412:
+      return absl::StatusCode::kFailedPrecondition;
+    case 416:
+      return absl::StatusCode::kOutOfRange;
+    default:
+      return absl::StatusCode::kUnknown;
+  }
+}
+
+// The message of a JSON API error body ({"error": {"message": ...}}), else the body itself,
+// shortened.
+std::string ErrorMessage(const std::string& body) {
+  try {
+    const web::json::value json = web::json::value::parse(body);
+    if (json.has_object_field("error")) {
+      const web::json::value& error = json.at("error");
+      if (error.has_string_field("message")) {
+        std::string message = error.at("message").as_string();
+        while (EndsWith(message, ".")) message.pop_back();
+        return message;
+      }
+    }
+  } catch (const std::exception&) {
+  }
+  std::string text(StripAsciiWhitespace(body));
+  while (EndsWith(text, ".")) text.pop_back();
+  if (text.size() > 300) text = StrCat(text.substr(0, 300), "...");
+  return text;
+}
+
+std::optional<uint64_t> ParseUint(std::string_view text) {
+  uint64_t value = 0;
+  if (!absl::SimpleAtoi(AbslView(text), &value)) return std::nullopt;
+  return value;
+}
+
+absl::StatusOr<ObjectMetadata> ParseObject(const std::string& body, std::string_view what) {
+  try {
+    const web::json::value json = web::json::value::parse(body);
+    ObjectMetadata out;
+    auto text = [&](const char* key) -> std::string {
+      return json.has_string_field(key) ? json.at(key).as_string() : std::string();
+    };
+    out.bucket = text("bucket");
+    out.name = text("name");
+    if (std::optional<uint64_t> g = ParseUint(text("generation"))) {
+      out.generation = static_cast<int64_t>(*g);
+    }
+    if (std::optional<uint64_t> size = ParseUint(text("size"))) out.size = *size;
+    if (json.has_string_field("crc32c")) {
+      out.crc32c = Crc32cFromBase64(json.at("crc32c").as_string());
+      if (!out.crc32c.has_value()) {
+        return absl::DataLossError(StrCat(what, ": the server reported a malformed crc32c '",
+                                          json.at("crc32c").as_string(), "'"));
+      }
+    }
+    out.md5_hash = text("md5Hash");
+    out.content_type = text("contentType");
+    if (json.has_object_field("metadata")) {
+      for (const auto& [key, value] : json.at("metadata").as_object()) {
+        if (value.is_string()) out.metadata[key] = value.as_string();
+      }
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return absl::InternalError(
+        StrCat(what, ": the server's object resource is not valid JSON: ", e.what()));
+  }
+}
+
+std::string MetadataJson(const UploadRequest& request) {
+  std::string json = "{\"name\":\"";
+  AppendJsonEscaped(request.name, &json);
+  json += "\",\"contentType\":\"";
+  AppendJsonEscaped(request.content_type, &json);
+  StrAppend(&json, "\",\"crc32c\":\"", Crc32cToBase64(request.crc32c), "\"");
+  if (!request.metadata.empty()) {
+    json += ",\"metadata\":{";
+    bool first = true;
+    for (const auto& [key, value] : request.metadata) {
+      if (!first) json.push_back(',');
+      first = false;
+      json.push_back('"');
+      AppendJsonEscaped(key, &json);
+      json += "\":\"";
+      AppendJsonEscaped(value, &json);
+      json.push_back('"');
+    }
+    json.push_back('}');
+  }
+  json.push_back('}');
+  return json;
+}
+
+// "bytes=0-1048575" -> 1048576 committed bytes; no header -> 0.
+absl::StatusOr<uint64_t> CommittedFromRange(std::string_view range, std::string_view what) {
+  if (range.empty()) return 0;
+  std::string_view rest = range;
+  if (!ConsumePrefix(&rest, "bytes=")) ConsumePrefix(&rest, "bytes ");
+  const size_t dash = rest.find('-');
+  std::optional<uint64_t> last =
+      dash == std::string_view::npos ? std::nullopt : ParseUint(rest.substr(dash + 1));
+  if (!last.has_value() || ParseUint(rest.substr(0, dash)) != uint64_t{0}) {
+    return absl::InternalError(
+        StrCat(what, ": the server answered 308 with a malformed Range header '", range, "'"));
+  }
+  return *last + 1;
+}
+
+struct Response {
+  int code = 0;
+  std::string body;
+  std::string location;
+  std::string range;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  explicit Impl(ClientOptions opts) : options(std::move(opts)) {}
+
+  const ClientOptions options;
+  Mutex mu;
+  std::map<std::string, std::unique_ptr<http::client::http_client>> clients ABSL_GUARDED_BY(mu);
+
+  http::client::http_client& ClientFor(const std::string& base) {
+    MutexLock lock(&mu);
+    std::unique_ptr<http::client::http_client>& client = clients[base];
+    if (client == nullptr) {
+      http::client::http_client_config config;
+      config.set_timeout(std::chrono::microseconds(options.request_timeout_ns / kNanosPerMicro));
+      // Big pieces: a chunk of several MiB goes out in a few writes.
+      config.set_chunksize(1 << 20);
+      client = std::make_unique<http::client::http_client>(base, config);
+    }
+    return *client;
+  }
+
+  // Sends one request to `url` (absolute) and reads the whole response. A transport failure
+  // is Unavailable. A 401 refreshes the token and sends once more.
+  absl::StatusOr<Response> Send(std::string_view what, const std::string& method,
+                                const std::string& url,
+                                const std::vector<std::pair<std::string, std::string>>& headers,
+                                std::optional<std::string_view> body,
+                                std::string_view content_type) {
+    // Split "scheme://authority" from the path and query.
+    const size_t scheme_end = url.find("://");
+    const size_t path_start =
+        scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
+    const std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
+    const std::string path = path_start == std::string::npos ? "/" : url.substr(path_start);
+    for (int attempt = 0;; ++attempt) {
+      absl::StatusOr<std::string> authorization = options.credentials->AuthorizationHeader();
+      if (!authorization.ok()) {
+        return absl::Status(authorization.status().code(),
+                            StrCat(what, ": no access token: ", authorization.status().message()));
+      }
+      http::http_request request(method);
+      request.set_request_uri(path);
+      request.headers().add("User-Agent", options.user_agent);
+      if (!authorization->empty()) request.headers().add("Authorization", *authorization);
+      for (const auto& [name, value] : headers) request.headers().add(name, value);
+      if (body.has_value()) {
+        // Straight from the caller's buffer (valid until this returns): no copy of a chunk.
+        request.set_body(concurrency::streams::rawptr_stream<uint8_t>::open_istream(
+                             reinterpret_cast<const uint8_t*>(body->data()), body->size()),
+                         body->size(), std::string(content_type));
+      } else if (method == "PUT" || method == "POST") {
+        request.headers().set_content_length(0);
+      }
+      Response out;
+      try {
+        http::http_response response;
+        try {
+          response = ClientFor(base).request(request).get();
+        } catch (const std::exception& e) {
+          return absl::UnavailableError(StrCat(what, ": ", base, " did not answer: ", e.what()));
+        }
+        out.code = response.status_code();
+        if (auto it = response.headers().find("Location"); it != response.headers().end()) {
+          out.location = it->second;
+        }
+        if (auto it = response.headers().find("Range"); it != response.headers().end()) {
+          out.range = it->second;
+        }
+        const std::vector<unsigned char> bytes = response.extract_vector().get();
+        out.body.assign(bytes.begin(), bytes.end());
+      } catch (const std::exception& e) {
+        return absl::UnavailableError(
+            StrCat(what, ": the connection to ", base, " broke: ", e.what()));
+      }
+      if (out.code == 401 && attempt == 0) {
+        options.credentials->Invalidate();
+        continue;
+      }
+      return out;
+    }
+  }
+
+  absl::Status HttpError(std::string_view what, const Response& response) {
+    std::string message = StrCat(what, ": HTTP ", response.code);
+    if (std::string_view reason = ReasonPhrase(response.code); !reason.empty()) {
+      StrAppend(&message, " ", reason);
+    }
+    if (std::string detail = ErrorMessage(response.body); !detail.empty()) {
+      StrAppend(&message, ": ", detail);
+    }
+    if (response.code == 401 || response.code == 403) {
+      StrAppend(&message, " (as ", options.credentials->Identity(),
+                "; it needs a role with storage.objects.create, get and list on the bucket, "
+                "such as roles/storage.objectAdmin)");
+    }
+    return absl::Status(CodeForHttp(response.code), message);
+  }
+
+  // Calls `call` until it succeeds, fails for good, or the deadline passes; sleeps a jittered,
+  // growing pause between attempts.
+  template <typename T>
+  absl::StatusOr<T> Retry(std::string_view what, const std::function<absl::StatusOr<T>()>& call) {
+    Backoff backoff(options.retry.backoff);
+    const int64_t deadline = options.clock->MonotonicNs() + options.retry.deadline_ns;
+    for (int attempt = 1;; ++attempt) {
+      absl::StatusOr<T> result = call();
+      if (result.ok() || !IsTransient(result.status())) return result;
+      const int64_t delay = backoff.NextDelayNs();
+      if (options.clock->MonotonicNs() + delay > deadline) {
+        return absl::Status(result.status().code(),
+                            StrCat(result.status().message(), " (gave up after ", attempt,
+                                   attempt == 1 ? " attempt)" : " attempts)"));
+      }
+      if (options.on_retry) options.on_retry(what, result.status());
+      options.clock->SleepUntilMonotonicNs(options.clock->MonotonicNs() + delay);
+    }
+  }
+
+  std::string ObjectPath(std::string_view bucket, std::string_view name) {
+    return StrCat(options.endpoint, "/storage/v1/b/", PercentEncode(bucket), "/o/",
+                  PercentEncode(name));
+  }
+
+  absl::StatusOr<std::string> StartSession(const UploadRequest& request) {
+    const std::string what = StrCat("start upload of ", ObjectUri(request.bucket, request.name));
+    const std::string url =
+        StrCat(options.endpoint, "/upload/storage/v1/b/", PercentEncode(request.bucket),
+               "/o?uploadType=resumable&name=", PercentEncode(request.name));
+    return Retry<std::string>(what, [&]() -> absl::StatusOr<std::string> {
+      const std::string json = MetadataJson(request);
+      CLUSTERPROF_ASSIGN_OR_RETURN(Response response,
+                                   Send(what, "POST", url,
+                                        {{"X-Upload-Content-Type", request.content_type},
+                                         {"X-Upload-Content-Length", StrCat(request.size)}},
+                                        json, "application/json; charset=UTF-8"));
+      if (response.code != 200 && response.code != 201) return HttpError(what, response);
+      if (response.location.empty()) {
+        return absl::InternalError(StrCat(what, ": the server gave no session URI (Location)"));
+      }
+      return response.location;
+    });
+  }
+
+  // One PUT to the session: a chunk, or (with no data) a status query. Returns the object when
+  // the upload is complete, else the committed offset.
+  struct PutResult {
+    uint64_t committed = 0;
+    std::optional<ObjectMetadata> object;
+  };
+  absl::StatusOr<PutResult> Put(std::string_view what, const std::string& session_uri,
+                                std::string content_range, std::optional<std::string_view> body) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        Response response, Send(what, "PUT", session_uri, {{"Content-Range", content_range}}, body,
+                                "application/octet-stream"));
+    PutResult result;
+    if (response.code == 200 || response.code == 201) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(ObjectMetadata object, ParseObject(response.body, what));
+      result.committed = object.size;
+      result.object = std::move(object);
+      return result;
+    }
+    if (response.code == 308) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(result.committed, CommittedFromRange(response.range, what));
+      return result;
+    }
+    return HttpError(what, response);
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClientOptions options) {
+  if (options.credentials == nullptr || options.clock == nullptr) {
+    return absl::InvalidArgumentError("GCS client: credentials and clock are required");
+  }
+  std::string endpoint = options.endpoint;
+  while (EndsWith(endpoint, "/")) endpoint.pop_back();
+  if (endpoint.find("://") == std::string::npos) endpoint = StrCat("http://", endpoint);
+  if (!StartsWith(endpoint, "http://") && !StartsWith(endpoint, "https://")) {
+    return absl::InvalidArgumentError(
+        StrCat("GCS endpoint '", options.endpoint, "' is not an http:// or https:// URL"));
+  }
+  try {
+    web::uri parsed(endpoint);
+    if (parsed.host().empty()) throw std::invalid_argument("no host");
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat("GCS endpoint '", options.endpoint, "' is not a valid URL: ", e.what()));
+  }
+  options.endpoint = std::move(endpoint);
+  return std::unique_ptr<Client>(new Client(std::make_unique<Impl>(std::move(options))));
+}
+
+const ClientOptions& Client::options() const { return impl_->options; }
+
+std::string Client::Identity() const { return impl_->options.credentials->Identity(); }
+
+absl::StatusOr<ObjectMetadata> Client::GetObjectMetadata(std::string_view bucket,
+                                                         std::string_view name) {
+  const std::string what = StrCat("stat ", ObjectUri(bucket, name));
+  const std::string url = impl_->ObjectPath(bucket, name);
+  return impl_->Retry<ObjectMetadata>(what, [&]() -> absl::StatusOr<ObjectMetadata> {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Response response,
+                                 impl_->Send(what, "GET", url, {}, std::nullopt, ""));
+    if (response.code != 200) return impl_->HttpError(what, response);
+    return ParseObject(response.body, what);
+  });
+}
+
+absl::StatusOr<ListResult> Client::ListObjects(std::string_view bucket, std::string_view prefix,
+                                               std::string_view delimiter, int page_size) {
+  const std::string what = StrCat("list ", ObjectUri(bucket, prefix));
+  ListResult result;
+  std::string page_token;
+  do {
+    std::string url = StrCat(impl_->options.endpoint, "/storage/v1/b/", PercentEncode(bucket),
+                             "/o?prefix=", PercentEncode(prefix));
+    if (!delimiter.empty()) StrAppend(&url, "&delimiter=", PercentEncode(delimiter));
+    if (page_size > 0) StrAppend(&url, "&maxResults=", page_size);
+    if (!page_token.empty()) StrAppend(&url, "&pageToken=", PercentEncode(page_token));
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        std::string body, impl_->Retry<std::string>(what, [&]() -> absl::StatusOr<std::string> {
+          CLUSTERPROF_ASSIGN_OR_RETURN(Response response,
+                                       impl_->Send(what, "GET", url, {}, std::nullopt, ""));
+          if (response.code != 200) return impl_->HttpError(what, response);
+          return std::move(response.body);
+        }));
+    page_token.clear();
+    try {
+      const web::json::value json = web::json::value::parse(body);
+      if (json.has_array_field("items")) {
+        for (const web::json::value& item : json.at("items").as_array()) {
+          CLUSTERPROF_ASSIGN_OR_RETURN(ObjectMetadata object, ParseObject(item.serialize(), what));
+          result.objects.push_back(std::move(object));
+        }
+      }
+      if (json.has_array_field("prefixes")) {
+        for (const web::json::value& p : json.at("prefixes").as_array()) {
+          if (p.is_string()) result.prefixes.push_back(p.as_string());
+        }
+      }
+      if (json.has_string_field("nextPageToken")) {
+        page_token = json.at("nextPageToken").as_string();
+      }
+    } catch (const std::exception& e) {
+      return absl::InternalError(StrCat(what, ": the listing is not valid JSON: ", e.what()));
+    }
+  } while (page_size == 0 && !page_token.empty());
+  return result;
+}
+
+absl::StatusOr<std::string> Client::ReadRange(std::string_view bucket, std::string_view name,
+                                              uint64_t offset, uint64_t length,
+                                              int64_t generation) {
+  const std::string what = StrCat("read ", ObjectUri(bucket, name));
+  if (length == 0) return std::string();
+  std::string url = StrCat(impl_->ObjectPath(bucket, name), "?alt=media");
+  if (generation > 0) StrAppend(&url, "&ifGenerationMatch=", generation);
+  const std::string range = StrCat("bytes=", offset, "-", offset + length - 1);
+  return impl_->Retry<std::string>(what, [&]() -> absl::StatusOr<std::string> {
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        Response response, impl_->Send(what, "GET", url, {{"Range", range}}, std::nullopt, ""));
+    if (response.code == 416) return std::string();  // at or past the end
+    if (response.code == 200) {
+      // The whole object (a server that ignores Range): cut out the part asked for.
+      if (offset >= response.body.size()) return std::string();
+      return response.body.substr(offset, length);
+    }
+    if (response.code != 206) return impl_->HttpError(what, response);
+    return std::move(response.body);
+  });
+}
+
+absl::Status Client::DeleteObject(std::string_view bucket, std::string_view name) {
+  const std::string what = StrCat("delete ", ObjectUri(bucket, name));
+  const std::string url = impl_->ObjectPath(bucket, name);
+  return impl_
+      ->Retry<bool>(what,
+                    [&]() -> absl::StatusOr<bool> {
+                      CLUSTERPROF_ASSIGN_OR_RETURN(
+                          Response response,
+                          impl_->Send(what, "DELETE", url, {}, std::nullopt, ""));
+                      if (response.code != 204 && response.code != 200) {
+                        return impl_->HttpError(what, response);
+                      }
+                      return true;
+                    })
+      .status();
+}
+
+absl::StatusOr<ObjectMetadata> Client::InsertObject(const UploadRequest& request,
+                                                    std::string_view content) {
+  const std::string what = StrCat("upload ", ObjectUri(request.bucket, request.name));
+  const std::string url = StrCat(impl_->options.endpoint, "/upload/storage/v1/b/",
+                                 PercentEncode(request.bucket), "/o?uploadType=multipart");
+  // A boundary that does not occur in the content.
+  std::mt19937_64 random(std::random_device{}());
+  std::string boundary;
+  do {
+    boundary = StrCat("clusterprof_", random(), random());
+  } while (content.find(boundary) != std::string_view::npos);
+  const std::string head =
+      StrCat("--", boundary, "\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n",
+             MetadataJson(request), "\r\n--", boundary, "\r\nContent-Type: ", request.content_type,
+             "\r\n\r\n");
+  const std::string tail = StrCat("\r\n--", boundary, "--\r\n");
+  std::string body;
+  body.reserve(head.size() + content.size() + tail.size());
+  body.append(head).append(content).append(tail);
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      ObjectMetadata object,
+      impl_->Retry<ObjectMetadata>(what, [&]() -> absl::StatusOr<ObjectMetadata> {
+        CLUSTERPROF_ASSIGN_OR_RETURN(Response response,
+                                     impl_->Send(what, "POST", url, {}, body,
+                                                 StrCat("multipart/related; boundary=", boundary)));
+        if (response.code != 200 && response.code != 201) {
+          return impl_->HttpError(what, response);
+        }
+        return ParseObject(response.body, what);
+      }));
+  if (object.size != content.size() ||
+      (object.crc32c.has_value() && *object.crc32c != request.crc32c)) {
+    return absl::DataLossError(StrCat(what, ": the stored object (", object.size, " bytes, crc32c ",
+                                      object.crc32c ? Crc32cToBase64(*object.crc32c) : "none",
+                                      ") does not match what was sent (", content.size(),
+                                      " bytes, crc32c ", Crc32cToBase64(request.crc32c), ")"));
+  }
+  return object;
+}
+
+absl::StatusOr<ObjectMetadata> Client::UploadResumable(
+    const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
+    const std::function<void(const UploadProgress&)>& progress, const std::atomic<bool>* cancel) {
+  const std::string uri = ObjectUri(request.bucket, request.name);
+  const std::string what = StrCat("upload ", uri);
+  if (chunk_bytes == 0 || chunk_bytes % kChunkQuantum != 0) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": the chunk size ", chunk_bytes, " is not a multiple of 256 KiB"));
+  }
+  Clock& clock = *impl_->options.clock;
+  Backoff backoff(impl_->options.retry.backoff);
+  int64_t deadline = clock.MonotonicNs() + impl_->options.retry.deadline_ns;
+  bool ask_first = !state.session_uri.empty();
+  int failures = 0;
+  auto report = [&] {
+    if (progress) progress(UploadProgress{state.committed, request.size, state});
+  };
+
+  std::optional<ObjectMetadata> object;
+  while (!object.has_value()) {
+    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
+      return absl::CancelledError(StrCat(what, ": cancelled at byte ", state.committed));
+    }
+    absl::Status status;
+    if (state.session_uri.empty()) {
+      // StartSession retries by itself.
+      CLUSTERPROF_ASSIGN_OR_RETURN(state.session_uri, impl_->StartSession(request));
+      state.committed = 0;
+      ask_first = false;
+      report();
+      continue;
+    }
+    const uint64_t before = state.committed;
+    if (ask_first) {
+      absl::StatusOr<Impl::PutResult> put =
+          impl_->Put(StrCat(what, " (status query)"), state.session_uri,
+                     StrCat("bytes */", request.size), std::nullopt);
+      if (put.ok()) {
+        ask_first = false;
+        if (put->committed > request.size) {
+          return absl::InternalError(StrCat(what, ": the server holds ", put->committed,
+                                            " bytes of a ", request.size, "-byte object"));
+        }
+        state.committed = put->committed;
+        object = std::move(put->object);
+        if (!object.has_value()) report();
+        continue;
+      }
+      status = put.status();
+      if (absl::IsNotFound(status)) {
+        // The session expired or was cancelled: start over.
+        state = ResumableState();
+        report();
+        continue;
+      }
+    } else {
+      const uint64_t offset = state.committed;
+      const uint64_t size = std::min<uint64_t>(chunk_bytes, request.size - offset);
+      const std::string range =
+          size == 0 ? StrCat("bytes */", request.size)
+                    : StrCat("bytes ", offset, "-", offset + size - 1, "/", request.size);
+      std::optional<std::string_view> body;
+      if (size > 0) {
+        absl::StatusOr<std::string_view> data = chunk(offset, size);
+        if (!data.ok()) return Annotate(data.status(), what);
+        if (data->size() != size) {
+          return absl::InternalError(StrCat(what, ": the source gave ", data->size(),
+                                            " bytes at offset ", offset, ", not ", size));
+        }
+        body = *data;
+      }
+      absl::StatusOr<Impl::PutResult> put = impl_->Put(what, state.session_uri, range, body);
+      if (put.ok()) {
+        if (put->committed > request.size) {
+          return absl::InternalError(StrCat(what, ": the server holds ", put->committed,
+                                            " bytes of a ", request.size, "-byte object"));
+        }
+        state.committed = put->committed;
+        object = std::move(put->object);
+        if (!object.has_value()) {
+          report();
+          if (state.committed <= before && ++failures > 3) {
+            // Accepted but not persisted, again and again: a server that makes no progress.
+            status = absl::UnavailableError(
+                StrCat(what, ": the server keeps answering without persisting byte ", before));
+          }
+        }
+        if (status.ok()) {
+          if (state.committed > before) {
+            failures = 0;
+            backoff.Reset();
+            deadline = clock.MonotonicNs() + impl_->options.retry.deadline_ns;
+          }
+          continue;
+        }
+      } else {
+        status = put.status();
+        if (absl::IsNotFound(status)) {
+          state = ResumableState();
+          report();
+          continue;
+        }
+      }
+    }
+    // A failed request: retry transient errors after a pause, from what the server holds.
+    if (!IsTransient(status)) return status;
+    const int64_t delay = backoff.NextDelayNs();
+    if (clock.MonotonicNs() + delay > deadline) {
+      return absl::Status(status.code(),
+                          StrCat(status.message(), " (gave up: no progress for ",
+                                 impl_->options.retry.deadline_ns / kNanosPerSecond, " s)"));
+    }
+    if (impl_->options.on_retry) impl_->options.on_retry(what, status);
+    clock.SleepUntilMonotonicNs(clock.MonotonicNs() + delay);
+    ask_first = true;
+  }
+
+  if (object->size != request.size) {
+    return absl::DataLossError(StrCat(what, ": the finished object has ", object->size,
+                                      " bytes, not the ", request.size, " sent"));
+  }
+  if (object->crc32c.has_value() && *object->crc32c != request.crc32c) {
+    return absl::DataLossError(StrCat(what, ": the finished object's crc32c ",
+                                      Crc32cToBase64(*object->crc32c), " does not match ",
+                                      Crc32cToBase64(request.crc32c), " of the spooled file"));
+  }
+  return *std::move(object);
+}
+
+std::string ObjectUri(std::string_view bucket, std::string_view name) {
+  return StrCat("gs://", bucket, "/", name);
+}
+
+bool IsTransient(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace clusterprof::storage::gcs
