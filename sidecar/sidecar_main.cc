@@ -8,12 +8,17 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "common/process.h"
+#include "pplx/threadpool.h"
 #include "sidecar/config.h"
 #include "sidecar/server.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   clusterprof::ApplyProcessSettings();
+  // cpprestsdk's HTTP clients (gs:// uploads) run on its thread pool, 40 threads by default; our
+  // callers block on them from threads of their own, so 2 do: a 1 GiB upload then holds half the
+  // memory, with fewer handoffs between threads (bench/RESULTS.md).
+  crossplat::threadpool::initialize_with_threads(2);
   using clusterprof::sidecar::SidecarConfig;
   CLI::App app{
       "clusterprof-sidecar: a profiler server (the TensorFlow/JAX ProfilerService protocol) that "

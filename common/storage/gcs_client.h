@@ -135,8 +135,8 @@ class Client {
   // A resumable upload of `request.size` bytes read through `chunk`, in chunks of
   // `chunk_bytes` (a multiple of 256 KiB). Starts a session when `state` has none, else asks
   // GCS where the session stands and goes on from there; a session GCS no longer knows is
-  // started afresh. `progress` is called after every chunk GCS accepted (to persist `state`
-  // and report progress). `cancel`, when set, stops between chunks with Cancelled.
+  // started afresh. `progress` is called after every chunk GCS accepted (to persist a new
+  // session URI and report progress). `cancel`, when set, stops between chunks with Cancelled.
   // The result's CRC32C is checked against request.crc32c: DataLoss on a mismatch.
   absl::StatusOr<ObjectMetadata> UploadResumable(
       const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,

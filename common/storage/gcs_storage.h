@@ -3,11 +3,11 @@
 //
 // A writer streams into a spool file and computes its CRC32C. Commit() fsyncs it, records it
 // in the spool, and hands it to the uploader threads: files up to one chunk go in a single
-// request, larger ones as a resumable upload in chunks, with the session URI and the persisted
-// offset recorded after every chunk. GCS checks the CRC32C sent with the metadata, and the
-// uploader checks the finished object's before it deletes the spool entry. Commit() waits for
-// the upload up to commit_wait_ns; what has not finished by then goes on in the background
-// (ObjectInfo.state says where it stands, UploadStatus() follows it).
+// request, larger ones as a resumable upload in chunks, the session URI recorded (durably) as
+// soon as it exists: a resumed upload asks GCS where the session stands. GCS checks the CRC32C sent
+// with the metadata, and the uploader checks the finished object's before it deletes the spool
+// entry. Commit() waits for the upload up to commit_wait_ns; what has not finished by then goes on
+// in the background (ObjectInfo.state says where it stands, UploadStatus() follows it).
 //
 // Failures: transient errors (408, 429, 5xx, dropped connections) are retried with backoff
 // until the client's deadline passes without progress; the entry then waits requeue_delay_ns

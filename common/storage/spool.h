@@ -1,11 +1,11 @@
 // The durable local spool in front of gs:// uploads.
 //
 // Every file bound for a bucket is first written here and fsynced; its upload state (the
-// destination, size, CRC32C, the resumable session URI and the bytes GCS holds) sits beside it
-// in a small JSON record, rewritten atomically (temp file, fsync, rename, fsync of the
-// directory) whenever it changes. An entry is removed only after its object was verified in the
-// bucket, so a process that dies at any point leaves either a finished object or an entry that
-// the next process resumes.
+// destination, size, CRC32C, the resumable session URI, and the outcome of a failed upload)
+// sits beside it in a small JSON record, rewritten atomically (temp file, fsync, rename, fsync
+// of the directory) when the upload starts a session, defers or fails. An entry is removed only
+// after its object was verified in the bucket, so a process that dies at any point leaves either a
+// finished object or an entry that the next process resumes.
 //
 //   <dir>/<id>.data   the content
 //   <dir>/<id>.json   the record; its presence is what makes the entry committed

@@ -6,10 +6,15 @@
 #include "common/process.h"
 #include "google/protobuf/stubs/logging.h"
 #include "operator/cli/commands.h"
+#include "pplx/threadpool.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
   clusterprof::ApplyProcessSettings();
+  // cpprestsdk's HTTP clients (gs:// uploads) run on its thread pool, 40 threads by default; our
+  // callers block on them from threads of their own, so 2 do: a 1 GiB upload then holds half the
+  // memory, with fewer handoffs between threads (bench/RESULTS.md).
+  crossplat::threadpool::initialize_with_threads(2);
   CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("clusterprof 0.1.0"));

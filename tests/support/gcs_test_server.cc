@@ -501,6 +501,8 @@ struct Content {
   std::string path;
   int fd = -1;
   uint64_t size = 0;
+  // Options::discard_data: only the size is kept.
+  bool discard = false;
 
   Content() = default;
   Content(const Content&) = delete;
@@ -511,6 +513,10 @@ struct Content {
   }
 
   absl::Status Append(const char* data, size_t n) {
+    if (discard) {
+      size += n;
+      return absl::OkStatus();
+    }
     if (fd < 0) {
       memory.append(data, n);
       size += n;
@@ -530,7 +536,8 @@ struct Content {
   }
 
   absl::Status Truncate(uint64_t new_size) {
-    if (fd < 0) {
+    if (discard) {
+    } else if (fd < 0) {
       memory.resize(new_size);
     } else if (ftruncate(fd, static_cast<off_t>(new_size)) != 0) {
       return absl::InternalError(StrCat("cannot truncate ", path, ": ", std::strerror(errno)));
@@ -540,6 +547,10 @@ struct Content {
   }
 
   absl::Status ReadAt(uint64_t offset, size_t n, char* out) const {
+    if (discard) {
+      return absl::FailedPreconditionError(
+          "object bytes are not kept: the server runs with discard_data (--discard-data)");
+    }
     if (fd < 0) {
       std::memcpy(out, memory.data() + offset, n);
       return absl::OkStatus();
@@ -1215,7 +1226,8 @@ int64_t GcsTestServer::NextGeneration() {
 
 absl::StatusOr<std::unique_ptr<GcsTestServer::Content>> GcsTestServer::NewContent() {
   auto content = std::make_unique<Content>();
-  if (options_.data_dir.empty()) return content;
+  content->discard = options_.discard_data;
+  if (options_.data_dir.empty() || options_.discard_data) return content;
   uint64_t id;
   {
     MutexLock lock(&mu_);

@@ -109,6 +109,9 @@ struct GcsTestServerOptions {
   // Off: uploads skip MD5 and objects have no md5Hash (as composite objects in GCS), for
   // benchmarks that must not be limited by MD5 (about 0.6 GB/s on one core).
   bool compute_md5 = true;
+  // Uploads keep only their size and hashes, not their bytes (reads of them fail), so that a
+  // benchmark of a client measures the client, not the server's storing.
+  bool discard_data = false;
   // Wall time for timeCreated/updated and generations; nullptr: the system clock.
   Clock* clock = nullptr;
 };

@@ -27,6 +27,10 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   app.add_option("--bucket", buckets, "create this bucket at start (repeatable)");
   app.add_flag("--no-md5", no_md5, "skip MD5 of uploads (objects then have no md5Hash)");
+  bool discard_data = false;
+  app.add_flag("--discard-data", discard_data,
+               "keep only the size and hashes of uploads, not their bytes (for benchmarks of "
+               "clients)");
   CLI11_PARSE(app, argc, argv);
 
   // Blocked before any thread starts, so that every thread inherits the mask and sigwait() below
@@ -42,6 +46,7 @@ int main(int argc, char** argv) {
   options.port = port;
   options.data_dir = data_dir;
   options.compute_md5 = !no_md5;
+  options.discard_data = discard_data;
   auto server = clusterprof::testing::GcsTestServer::Start(options);
   if (!server.ok()) {
     std::cerr << "gcs-test-server: " << server.status().message() << "\n";
