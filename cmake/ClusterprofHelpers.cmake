@@ -17,15 +17,17 @@ macro(clusterprof_configure_sanitizers)
 endmacro()
 
 # clusterprof_add_test(NAME SOURCES... [DEPS targets...] [LABELS extra...] [TIMEOUT s]
-#                      [ONE_PROCESS])
+#                      [ONE_PROCESS] [CPPREST])
 # Builds a GoogleTest binary and registers its tests with ctest. The label comes from the name's
 # suffix: _test -> unit, _integration_test -> integration, _e2e_test -> e2e.
 # ctest runs each test in a process of its own; with ONE_PROCESS it runs the whole binary as one
 # ctest test instead, for suites that share an expensive fixture (a Kubernetes control plane)
 # across their tests. ctest then reports the binary as a whole: a test of it that skipped shows
 # in its output only (a skip regular expression would also hide the failures of the others).
+# CPPREST: the tests make HTTP requests through cpprestsdk; under ASan they get the LeakSanitizer
+# suppressions of tests/support/lsan.supp (leaks inside prebuilt libraries).
 function(clusterprof_add_test name)
-  cmake_parse_arguments(ARG "ONE_PROCESS" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "ONE_PROCESS;CPPREST" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(name MATCHES "_e2e_test$")
     set(label e2e)
   elseif(name MATCHES "_integration_test$")
@@ -43,6 +45,10 @@ function(clusterprof_add_test name)
   set(environment)
   if(CLUSTERPROF_SANITIZE STREQUAL "thread")
     set(environment "TSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/tsan.supp")
+  endif()
+  if(ARG_CPPREST AND CLUSTERPROF_SANITIZE STREQUAL "address")
+    set(environment "ASAN_OPTIONS=fast_unwind_on_malloc=0:malloc_context_size=8"
+        "LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/lsan.supp")
   endif()
   if(ARG_ONE_PROCESS)
     add_test(NAME ${name} COMMAND ${name})

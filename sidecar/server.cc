@@ -47,6 +47,9 @@ absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port
   return absl::OkStatus();
 }
 
+// How long a shutdown waits for uploads in flight.
+constexpr int64_t kUploadDrainNs = 15 * kNanosPerSecond;
+
 }  // namespace
 
 struct SidecarServer::Impl {
@@ -189,6 +192,9 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
 void SidecarServer::Shutdown() {
   if (impl_ == nullptr || impl_->shut_down) return;
   impl_->shut_down = true;
+  // A capture ending now does not hold the shutdown up on its uploads: its files are safe in
+  // the spool.
+  impl_->storages->StopWaiting();
   const std::string active = impl_->sessions->ActiveSessionId();
   if (!active.empty()) {
     spdlog::info("shutting down: ending capture {} early; its files are still written", active);
@@ -200,7 +206,10 @@ void SidecarServer::Shutdown() {
   impl_->grpc_server->Wait();
   impl_->sessions.reset();  // joins the session thread
   if (impl_->resume_spool.joinable()) impl_->resume_spool.join();
-  // Stops the uploaders between chunks; what is left stays in the spool for the next start.
+  // Uploads in flight get a while to finish (the spool may be an emptyDir that goes with the
+  // pod), within Kubernetes' default 30 s grace period; what is left stays in the spool for the
+  // next start.
+  impl_->storages->Shutdown(kUploadDrainNs);
   impl_->storages.reset();
   impl_->health.reset();
 }

@@ -320,8 +320,22 @@ struct Client::Impl {
                                    attempt == 1 ? " attempt)" : " attempts)"));
       }
       if (options.on_retry) options.on_retry(what, result.status());
-      options.clock->SleepUntilMonotonicNs(options.clock->MonotonicNs() + delay);
+      if (!Pause(delay)) {
+        return absl::CancelledError(
+            StrCat(what, ": stopped while retrying after: ", result.status().message()));
+      }
     }
+  }
+
+  // Sleeps `delay_ns`; false when the stop flag ended the pause.
+  bool Pause(int64_t delay_ns) {
+    const int64_t deadline = options.clock->MonotonicNs() + delay_ns;
+    if (options.stop == nullptr) {
+      options.clock->SleepUntilMonotonicNs(deadline);
+      return true;
+    }
+    options.clock->SleepUntilMonotonicNsUnless(deadline, *options.stop);
+    return !options.stop->load(std::memory_order_acquire);
   }
 
   std::string ObjectPath(std::string_view bucket, std::string_view name) {
@@ -650,7 +664,10 @@ absl::StatusOr<ObjectMetadata> Client::UploadResumable(
                                  impl_->options.retry.deadline_ns / kNanosPerSecond, " s)"));
     }
     if (impl_->options.on_retry) impl_->options.on_retry(what, status);
-    clock.SleepUntilMonotonicNs(clock.MonotonicNs() + delay);
+    if (!impl_->Pause(delay)) {
+      return absl::CancelledError(StrCat(what, ": stopped at byte ", state.committed,
+                                         " while retrying after: ", status.message()));
+    }
     ask_first = true;
   }
 

@@ -53,6 +53,9 @@ struct ClientOptions {
   std::string user_agent = "clusterprof";
   // Told of every retry: the operation ("upload gs://b/o") and why. For metrics and logs.
   std::function<void(std::string_view operation, const absl::Status& why)> on_retry;
+  // When set and true, pauses between retries end at once and the call fails with Cancelled
+  // (a process shutting down). Setters call clock->Wake() after setting it.
+  std::shared_ptr<const std::atomic<bool>> stop;
 };
 
 // An object's metadata, as the JSON API's object resource has it.

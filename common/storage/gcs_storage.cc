@@ -136,25 +136,57 @@ namespace internal {
 
 struct GcsStorageImpl {
   GcsStorageImpl(std::unique_ptr<gcs::Client> client_in, GcsStorageOptions options_in,
-                 std::unique_ptr<Spool> spool_in)
+                 std::unique_ptr<Spool> spool_in, std::shared_ptr<std::atomic<bool>> stop_in)
       : client(std::move(client_in)),
         options(std::move(options_in)),
         clock(*client->options().clock),
-        spool(std::move(spool_in)) {}
+        spool(std::move(spool_in)),
+        stop(std::move(stop_in)) {}
 
-  ~GcsStorageImpl() {
+  ~GcsStorageImpl() { Shutdown(0); }
+
+  void StopWaiting() {
+    closing.store(true, std::memory_order_release);
+    clock.Wake();  // Commit() waiters
+  }
+
+  void Shutdown(int64_t drain_ns) {
+    if (shut_down.exchange(true)) return;
+    StopWaiting();
+    const int64_t deadline = clock.MonotonicNs() + drain_ns;
+    while (clock.MonotonicNs() < deadline) {
+      {
+        MutexLock lock(&mu);
+        bool busy = !queue.empty();
+        for (const auto& [id, upload] : pending) busy |= upload->state == UploadState::kUploading;
+        if (!busy) break;
+      }
+      clock.SleepUntilMonotonicNs(std::min(deadline, clock.MonotonicNs() + 20 * kNanosPerMilli));
+    }
     {
       MutexLock lock(&mu);
-      stop.store(true, std::memory_order_release);
+      stop->store(true, std::memory_order_release);
     }
-    for (std::thread& worker : workers) worker.join();
+    clock.Wake();  // pauses between retries
+    for (std::thread& worker : workers) {
+      if (worker.joinable()) worker.join();
+    }
+    const SpoolStats left = Stats();
+    if (left.spooled + left.uploading + left.failed > 0) {
+      spdlog::info("spool {}: {} file(s), {}, left for the next start", spool->dir(),
+                   left.spooled + left.uploading + left.failed, FormatBytes(left.used_bytes));
+    }
   }
 
   const std::unique_ptr<gcs::Client> client;
   const GcsStorageOptions options;
   Clock& clock;
   const std::unique_ptr<Spool> spool;
-  std::atomic<bool> stop{false};
+  // Set by Shutdown: uploads stop between chunks, pauses between retries end.
+  const std::shared_ptr<std::atomic<bool>> stop;
+  // Set by Shutdown: Commit() no longer waits for uploads.
+  std::atomic<bool> closing{false};
+  std::atomic<bool> shut_down{false};
   std::vector<std::thread> workers;
 
   mutable Mutex mu;
@@ -228,7 +260,7 @@ struct GcsStorageImpl {
       {
         MutexLock lock(&mu);
         while (true) {
-          if (stop.load(std::memory_order_acquire)) return;
+          if (stop->load(std::memory_order_acquire)) return;
           const int64_t now = clock.MonotonicNs();
           for (auto it = deferred.begin(); it != deferred.end();) {
             if ((*it)->not_before_ns <= now) {
@@ -249,7 +281,7 @@ struct GcsStorageImpl {
               deferred.empty() ? std::chrono::seconds(1) : std::chrono::milliseconds(20);
           mu.AwaitWithDeadline(
               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-                return stop.load(std::memory_order_acquire) || !queue.empty();
+                return stop->load(std::memory_order_acquire) || !queue.empty();
               },
               std::chrono::steady_clock::now() + wait);
         }
@@ -288,7 +320,7 @@ struct GcsStorageImpl {
       return;
     }
     const absl::Status& status = result.status();
-    if (absl::IsCancelled(status) && stop.load(std::memory_order_acquire)) {
+    if (absl::IsCancelled(status) && stop->load(std::memory_order_acquire)) {
       MutexLock lock(&mu);
       upload->state = UploadState::kSpooled;
       return;
@@ -398,7 +430,7 @@ struct GcsStorageImpl {
                            seconds);
             }
           },
-          &stop);
+          stop.get());
     }
     close(fd);
     return result;
@@ -466,7 +498,8 @@ class GcsObjectWriter final : public ObjectWriter {
     impl_->Enqueue(upload);
     // Wait for the upload: done, failed for good, or tried and deferred.
     const int64_t deadline = impl_->clock.MonotonicNs() + impl_->options.commit_wait_ns;
-    while (!upload->finished.load(std::memory_order_acquire)) {
+    while (!upload->finished.load(std::memory_order_acquire) &&
+           !impl_->closing.load(std::memory_order_acquire)) {
       {
         MutexLock lock(&impl_->mu);
         if (upload->attempted) break;
@@ -590,12 +623,14 @@ absl::StatusOr<std::unique_ptr<GcsStorage>> GcsStorage::Create(gcs::ClientOption
                            std::string(why.message()), SpoolStats()});
     }
   };
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  client_options.stop = stop;
   CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<gcs::Client> client,
                                gcs::Client::Create(std::move(client_options)));
   CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<Spool> spool,
                                Spool::Open(options.spool_dir, options.spool_max_bytes));
-  auto impl =
-      std::make_unique<GcsStorageImpl>(std::move(client), std::move(options), std::move(spool));
+  auto impl = std::make_unique<GcsStorageImpl>(std::move(client), std::move(options),
+                                               std::move(spool), std::move(stop));
   std::vector<SpoolRecord> recovered = impl->spool->TakeRecovered();
   if (!recovered.empty()) {
     uint64_t bytes = 0;
@@ -712,6 +747,10 @@ std::optional<ObjectInfo> GcsStorage::UploadStatus(std::string_view uri) {
 }
 
 SpoolStats GcsStorage::stats() const { return impl_->Stats(); }
+
+void GcsStorage::StopWaiting() { impl_->StopWaiting(); }
+
+void GcsStorage::Shutdown(int64_t drain_ns) { impl_->Shutdown(drain_ns); }
 
 gcs::Client& GcsStorage::client() { return *impl_->client; }
 

@@ -99,6 +99,14 @@ class GcsStorage final : public Storage {
   absl::StatusOr<std::vector<ObjectInfo>> ResumePendingCommits() override;
   std::optional<ObjectInfo> UploadStatus(std::string_view uri) override;
 
+  // For a process that is shutting down: Commit() stops waiting for uploads, at once and from
+  // then on (its files are safe in the spool).
+  void StopWaiting();
+  // StopWaiting, then uploads already queued get up to `drain_ns` to finish, then the uploaders
+  // stop between chunks and pauses between retries end. What is left stays in the spool for the
+  // next process. Idempotent; the destructor does it with no drain.
+  void Shutdown(int64_t drain_ns);
+
   SpoolStats stats() const;
   gcs::Client& client();
 

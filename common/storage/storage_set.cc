@@ -88,6 +88,7 @@ absl::StatusOr<GcsStorage*> StorageSet::Gcs(std::string_view context) {
   if (!created.ok()) return Annotate(created.status(), context);
   spdlog::info("gs:// storage ready: {} as {}, spool {}", endpoint, identity, spool_dir_);
   gcs_ = *std::move(created);
+  if (stopping_) gcs_->StopWaiting();
   return gcs_.get();
 }
 
@@ -102,6 +103,22 @@ absl::StatusOr<Storage*> StorageSet::ForUri(std::string_view uri) {
 absl::Status StorageSet::ResumeSpool() {
   if (!HasSpoolRecords(spool_dir_)) return absl::OkStatus();
   return Gcs(StrCat("resuming the uploads in spool ", spool_dir_)).status();
+}
+
+void StorageSet::StopWaiting() {
+  MutexLock lock(&mu_);
+  stopping_ = true;
+  if (gcs_ != nullptr) gcs_->StopWaiting();
+}
+
+void StorageSet::Shutdown(int64_t drain_ns) {
+  StopWaiting();
+  GcsStorage* gcs;
+  {
+    MutexLock lock(&mu_);
+    gcs = gcs_.get();
+  }
+  if (gcs != nullptr) gcs->Shutdown(drain_ns);
 }
 
 GcsStorage* StorageSet::gcs() {

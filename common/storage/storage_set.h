@@ -54,6 +54,11 @@ class StorageSet {
   // resume at once rather than at the next gs:// capture. OK when there is nothing to resume.
   absl::Status ResumeSpool();
 
+  // For a process that is shutting down (GcsStorage::StopWaiting and Shutdown, when gs:// is in
+  // use): commits stop waiting for uploads; then uploads in flight get `drain_ns` to finish.
+  void StopWaiting();
+  void Shutdown(int64_t drain_ns);
+
   // The gs:// storage once built; nullptr before.
   GcsStorage* gcs();
   const std::string& spool_dir() const { return spool_dir_; }
@@ -66,6 +71,7 @@ class StorageSet {
   std::unique_ptr<Storage> local_;
   Mutex mu_;
   std::unique_ptr<GcsStorage> gcs_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // $CLUSTERPROF_SPOOL_DIR, else $TMPDIR (or /tmp)/clusterprof-spool-<uid>.

@@ -323,6 +323,47 @@ TEST_F(SidecarGcsTest, ASidecarKilledMidUploadFinishesItAfterItsRestart) {
   EXPECT_THAT(space.hostnames(), ::testing::ElementsAre("host-0"));
 }
 
+TEST_F(SidecarGcsTest, SigtermDoesNotWaitOutAFailingUploadAndKeepsItsFiles) {
+  server_->SetFailureRate(1.0, 503, /*seed=*/1);  // GCS down: retried for minutes
+  const std::string address = StartSidecar();
+  std::thread client([&] {
+    auto stub = tensorflow::ProfilerService::NewStub(
+        grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    tensorflow::ProfileResponse response;
+    (void)stub->Profile(&context, Request("during_outage"), &response);
+  });
+  bool retrying = false;
+  for (int i = 0; i < 3000 && !retrying; ++i) {
+    int failed = 0;
+    for (const auto& request : server_->Requests()) failed += request.code == 503;
+    retrying = failed >= 2;
+    if (!retrying) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(retrying) << testing::ReadFileOrDie(Log());
+  sidecars_.back()->Signal(SIGTERM);
+  // Well within the kubelet's grace period, not after the retry deadline (minutes).
+  std::optional<int> exit = sidecars_.back()->Wait(std::chrono::seconds(40));
+  ASSERT_TRUE(exit.has_value()) << "the sidecar did not exit on SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0);
+  client.join();
+  int records = 0;
+  for (const std::string& file : ListFilesRecursively(spool_)) records += EndsWith(file, ".json");
+  EXPECT_GE(records, 1) << "the capture waits in the spool";
+  EXPECT_THAT(testing::ReadFileOrDie(Log()), HasSubstr("left for the next start"));
+
+  // GCS is back; the next sidecar uploads it.
+  server_->SetFailureRate(0, 503, 1);
+  StartSidecar();
+  std::optional<testing::GcsObjectSnapshot> object;
+  for (int i = 0; i < 3000 && !object.has_value(); ++i) {
+    object = server_->GetObject("logs", "tb/plugins/profile/during_outage/host-0.xplane.pb");
+    if (!object.has_value()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(object.has_value()) << testing::ReadFileOrDie(Log());
+}
+
 TEST_F(SidecarGcsTest, OneGibibyteGoesUpWithBoundedMemory) {
   // Objects on disk, not in this test's memory.
   auto server = GcsTestServer::Start({.data_dir = root_.path(), .compute_md5 = false});
