@@ -262,11 +262,13 @@ struct GcsStorageImpl {
         while (true) {
           if (stop->load(std::memory_order_acquire)) return;
           const int64_t now = clock.MonotonicNs();
+          int64_t wait_ns = kNanosPerSecond;
           for (auto it = deferred.begin(); it != deferred.end();) {
             if ((*it)->not_before_ns <= now) {
               queue.push_back(std::move(*it));
               it = deferred.erase(it);
             } else {
+              wait_ns = std::min(wait_ns, (*it)->not_before_ns - now);
               ++it;
             }
           }
@@ -276,14 +278,14 @@ struct GcsStorageImpl {
             next->state = UploadState::kUploading;
             break;
           }
-          // Deferred uploads are due on the injected clock: look again now and then.
-          const auto wait =
-              deferred.empty() ? std::chrono::seconds(1) : std::chrono::milliseconds(20);
+          // Until something is queued, or the first deferred upload is due (on the injected
+          // clock, so look again at least once a second).
           mu.AwaitWithDeadline(
               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
                 return stop->load(std::memory_order_acquire) || !queue.empty();
               },
-              std::chrono::steady_clock::now() + wait);
+              std::chrono::steady_clock::now() +
+                  std::chrono::nanoseconds(std::max<int64_t>(wait_ns, kNanosPerMilli)));
         }
       }
       Run(next);

@@ -97,9 +97,12 @@ class GcsStorageTest : public ::testing::Test {
   }
 
   std::unique_ptr<GcsStorage> NewStorage(std::shared_ptr<gcs::Credentials> credentials = nullptr,
-                                         GcsStorageOptions options = {}) {
+                                         GcsStorageOptions options = {},
+                                         int64_t retry_deadline_ns = 30 * kNanosPerSecond) {
     if (options.spool_dir.empty()) options = StorageOptions();
-    auto storage = GcsStorage::Create(ClientOptions(std::move(credentials)), std::move(options));
+    gcs::ClientOptions client_options = ClientOptions(std::move(credentials));
+    client_options.retry.deadline_ns = retry_deadline_ns;
+    auto storage = GcsStorage::Create(std::move(client_options), std::move(options));
     EXPECT_TRUE(storage.ok()) << storage.status();
     return storage.ok() ? *std::move(storage) : nullptr;
   }
@@ -238,6 +241,36 @@ TEST_F(GcsStorageTest, AnUploadCutOffByItsProcessEndingResumesInTheNextOne) {
   for (const auto& request : server_->Requests()) sent += request.body_bytes;
   EXPECT_LT(sent, data.size()) << "only what the server did not hold was sent again";
   EXPECT_THAT(ListFilesRecursively(spool_dir_), IsEmpty());
+}
+
+TEST_F(GcsStorageTest, AnOutageLongerThanTheRetryDeadlineDefersTheUploadUntilGcsIsBack) {
+  server_->SetFailureRate(1.0, 503, /*seed=*/2);
+  auto storage = NewStorage(nullptr, StorageOptions(), /*retry_deadline_ns=*/100 * kNanosPerMilli);
+  const std::string data = RandomBytes(2 * kMiB, 12);
+  auto info = WriteObject(*storage, "gs://logs/deferred.bin", data);
+  ASSERT_TRUE(info.ok());
+  // Waiting for another try (or already in it): not failed, and not given up on.
+  EXPECT_TRUE(info->state == UploadState::kSpooled || info->state == UploadState::kUploading)
+      << UploadStateName(info->state);
+  EXPECT_THAT(info->error, AllOf(HasSubstr("503"), HasSubstr("gave up")));
+  EXPECT_GE(events_.Count(UploadEvent::Kind::kDeferred), 1);
+  int data_files = 0;
+  for (const std::string& file : ListFilesRecursively(spool_dir_)) {
+    data_files += EndsWith(file, ".data");
+  }
+  EXPECT_EQ(data_files, 1) << "the file waits in the spool";
+
+  server_->SetFailureRate(0, 503, 2);  // GCS is back
+  std::optional<ObjectInfo> status;
+  for (int i = 0; i < 2000; ++i) {
+    status = storage->UploadStatus("gs://logs/deferred.bin");
+    if (status.has_value() && status->state == UploadState::kCommitted) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->state, UploadState::kCommitted) << status->error;
+  EXPECT_EQ(Stored("deferred.bin"), data);
+  EXPECT_EQ(events_.Count(UploadEvent::Kind::kUploaded), 1);
 }
 
 TEST_F(GcsStorageTest, PermissionDeniedFailsAtOnceAndKeepsTheFileForTheNextProcess) {
