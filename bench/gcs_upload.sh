@@ -6,7 +6,9 @@
 #   bench/gcs_upload.sh [--bytes N] [--runs R] [--chunk-bytes C] [--build-dir DIR]
 #                       [--min-ratio F] [--max-rss-mib M]
 #
-# Defaults: 1 GiB, 3 runs each, 8 MiB chunks, build/. The uploader's time is its Commit(): fsync
+# Defaults: 1 GiB, 3 runs each, 8 MiB chunks, build/. With two CPUs or more the server runs on
+# the last CPU and each client on the first (taskset): left to the scheduler, a client sharing a
+# CPU with the server ran at half speed in some runs and not others, whichever client it was. The uploader's time is its Commit(): fsync
 # of the spool file, the upload, the CRC32C check; curl's is its whole transfer of the file
 # (read from the page cache, as the uploader reads its spool file). With --min-ratio or
 # --max-rss-mib it fails when the median ratio or the largest peak RSS misses.
@@ -38,9 +40,16 @@ cleanup() {
 trap cleanup EXIT
 mkdir -p "$work/spool"
 
+server_cpu=()
+client_cpu=()
+if command -v taskset > /dev/null && (( $(nproc) >= 2 )); then
+  server_cpu=(taskset -c "$(( $(nproc) - 1 ))")
+  client_cpu=(taskset -c 0)
+fi
+
 # The server keeps no bytes and computes no MD5 (it still checks CRC32C): storing 1 GiB costs it
 # more than either client spends sending it, and the measure is of the clients.
-"$build_dir/tests/gcs-test-server" --port 0 --port-file "$work/port" --bucket bench --no-md5 \
+"${server_cpu[@]}" "$build_dir/tests/gcs-test-server" --port 0 --port-file "$work/port" --bucket bench --no-md5 \
   --discard-data > "$work/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do [[ -s "$work/port" ]] && break; sleep 0.05; done
@@ -57,7 +66,7 @@ theirs_cpu=()
 rss=()
 sync
 for run in $(seq "$runs"); do
-  report=$(STORAGE_EMULATOR_HOST="$endpoint" "$build_dir/tests/gcs-upload" \
+  report=$(STORAGE_EMULATOR_HOST="$endpoint" "${client_cpu[@]}" "$build_dir/tests/gcs-upload" \
     --spool-dir "$work/spool" --uri "gs://bench/ours-$run" --bytes "$bytes" \
     --chunk-bytes "$chunk" --seed "$run" 2> "$work/upload.log" | tail -1)
   # Each upload starts with the disk quiet: the previous one's object deleted and written back.
@@ -69,7 +78,7 @@ for run in $(seq "$runs"); do
   rss+=("$((kib / 1024))")
   curl -sS -o /dev/null -X DELETE "$endpoint/storage/v1/b/bench/o/ours-$run"
   sync
-  curl_out=$(/usr/bin/time -f '%U %S' -o "$work/curl.time" curl -sS -o /dev/null \
+  curl_out=$(/usr/bin/time -f '%U %S' -o "$work/curl.time" "${client_cpu[@]}" curl -sS -o /dev/null \
     -w '%{http_code} %{time_total}' -X POST -H 'Content-Type: application/octet-stream' \
     -T "$work/payload" "$endpoint/upload/storage/v1/b/bench/o?uploadType=media&name=curl-$run")
   read -r code curl_seconds <<< "$curl_out"

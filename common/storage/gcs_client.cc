@@ -220,8 +220,10 @@ struct Client::Impl {
     if (client == nullptr) {
       http::client::http_client_config config;
       config.set_timeout(std::chrono::microseconds(options.request_timeout_ns / kNanosPerMicro));
-      // Big pieces: a chunk of several MiB goes out in a few writes.
-      config.set_chunksize(1 << 20);
+      // The size of the pieces a request body is copied and sent in. Small enough that a piece
+      // is still in the CPU's cache when the kernel copies it out: 128 KiB uploaded 1 GiB in
+      // 0.43-0.8 s, 1 MiB in 1.0 s, 4 MiB in 1.05 s (bench/RESULTS.md).
+      config.set_chunksize(128 << 10);
       client = std::make_unique<http::client::http_client>(base, config);
     }
     return *client;
