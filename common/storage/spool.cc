@@ -193,9 +193,15 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(std::string dir, uint64_t max
         StrCat("spool directory '", dir, "' must be an absolute path"));
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(dir));
+  constexpr std::string_view kHint =
+      "; give a writable directory with --spool-dir (clusterprof-sidecar) or "
+      "$CLUSTERPROF_SPOOL_DIR";
+  if (absl::Status made = MakeDirs(dir); !made.ok()) {
+    return absl::Status(made.code(), StrCat(made.message(), kHint));
+  }
   if (access(dir.c_str(), W_OK) != 0) {
-    return ErrnoToStatus(errno, "cannot write to spool directory", dir);
+    const absl::Status status = ErrnoToStatus(errno, "cannot write to spool directory", dir);
+    return absl::Status(status.code(), StrCat(status.message(), kHint));
   }
   std::unique_ptr<Spool> spool(new Spool(std::move(dir), max_bytes));
   CLUSTERPROF_RETURN_IF_ERROR(spool->Load());

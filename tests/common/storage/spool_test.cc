@@ -14,6 +14,7 @@ using ::clusterprof::testing::FileExists;
 using ::clusterprof::testing::ListFilesRecursively;
 using ::clusterprof::testing::TempDir;
 using ::clusterprof::testing::WriteFileOrDie;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -131,7 +132,7 @@ TEST(SpoolTest, AnUnusableDirectoryIsAClearError) {
   TempDir dir;
   WriteFileOrDie(dir.Join("file"), "x");
   EXPECT_THAT(Spool::Open(dir.Join("file/spool"), 1).status().message(),
-              HasSubstr(dir.Join("file")));
+              AllOf(HasSubstr(dir.Join("file")), HasSubstr("--spool-dir")));
   EXPECT_THAT(Spool::Open("relative/spool", 1).status().message(), HasSubstr("absolute"));
   if (geteuid() != 0) {
     ASSERT_EQ(chmod(dir.path().c_str(), 0500), 0);
