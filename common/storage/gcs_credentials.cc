@@ -105,6 +105,9 @@ std::unique_ptr<client::http_client> MakeHttpClient(const std::string& base_uri,
                                                     int64_t timeout_ns) {
   client::http_client_config config;
   config.set_timeout(std::chrono::microseconds(std::max<int64_t>(timeout_ns / kNanosPerMicro, 1)));
+  // No automatic redirects: cpprestsdk copies the request's headers for its redirect follower
+  // while its I/O threads add to them (a data race); token endpoints do not redirect.
+  config.set_max_redirects(0);
   return std::make_unique<client::http_client>(base_uri, config);
 }
 

@@ -229,6 +229,10 @@ class RestClient::Impl {
   client::http_client_config MakeConfig(int64_t timeout_ns) {
     client::http_client_config config;
     config.set_timeout(std::chrono::microseconds(timeout_ns / kNanosPerMicro));
+    // No automatic redirects: cpprestsdk builds its redirect follower after handing the request
+    // to its I/O threads, copying the request's headers while they add to them (a data race
+    // that crashed a GCS upload under ASan). The API server does not redirect.
+    config.set_max_redirects(0);
     config.set_validate_certificates(!config_.insecure_skip_tls_verify);
     const RestConfig* rest = &config_;
     config.set_ssl_context_callback([rest](boost::asio::ssl::context& context) {
