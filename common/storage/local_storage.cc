@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/storage/dirs.h"
 #include "common/strings.h"
 
 namespace clusterprof::storage {
@@ -33,32 +34,6 @@ std::pair<std::string, std::string> SplitDirName(const std::string& path) {
   const size_t slash = path.rfind('/');
   if (slash == 0) return {"/", path.substr(1)};
   return {path.substr(0, slash), path.substr(slash + 1)};
-}
-
-// mkdir -p.
-absl::Status MakeDirs(const std::string& dir) {
-  struct stat st;
-  if (stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        StrCat("cannot create directory ", dir, ": a file is in the way"));
-  }
-  if (dir == "/") return absl::OkStatus();
-  CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(SplitDirName(dir).first));
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoToStatus(errno, "cannot create directory", dir);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open directory", dir);
-  const int rc = fsync(fd);
-  const int saved = errno;
-  close(fd);
-  if (rc != 0) return ErrnoToStatus(saved, "cannot fsync directory", dir);
-  return absl::OkStatus();
 }
 
 class LocalObjectWriter final : public ObjectWriter {
@@ -186,7 +161,7 @@ class LocalStorage final : public Storage {
     if (name.empty()) {
       return absl::InvalidArgumentError(StrCat("'", uri, "' names a directory, not a file"));
     }
-    CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(dir));
+    CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(dir, 0755));
     std::string temp = StrCat(dir, "/.", name, ".tmp-XXXXXX");
     const int fd = mkostemp(temp.data(), O_CLOEXEC);
     if (fd < 0) return ErrnoToStatus(errno, "cannot create a file in", dir);

@@ -13,6 +13,7 @@
 #include "common/crc32c.h"
 #include "common/json_escape.h"
 #include "common/status.h"
+#include "common/storage/dirs.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 // After spdlog: cpprestsdk's headers break fmt's std::byte formatter when included first.
@@ -24,34 +25,6 @@ namespace {
 constexpr std::string_view kDataSuffix = ".data";
 constexpr std::string_view kRecordSuffix = ".json";
 constexpr std::string_view kTempSuffix = ".tmp";
-
-absl::Status MakeDirs(const std::string& dir) {
-  if (dir.empty() || dir == "/") return absl::OkStatus();
-  struct stat st;
-  if (stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return absl::FailedPreconditionError(
-        StrCat("spool directory ", dir, " cannot be created: a file is in the way"));
-  }
-  const size_t slash = dir.rfind('/');
-  if (slash != std::string::npos && slash > 0) {
-    CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(dir.substr(0, slash)));
-  }
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ErrnoToStatus(errno, "cannot create spool directory", dir);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDirectory(const std::string& dir) {
-  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open directory", dir);
-  const int rc = fsync(fd);
-  const int saved = errno;
-  close(fd);
-  if (rc != 0) return ErrnoToStatus(saved, "cannot fsync directory", dir);
-  return absl::OkStatus();
-}
 
 absl::Status WriteFileDurably(const std::string& path, std::string_view data) {
   const std::string temp = StrCat(path, kTempSuffix);
@@ -196,7 +169,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(std::string dir, uint64_t max
   constexpr std::string_view kHint =
       "; give a writable directory with --spool-dir (clusterprof-sidecar) or "
       "$CLUSTERPROF_SPOOL_DIR";
-  if (absl::Status made = MakeDirs(dir); !made.ok()) {
+  if (absl::Status made = MakeDirs(dir, 0700); !made.ok()) {
     return absl::Status(made.code(), StrCat(made.message(), kHint));
   }
   if (access(dir.c_str(), W_OK) != 0) {

@@ -1,0 +1,42 @@
+#include "common/storage/dirs.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "common/status.h"
+#include "common/strings.h"
+
+namespace clusterprof::storage {
+
+absl::Status MakeDirs(const std::string& dir, mode_t mode) {
+  if (dir.empty() || dir == "/") return absl::OkStatus();
+  struct stat st;
+  if (stat(dir.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        StrCat("cannot create directory ", dir, ": a file is in the way"));
+  }
+  const size_t slash = dir.rfind('/');
+  if (slash != std::string::npos && slash > 0) {
+    CLUSTERPROF_RETURN_IF_ERROR(MakeDirs(dir.substr(0, slash), mode));
+  }
+  if (mkdir(dir.c_str(), mode) != 0 && errno != EEXIST) {
+    return ErrnoToStatus(errno, "cannot create directory", dir);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncDirectory(const std::string& dir) {
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot open directory", dir);
+  const int rc = fsync(fd);
+  const int saved = errno;
+  close(fd);
+  if (rc != 0) return ErrnoToStatus(saved, "cannot fsync directory", dir);
+  return absl::OkStatus();
+}
+
+}  // namespace clusterprof::storage
