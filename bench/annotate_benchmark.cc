@@ -170,7 +170,7 @@ class Environment {
       drainer_.reset();
       Reset();
     }
-    control_->Arm(kAnnotationLevelInfo, 0, 0, 0);
+    control_->ArmHost(kAnnotationLevelInfo, 0, 0);
     { Trace warm("warm"); }  // creates the ring and claims thread 0's slot
     slots_used_ += threads;
     if (drainer_ == nullptr) {

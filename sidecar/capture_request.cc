@@ -47,6 +47,53 @@ tensorflow::ProfileOptions DefaultProfileOptions() {
   return options;
 }
 
+namespace {
+
+// The GPU options of advanced_configuration, typed as upstream types them (int64 caps, a bool
+// for NVTX); a value of another type, or a cap that is not positive, is refused.
+absl::Status ParseGpuOptions(const tensorflow::ProfileOptions& opts, CaptureRequest* out) {
+  const auto& config = opts.advanced_configuration();
+  for (const auto& [key, field] :
+       {std::pair<const char*, uint64_t CaptureRequest::*>{
+            kGpuMaxActivityEventsKey, &CaptureRequest::gpu_max_activity_events},
+        std::pair<const char*, uint64_t CaptureRequest::*>{kGpuMaxApiEventsKey,
+                                                           &CaptureRequest::gpu_max_api_events}}) {
+    auto it = config.find(key);
+    if (it == config.end()) continue;
+    if (it->second.value_case() != tensorflow::ProfileOptions::AdvancedConfigValue::kInt64Value ||
+        it->second.int64_value() <= 0) {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", key, "\"] must be a positive int64_value"));
+    }
+    out->*field = static_cast<uint64_t>(it->second.int64_value());
+  }
+  if (auto it = config.find(kGpuEnableNvtxKey); it != config.end()) {
+    if (it->second.value_case() != tensorflow::ProfileOptions::AdvancedConfigValue::kBoolValue) {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", kGpuEnableNvtxKey, "\"] must be a bool_value"));
+    }
+    out->gpu_nvtx = it->second.bool_value();
+  }
+  if (auto it = config.find(kGpuApiTracingKey); it != config.end()) {
+    const std::string& value = it->second.string_value();
+    if (value == "runtime,driver" || value == "driver,runtime") {
+      out->gpu_runtime_api = out->gpu_driver_api = true;
+    } else if (value == "runtime" || value == "driver" || value == "none") {
+      out->gpu_runtime_api = value == "runtime";
+      out->gpu_driver_api = value == "driver";
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", kGpuApiTracingKey,
+                 "\"] must be a string_value of \"runtime,driver\", \"runtime\", \"driver\" or "
+                 "\"none\", not \"",
+                 value, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 CaptureWindow CaptureRequest::Window(int64_t start_ns) const {
   CaptureWindow window;
   window.start_ns = start_ns;
@@ -55,6 +102,11 @@ CaptureWindow CaptureRequest::Window(int64_t start_ns) const {
   window.device_tracer_level = options.device_tracer_level();
   window.python_tracer_level = options.python_tracer_level();
   window.max_events = max_events;
+  window.gpu_max_activity_events = gpu_max_activity_events;
+  window.gpu_max_api_events = gpu_max_api_events;
+  window.gpu_nvtx = gpu_nvtx;
+  window.gpu_runtime_api = gpu_runtime_api;
+  window.gpu_driver_api = gpu_driver_api;
   return window;
 }
 
@@ -96,6 +148,9 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
   if (auto it = opts.advanced_configuration().find(kOutliveClientKey);
       !defaults && it != opts.advanced_configuration().end()) {
     out.outlive_client = it->second.bool_value();
+  }
+  if (!defaults) {
+    CLUSTERPROF_RETURN_IF_ERROR(ParseGpuOptions(opts, &out));
   }
   out.emit_xspace = request.emit_xspace();
 

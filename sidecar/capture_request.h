@@ -28,6 +28,13 @@ struct RequestPolicy {
 
 // The advanced_configuration key of CaptureRequest::outlive_client.
 inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
+// Upstream's GPU keys (int64, int64, bool).
+inline constexpr char kGpuMaxActivityEventsKey[] = "gpu_max_activity_api_events";
+inline constexpr char kGpuMaxApiEventsKey[] = "gpu_max_callback_api_events";
+inline constexpr char kGpuEnableNvtxKey[] = "gpu_enable_nvtx_tracking";
+// Ours: which CUDA calls are recorded beside the GPU activity, a string_value of "runtime,driver"
+// (the default), "runtime", "driver" or "none".
+inline constexpr char kGpuApiTracingKey[] = "clusterprof_gpu_api_tracing";
 
 struct CaptureRequest {
   std::string session_id;
@@ -45,6 +52,12 @@ struct CaptureRequest {
   // or reads its results back with GetSession). Without it, the capture stops early then, as
   // upstream servers do.
   bool outlive_client = false;
+  // GPU tracing caps per process (0 = the default) and NVTX ranges.
+  uint64_t gpu_max_activity_events = 0;
+  uint64_t gpu_max_api_events = 0;
+  bool gpu_nvtx = false;
+  bool gpu_runtime_api = true;
+  bool gpu_driver_api = true;
   // The options in effect (upstream defaults applied for version 0).
   tensorflow::ProfileOptions options;
 

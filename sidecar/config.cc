@@ -50,6 +50,9 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"spool_dir", scalar(&c.spool_dir)},
       {"spool_max_bytes", scalar(&c.spool_max_bytes)},
       {"upload_wait_ms", scalar(&c.upload_wait_ms)},
+      {"gpu", scalar(&c.gpu)},
+      {"gpu_flush_timeout_ms", scalar(&c.gpu_flush_timeout_ms)},
+      {"nvml_library", scalar(&c.nvml_library)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {

@@ -38,6 +38,12 @@ struct SidecarConfig {
   // How long a Profile request waits for its gs:// uploads before answering; they go on
   // in the background after that (GetSession follows them).
   int64_t upload_wait_ms = 120'000;
+  // GPU tracing: CUDA processes that load libclusterprof_cupti, and NVML counters.
+  bool gpu = true;
+  // How long a capture's stop waits for each CUDA process to hand over its last GPU records.
+  int64_t gpu_flush_timeout_ms = 3000;
+  // The NVML library for GPU counters (loaded at run time; absent: no counters).
+  std::string nvml_library = "libnvidia-ml.so.1";
 };
 
 // The sidecar's default spool directory (see SidecarConfig::spool_dir).

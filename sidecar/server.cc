@@ -17,6 +17,9 @@
 #include "sidecar/services.h"
 #include "sidecar/session.h"
 #include "sidecar/tracers/annotation_tracer.h"
+#include "sidecar/tracers/gpu_metrics.h"
+#include "sidecar/tracers/gpu_tracer.h"
+#include "sidecar/tracers/nvml_api.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::sidecar {
@@ -55,6 +58,9 @@ constexpr int64_t kUploadDrainNs = 15 * kNanosPerSecond;
 struct SidecarServer::Impl {
   Clock* clock = nullptr;
   std::unique_ptr<AnnotationTracer> annotations;
+  std::unique_ptr<NvmlApi> nvml;   // null without libnvidia-ml
+  std::unique_ptr<GpuTracer> gpu;  // null with --no-gpu
+  std::vector<Tracer*> tracers;
   std::unique_ptr<SidecarMetrics> metrics;
   std::unique_ptr<storage::StorageSet> storages;
   // Resumes what an earlier sidecar left in the spool without holding up the start.
@@ -119,6 +125,25 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   annotation_options.dir = config.shm_dir.empty() ? DefaultShmDir() : config.shm_dir;
   annotation_options.default_max_events = config.max_events;
   CLUSTERPROF_ASSIGN_OR_RETURN(impl->annotations, AnnotationTracer::Create(annotation_options));
+  impl->tracers.push_back(impl->annotations.get());
+  if (config.gpu) {
+    GpuTracer::Options gpu_options;
+    gpu_options.dir = annotation_options.dir;
+    gpu_options.flush_timeout_ms = config.gpu_flush_timeout_ms;
+    std::unique_ptr<GpuMetricsSampler> gpu_metrics;
+    if (absl::StatusOr<std::unique_ptr<NvmlApi>> nvml = LoadNvmlApi(config.nvml_library);
+        nvml.ok()) {
+      impl->nvml = std::move(*nvml);
+      gpu_metrics =
+          std::make_unique<GpuMetricsSampler>(*impl->nvml, clock, GpuMetricsSampler::Options());
+    } else {
+      spdlog::info("no GPU counters: {}", std::string(nvml.status().message()));
+    }
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        impl->gpu,
+        GpuTracer::Create(gpu_options, impl->annotations->control(), std::move(gpu_metrics)));
+    impl->tracers.push_back(impl->gpu.get());
+  }
 
   if (config.upload_wait_ms < 0) {
     return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
@@ -140,14 +165,14 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
                     std::string(resumed.message()));
     }
   });
-  impl->sessions =
-      std::make_unique<SessionManager>(clock, std::vector<Tracer*>{impl->annotations.get()},
-                                       impl->metrics.get(), impl->storages.get());
+  impl->sessions = std::make_unique<SessionManager>(clock, impl->tracers, impl->metrics.get(),
+                                                    impl->storages.get());
   const std::string host_name = policy.default_host_name;
   impl->profiler_service = std::make_unique<ProfilerServiceImpl>(*impl->sessions, std::move(policy),
                                                                  clock, impl->metrics.get());
   impl->sidecar_service = std::make_unique<SidecarServiceImpl>(
-      *impl->sessions, std::vector<const Tracer*>{impl->annotations.get()}, host_name, clock);
+      *impl->sessions, std::vector<const Tracer*>(impl->tracers.begin(), impl->tracers.end()),
+      host_name, clock);
 
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos

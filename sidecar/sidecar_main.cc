@@ -63,6 +63,16 @@ int main(int argc, char** argv) {
                  "How long a Profile request waits for its uploads before answering (they go "
                  "on in the background)")
       ->capture_default_str();
+  app.add_flag("--gpu,!--no-gpu", flags.gpu,
+               "Trace the GPU activity of CUDA processes that load libclusterprof_cupti "
+               "(CUDA_INJECTION64_PATH), with NVML counters")
+      ->capture_default_str();
+  app.add_option("--gpu-flush-timeout-ms", flags.gpu_flush_timeout_ms,
+                 "How long a capture's stop waits for each CUDA process's last GPU records")
+      ->capture_default_str();
+  app.add_option("--nvml-library", flags.nvml_library,
+                 "NVML library for GPU utilization, memory, power and clock counters")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -89,6 +99,9 @@ int main(int argc, char** argv) {
   if (given("--spool-dir")) config.spool_dir = flags.spool_dir;
   if (given("--spool-max-bytes")) config.spool_max_bytes = flags.spool_max_bytes;
   if (given("--upload-wait-ms")) config.upload_wait_ms = flags.upload_wait_ms;
+  if (given("--gpu") || given("--no-gpu")) config.gpu = flags.gpu;
+  if (given("--gpu-flush-timeout-ms")) config.gpu_flush_timeout_ms = flags.gpu_flush_timeout_ms;
+  if (given("--nvml-library")) config.nvml_library = flags.nvml_library;
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =

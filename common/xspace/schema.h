@@ -30,6 +30,10 @@ inline constexpr std::string_view kProducerId = "_p";
 inline constexpr std::string_view kConsumerId = "_c";
 inline constexpr std::string_view kProducerType = "_pt";
 inline constexpr std::string_view kConsumerType = "_ct";
+// Upstream's flow stat (XFlow): uint64 with the direction in bits 0-1 (1 in, 2 out), the flow id
+// in bits 2-57 and the category in bits 58-63; 9 is a GPU launch (launch -> kernel).
+inline constexpr std::string_view kFlow = "flow";
+inline constexpr uint64_t kFlowCategoryGpuLaunch = 9;
 
 // Device event stats.
 inline constexpr std::string_view kDeviceId = "device_id";
@@ -57,6 +61,12 @@ inline constexpr std::string_view kDeviceVendorNvidia = "Nvidia";
 // zero-duration event per sample; the event's metadata name is the counter's name and its stat
 // `value` the sample. The trace JSON turns them into "ph":"C" events.
 inline constexpr std::string_view kCounterLineName = "Counters";
+// Upstream XLA's counter line (id INT64_MAX), whose events carry a stat named after the counter;
+// ours add a "value" stat too. Readers treat both lines as counters.
+inline constexpr std::string_view kUpstreamCounterLineName = "_counters_";
+inline bool IsCounterLine(std::string_view line_name) {
+  return line_name == kCounterLineName || line_name == kUpstreamCounterLineName;
+}
 inline constexpr std::string_view kCounterValue = "value";
 
 // Trace JSON process ids (docs/protocol.md): host threads use a fixed pid; device plane n uses 1 +

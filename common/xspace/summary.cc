@@ -81,7 +81,7 @@ SpaceSummary Summarize(const XSpace& space, int top_n) {
         const int64_t stop_ns = SaturatingAdd(start_ns, event.duration_ps() / 1000);
         begin_ps_line_ns = std::min(begin_ps_line_ns, start_ns);
         end_ns = std::max(end_ns, stop_ns);
-        if (line.name() == kCounterLineName) continue;
+        if (IsCounterLine(line.name())) continue;
         auto md = plane.event_metadata().find(event.metadata_id());
         const std::string& name =
             md == plane.event_metadata().end()

@@ -130,6 +130,7 @@ struct StatInfo {
   bool producer = false;    // "_p"
   bool consumer = false;    // "_c"
   bool value_stat = false;  // "value", for counters
+  bool flow = false;        // "flow": upstream's XFlow encoding
 };
 
 struct EventInfo {
@@ -215,7 +216,8 @@ class PlaneWriter {
   LineContext BeginLine(const XLine& line) {
     LineContext context;
     context.timestamp_ns = line.timestamp_ns();
-    if (line.name() == kCounterLineName) {
+    // Ours, and upstream XLA's counter line.
+    if (IsCounterLine(line.name())) {
       context.counters = true;
       context.prefix = "{\"ph\":\"C\",\"pid\":" + pid_text_ + ",\"ts\":";
       return context;
@@ -254,6 +256,7 @@ class PlaneWriter {
       info.producer = md.name() == kProducerId;
       info.consumer = md.name() == kConsumerId;
       info.value_stat = md.name() == kCounterValue;
+      info.flow = md.name() == kFlow;
     }
   }
 
@@ -351,9 +354,22 @@ class PlaneWriter {
     uint64_t flow_id = 0;
     bool flow_out = false;
     bool flow_in = false;
+    std::string_view flow_category;
     for (const XStat& stat : event.stats()) {
       StatInfoEntry* stat_info = stat_table_.Find(stat.metadata_id());
       if (stat_info == nullptr) continue;
+      if (stat_info->flow && stat.value_case() == XStat::kUint64Value) {
+        // Direction in bits 0-1 (1 in, 2 out, 3 both), the id in bits 2-57, the category above.
+        const uint64_t value = stat.uint64_value();
+        const uint64_t id = (value >> 2) & ((uint64_t{1} << 56) - 1);
+        if (id != 0 && (flow_id == 0 || flow_id == id)) {
+          flow_id = id;
+          flow_out = flow_out || (value & 2) != 0;
+          flow_in = flow_in || (value & 1) != 0;
+          if ((value >> 58) == kFlowCategoryGpuLaunch) flow_category = ",\"cat\":\"gpu_launch\"";
+        }
+        continue;
+      }
       if (stat_info->producer || stat_info->consumer) {
         uint64_t id = 0;
         if (stat.value_case() == XStat::kUint64Value) id = stat.uint64_value();
@@ -378,6 +394,7 @@ class PlaneWriter {
     if (flow_id != 0) {
       out_.Put(",\"bind_id\":");
       out_.PutInt(flow_id);
+      out_.Put(flow_category);
       if (flow_out) out_.Put(",\"flow_out\":true");
       if (flow_in) out_.Put(",\"flow_in\":true");
       ++stats_.flow_events;

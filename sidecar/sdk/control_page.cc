@@ -9,6 +9,8 @@
 #include <cstring>
 #include <new>
 
+#include "sidecar/sdk/shm_file.h"
+
 namespace clusterprof::shm {
 
 const ControlPage& ControlReader::OffPage() {
@@ -24,34 +26,14 @@ const ControlPage& ControlReader::OffPage() {
 
 std::unique_ptr<ControlWriter> ControlWriter::Create(const std::string& dir, std::string* error) {
   const std::string path = dir + "/" + kControlFileName;
-  const std::string temp = path + ".tmp";
-  const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot create " + temp + ": " + std::strerror(errno);
-    return nullptr;
-  }
   const size_t size = 4096;
-  if (ftruncate(fd, size) != 0) {
-    *error = "cannot size " + temp + ": " + std::strerror(errno);
-    close(fd);
-    return nullptr;
-  }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    *error = "cannot map " + temp + ": " + std::strerror(errno);
-    return nullptr;
-  }
+  void* base = CreateTempShmFile(path, size, error);
+  if (base == nullptr) return nullptr;
   auto* page = new (base) ControlPage();
   page->magic = kControlMagic;
   page->version = kVersion;
   page->size = sizeof(ControlPage);
-  std::atomic_thread_fence(std::memory_order_release);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    *error = "cannot rename " + temp + ": " + std::strerror(errno);
-    munmap(base, size);
-    return nullptr;
-  }
+  if (!PublishShmFile(path, base, size, error)) return nullptr;
   return std::unique_ptr<ControlWriter>(new ControlWriter(path, page));
 }
 
@@ -60,19 +42,30 @@ ControlWriter::~ControlWriter() {
   munmap(page_, 4096);
 }
 
-uint64_t ControlWriter::Arm(uint32_t host_level, uint32_t device_level, int64_t start_ns,
-                            int64_t stop_ns) {
+uint64_t ControlWriter::ArmHost(uint32_t host_level, int64_t start_ns, int64_t stop_ns) {
   page_->start_ns.store(start_ns, std::memory_order_relaxed);
   page_->stop_ns.store(stop_ns, std::memory_order_relaxed);
   const uint64_t seq = page_->session_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
-  page_->device_level.store(device_level, std::memory_order_release);
   page_->host_level.store(host_level, std::memory_order_release);
   return seq;
 }
 
+void ControlWriter::DisarmHost() { page_->host_level.store(0, std::memory_order_release); }
+
+uint64_t ControlWriter::ArmDevice(const DeviceArming& arming) {
+  page_->gpu_max_activity_events.store(arming.max_activity_events, std::memory_order_relaxed);
+  page_->gpu_max_api_events.store(arming.max_api_events, std::memory_order_relaxed);
+  page_->gpu_flags.store(arming.flags, std::memory_order_relaxed);
+  const uint64_t seq = page_->device_seq.fetch_add(1, std::memory_order_acq_rel) + 1;
+  page_->device_level.store(arming.level, std::memory_order_release);
+  return seq;
+}
+
+void ControlWriter::DisarmDevice() { page_->device_level.store(0, std::memory_order_release); }
+
 void ControlWriter::Disarm() {
-  page_->host_level.store(0, std::memory_order_release);
-  page_->device_level.store(0, std::memory_order_release);
+  DisarmHost();
+  DisarmDevice();
 }
 
 bool ControlReader::TryAttach(const std::string& dir) {

@@ -20,10 +20,23 @@ class ControlWriter {
   ControlWriter(const ControlWriter&) = delete;
   ControlWriter& operator=(const ControlWriter&) = delete;
 
-  // Starts recording at `host_level` / `device_level` for the window [start_ns, stop_ns].
-  // Returns the new session sequence number.
-  uint64_t Arm(uint32_t host_level, uint32_t device_level, int64_t start_ns, int64_t stop_ns);
-  // Stops recording.
+  // Starts recording annotations at `host_level` for the window [start_ns, stop_ns]. Returns the
+  // new session sequence number.
+  uint64_t ArmHost(uint32_t host_level, int64_t start_ns, int64_t stop_ns);
+  void DisarmHost();
+
+  // Starts GPU tracing (libclusterprof_cupti) at `level` with these caps and GpuFlags. Returns the
+  // new device sequence number, which the processes echo in their GPU rings.
+  struct DeviceArming {
+    uint32_t level = 1;
+    uint64_t max_activity_events = kDefaultGpuMaxEvents;
+    uint64_t max_api_events = kDefaultGpuMaxEvents;
+    uint32_t flags = 0;
+  };
+  uint64_t ArmDevice(const DeviceArming& arming);
+  void DisarmDevice();
+
+  // Stops everything.
   void Disarm();
   const ControlPage& page() const { return *page_; }
   const std::string& path() const { return path_; }

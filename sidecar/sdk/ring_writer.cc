@@ -10,21 +10,9 @@
 #include <new>
 #include <sstream>
 
+#include "sidecar/sdk/shm_file.h"
+
 namespace clusterprof::shm {
-namespace {
-
-uint32_t RoundUpToPowerOfTwo(uint32_t value) {
-  uint32_t result = 1;
-  while (result < value && result < (1u << 30)) result <<= 1;
-  return result;
-}
-
-uint64_t AlignUp(uint64_t value, uint64_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
-}  // namespace
-
 uint64_t ProcessStartTicks(const std::string& proc_root, int pid) {
   std::ifstream in(proc_root + "/" + std::to_string(pid) + "/stat");
   std::string stat;
@@ -49,8 +37,8 @@ std::string RingFileName(int pid, uint64_t start_ticks) {
 std::unique_ptr<RingWriter> RingWriter::Create(const std::string& dir, const RingOptions& options,
                                                std::string* error) {
   const uint32_t threads = options.max_threads == 0 ? 1 : options.max_threads;
-  const uint32_t slots =
-      RoundUpToPowerOfTwo(options.slots_per_thread == 0 ? 1 : options.slots_per_thread);
+  const auto slots = static_cast<uint32_t>(
+      RoundUpToPowerOfTwo(options.slots_per_thread == 0 ? 1 : options.slots_per_thread, 1u << 30));
   const uint64_t slots_offset = AlignUp(sizeof(RingHeader), 4096);
   const uint64_t records_offset = AlignUp(slots_offset + threads * sizeof(ThreadSlot), 4096);
   const uint64_t strings_offset =
@@ -60,27 +48,8 @@ std::unique_ptr<RingWriter> RingWriter::Create(const std::string& dir, const Rin
   const int pid = getpid();
   const uint64_t ticks = ProcessStartTicks("/proc", pid);
   const std::string path = dir + "/" + RingFileName(pid, ticks);
-  // Written under a temporary name and renamed once the header is complete, so the sidecar never
-  // maps a half-initialized ring.
-  const std::string temp = path + ".tmp";
-  const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot create " + temp + ": " + std::strerror(errno);
-    return nullptr;
-  }
-  if (ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
-    *error = "cannot size " + temp + ": " + std::strerror(errno);
-    close(fd);
-    unlink(temp.c_str());
-    return nullptr;
-  }
-  void* base = mmap(nullptr, file_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    *error = "cannot map " + temp + ": " + std::strerror(errno);
-    unlink(temp.c_str());
-    return nullptr;
-  }
+  void* base = CreateTempShmFile(path, file_size, error);
+  if (base == nullptr) return nullptr;
   auto* header = new (base) RingHeader();
   header->magic = kRingMagic;
   header->version = kVersion;
@@ -99,13 +68,7 @@ std::unique_ptr<RingWriter> RingWriter::Create(const std::string& dir, const Rin
                sizeof(header->process_name) - 1);
   auto* slot_array = reinterpret_cast<ThreadSlot*>(static_cast<char*>(base) + slots_offset);
   for (uint32_t i = 0; i < threads; ++i) new (&slot_array[i]) ThreadSlot();
-  std::atomic_thread_fence(std::memory_order_release);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    *error = "cannot rename " + temp + ": " + std::strerror(errno);
-    munmap(base, file_size);
-    unlink(temp.c_str());
-    return nullptr;
-  }
+  if (!PublishShmFile(path, base, file_size, error)) return nullptr;
   return std::unique_ptr<RingWriter>(new RingWriter(path, base, file_size));
 }
 
@@ -140,21 +103,10 @@ ThreadRing* RingWriter::ClaimThread(uint32_t tid) {
 uint32_t RingWriter::Intern(std::string_view text) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = interned_.find(std::string(text)); it != interned_.end()) return it->second;
-  const uint64_t entry_size = (sizeof(StringEntryHeader) + text.size() + 3) & ~uint64_t{3};
-  const uint64_t offset = header_->strings_used.load(std::memory_order_relaxed);
-  if (text.size() > 0xFFFF || offset + entry_size > header_->strings_capacity) {
-    header_->dropped_strings.fetch_add(1, std::memory_order_relaxed);
-    return 0;
-  }
-  char* entry = static_cast<char*>(base_) + header_->strings_offset + offset;
-  if (!text.empty()) std::memcpy(entry + sizeof(StringEntryHeader), text.data(), text.size());
-  auto* entry_header = new (entry) StringEntryHeader();
-  // Length last: a reader that sees it sees the bytes. Stored as length + 1 so the empty string
-  // is distinguishable from "not written yet".
-  entry_header->length_plus_one.store(static_cast<uint32_t>(text.size()) + 1,
-                                      std::memory_order_release);
-  header_->strings_used.store(offset + entry_size, std::memory_order_release);
-  const uint32_t id = static_cast<uint32_t>(offset) + 1;
+  const uint32_t id =
+      AppendString(static_cast<char*>(base_) + header_->strings_offset, header_->strings_capacity,
+                   header_->strings_used, header_->dropped_strings, text);
+  if (id == 0) return 0;
   interned_.emplace(std::string(text), id);
   return id;
 }

@@ -23,9 +23,11 @@ inline constexpr char kDirEnv[] = "CLUSTERPROF_DIR";
 inline constexpr char kControlFileName[] = "control";
 inline constexpr char kRingPrefix[] = "ring-";
 inline constexpr char kRingSuffix[] = ".shm";
+inline constexpr char kGpuRingPrefix[] = "gpu-";
 
 inline constexpr uint64_t kControlMagic = 0x3130'4C52'5443'5043;  // "CPCTRL01" little-endian
 inline constexpr uint64_t kRingMagic = 0x3130'474E'4952'5043;     // "CPRING01"
+inline constexpr uint64_t kGpuRingMagic = 0x3130'3055'5047'5043;  // "CPGPU001"
 inline constexpr uint32_t kVersion = 1;
 
 // The sidecar's control page. A process records annotations at `level` only while
@@ -42,6 +44,21 @@ struct alignas(64) ControlPage {
   // The armed window (wall clock, ns since the Unix epoch); 0 when unknown.
   std::atomic<int64_t> start_ns;
   std::atomic<int64_t> stop_ns;
+  // GPU tracing (libclusterprof_cupti), on while device_level >= 1. These fields were appended
+  // to version 1: a reader uses them only when `size` covers them.
+  // Incremented each time a GPU capture is armed.
+  std::atomic<uint64_t> device_seq;
+  // Caps per capture and process (advanced_configuration gpu_max_activity_api_events and
+  // gpu_max_callback_api_events); beyond them records are dropped and counted.
+  std::atomic<uint64_t> gpu_max_activity_events;
+  std::atomic<uint64_t> gpu_max_api_events;
+  std::atomic<uint32_t> gpu_flags;  // GpuFlags
+};
+
+enum GpuFlags : uint32_t {
+  kGpuFlagNvtx = 1,          // record NVTX ranges too
+  kGpuFlagNoRuntimeApi = 2,  // leave out the CUDA runtime's calls
+  kGpuFlagNoDriverApi = 4,   // leave out the CUDA driver's calls
 };
 static_assert(std::atomic<uint32_t>::is_always_lock_free);
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
@@ -128,6 +145,149 @@ inline constexpr uint32_t kDefaultMaxThreads = 64;
 inline constexpr uint32_t kDefaultSlotsPerThread = 65536;
 inline constexpr char kRingEventsEnv[] = "CLUSTERPROF_RING_EVENTS";
 inline constexpr uint64_t kDefaultStringsCapacity = 4 << 20;
+
+// GPU activity: one file per CUDA process that loaded libclusterprof_cupti (docs/shm-format.md).
+// CUPTI hands the library its records in buffers on CUPTI's own threads, never on the threads
+// that launch work, so one ring per process, with a lock on the producer side, is enough.
+
+enum class GpuRecordKind : uint8_t {
+  kKernel = 1,
+  kMemcpy = 2,
+  kMemset = 3,
+  kSync = 4,
+  kRuntimeApi = 5,
+  kDriverApi = 6,
+  kNvtxRange = 7,
+  // A clock calibration: `start` is a CUPTI timestamp and `end` the wall clock (ns since the Unix
+  // epoch) read at the same instant. Written at arm and at disarm.
+  kClock = 8,
+};
+
+// GpuRecord::subkind of a kMemcpy: the direction.
+enum class GpuCopyKind : uint8_t {
+  kUnknown = 0,
+  kHtoD = 1,
+  kDtoH = 2,
+  kDtoD = 3,
+  kHtoH = 4,
+  kPtoP = 5,   // between devices: memcpy.dst_device names the other one
+  kOther = 6,  // arrays
+};
+
+// One CUPTI activity record, reduced to what the trace shows. Timestamps are CUPTI's (ns);
+// the sidecar maps them to the wall clock with the kClock records.
+struct GpuRecord {
+  uint64_t start;
+  uint64_t end;
+  uint32_t correlation_id;
+  uint32_t name_id;    // string id: kernel (mangled), API function, NVTX message; 0 = none
+  uint32_t stream_id;  // API and NVTX records: the thread id (the system tid)
+  uint32_t context_id;
+  uint16_t device_id;
+  GpuRecordKind kind;
+  uint8_t subkind;  // kMemcpy: GpuCopyKind; kSync: CUPTI's synchronization type
+  // 4-byte aligned (its 64-bit fields too), so that the record stays 64 bytes.
+  union __attribute__((packed, aligned(4))) {
+    struct {
+      int32_t grid[3];
+      uint16_t block[3];
+      uint16_t registers;  // per thread
+      int32_t static_shared;
+      int32_t dynamic_shared;
+    } kernel;
+    struct __attribute__((packed, aligned(4))) {
+      uint64_t bytes;
+      uint8_t src_kind;  // CUPTI memory kinds
+      uint8_t dst_kind;
+      uint8_t async;
+      uint8_t reserved;
+      uint32_t dst_device;
+    } memcpy;
+    struct __attribute__((packed, aligned(4))) {
+      uint64_t bytes;
+      uint32_t value;
+      uint16_t memory_kind;
+      uint16_t async;
+    } memset;
+    struct {
+      uint32_t cbid;
+      uint32_t return_value;
+    } api;
+    struct {
+      uint32_t cuda_event_id;
+    } sync;
+    struct {
+      uint32_t domain_id;  // string id of the NVTX domain; 0 = the default domain
+    } nvtx;
+    uint8_t raw[28];
+  };
+};
+static_assert(sizeof(GpuRecord) == 64);
+
+// What a process reports about its GPU tracing.
+enum class GpuState : uint32_t {
+  kIdle = 0,    // loaded, waiting for a capture
+  kArmed = 1,   // CUPTI is recording for `armed_seq`
+  kFailed = 2,  // CUPTI refused; GPU tracing is off in this process (`error` says why)
+};
+
+// A device as the process's CUDA driver describes it (for the plane's capability stats).
+struct GpuDeviceInfo {
+  uint32_t ordinal;
+  uint32_t compute_cap_major;
+  uint32_t compute_cap_minor;
+  uint32_t core_count;  // multiprocessors
+  uint64_t clock_rate_khz;
+  uint64_t memory_size;       // bytes
+  uint64_t memory_bandwidth;  // bytes/s
+  char uuid[16];              // raw CUuuid: how the sidecar matches NVML devices
+  char name[88];
+};
+static_assert(sizeof(GpuDeviceInfo) == 144);
+
+inline constexpr uint32_t kMaxGpuDevices = 16;
+
+struct alignas(64) GpuRingHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t header_size;  // sizeof(GpuRingHeader)
+  uint32_t pid;
+  uint32_t record_size;  // sizeof(GpuRecord)
+  uint64_t process_start_ticks;
+  uint64_t capacity;  // records, a power of two
+  uint64_t records_offset;
+  uint64_t strings_offset;
+  uint64_t strings_capacity;
+  uint64_t file_size;
+  char process_name[64];
+  // The ring: the process publishes write_index (release), the sidecar read_index (release).
+  alignas(64) std::atomic<uint64_t> write_index;
+  alignas(64) std::atomic<uint64_t> read_index;
+  std::atomic<uint64_t> dropped;  // records lost because the ring stayed full
+  std::atomic<uint64_t> strings_used;
+  std::atomic<uint64_t> dropped_strings;
+  // Per GPU capture (ControlPage::device_seq), reset when the process arms for a new one.
+  alignas(64) std::atomic<uint64_t> armed_seq;  // the capture CUPTI was enabled for
+  std::atomic<uint64_t> flushed_seq;            // its records are all in the ring
+  std::atomic<int64_t> armed_wall_ns;           // when CUPTI was enabled for it
+  std::atomic<uint64_t> capped_activity;        // over gpu_max_activity_events
+  std::atomic<uint64_t> capped_api;             // over gpu_max_api_events
+  std::atomic<uint64_t> cupti_dropped;          // records CUPTI dropped (its buffers were full)
+  std::atomic<uint32_t> state;                  // GpuState
+  std::atomic<uint32_t> error_seq;              // incremented after `error` is rewritten
+  char error[512];                              // NUL-terminated
+  std::atomic<uint32_t> num_devices;            // devices[0..num_devices) are written
+  uint32_t reserved;
+  GpuDeviceInfo devices[kMaxGpuDevices];
+};
+
+// 131072 records x 64 bytes = 8 MiB of sparse file per CUDA process; the sidecar drains it every
+// 10 ms while a capture runs, and the library flushes CUPTI's buffers every 100 ms.
+inline constexpr uint64_t kDefaultGpuRingRecords = 131072;
+inline constexpr char kGpuRingRecordsEnv[] = "CLUSTERPROF_GPU_RING_RECORDS";
+inline constexpr uint64_t kDefaultGpuStringsCapacity = 4 << 20;
+// advanced_configuration's default caps, as upstream's.
+inline constexpr uint64_t kDefaultGpuMaxEvents = 2 * 1024 * 1024;
 
 }  // namespace clusterprof::shm
 

@@ -142,7 +142,7 @@ AnnotationTracer::AnnotationTracer(Options options, std::unique_ptr<shm::Control
 }
 
 AnnotationTracer::~AnnotationTracer() {
-  control_->Disarm();
+  control_->DisarmHost();
   {
     MutexLock lock(&mu_);
     draining_ = false;
@@ -188,13 +188,12 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window) {
     for (auto& [path, ring] : rings_) ring.reader->Skip();
     draining_ = true;  // the drainer wakes when the lock is released
   }
-  control_->Arm(window.host_tracer_level, window.device_tracer_level, window.start_ns,
-                window.planned_stop_ns);
+  control_->ArmHost(window.host_tracer_level, window.start_ns, window.planned_stop_ns);
   return absl::OkStatus();
 }
 
 absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
-  control_->Disarm();
+  control_->DisarmHost();
   MutexLock lock(&mu_);
   draining_ = false;
   stop_ns_ = stop_ns;

@@ -54,6 +54,9 @@ class AnnotationTracer final : public Tracer {
   // records read. For benchmarks and tests.
   uint64_t DrainOnce();
 
+  // The pod's control page, which the GPU tracer arms too.
+  shm::ControlWriter* control() const { return control_.get(); }
+
  private:
   // Records copied out of a ring, in blocks: appending never moves what is there (a growing
   // vector would copy hundreds of MB while the drainer holds the lock).

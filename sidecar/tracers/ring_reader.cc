@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "sidecar/sdk/ring_writer.h"
+#include "sidecar/sdk/shm_file.h"
 
 namespace clusterprof::shm {
 
@@ -84,17 +85,7 @@ RingReader::RingReader(std::string path, const char* base, size_t size)
 RingReader::~RingReader() { munmap(base_, size_); }
 
 std::string_view RingReader::String(uint32_t id) const {
-  if (id == 0) return {};
-  const uint64_t offset = id - 1;
-  if (offset % 4 != 0 || offset + sizeof(StringEntryHeader) > strings_capacity_) return {};
-  const char* entry = base_ + strings_offset_ + offset;
-  const uint32_t length_plus_one =
-      reinterpret_cast<const StringEntryHeader*>(entry)->length_plus_one.load(
-          std::memory_order_acquire);
-  if (length_plus_one == 0) return {};
-  const uint64_t length = length_plus_one - 1;
-  if (length > strings_capacity_ - offset - sizeof(StringEntryHeader)) return {};
-  return {entry + sizeof(StringEntryHeader), static_cast<size_t>(length)};
+  return ReadString(base_ + strings_offset_, strings_capacity_, id);
 }
 
 uint64_t RingReader::dropped_strings() const {
@@ -153,13 +144,14 @@ DrainStats RingReader::DrainImpl(const SpanVisitor* visit) {
   return stats;
 }
 
-absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir) {
+absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
+                                                       std::string_view prefix) {
   DIR* d = opendir(dir.c_str());
   if (d == nullptr) return ErrnoToStatus(errno, "cannot list", dir);
   std::vector<std::string> paths;
   while (dirent* entry = readdir(d)) {
     const std::string_view name = entry->d_name;
-    if (name.starts_with(kRingPrefix) && name.ends_with(kRingSuffix)) {
+    if (name.starts_with(prefix) && name.ends_with(kRingSuffix)) {
       paths.push_back(dir + "/" + std::string(name));
     }
   }

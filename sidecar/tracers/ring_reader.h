@@ -81,8 +81,9 @@ class RingReader {
   std::vector<uint64_t> last_dropped_;  // per slot, to report drops since the last drain
 };
 
-// Ring files in `dir`, sorted.
-absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir);
+// Ring files in `dir` (annotation rings by default; kGpuRingPrefix for GPU rings), sorted.
+absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
+                                                       std::string_view prefix = kRingPrefix);
 
 // Whether the process that wrote a ring is still running: its pid exists under `proc_root` with
 // the same start time (a reused pid is not the same process).

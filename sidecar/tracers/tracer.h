@@ -32,6 +32,14 @@ struct CaptureWindow {
   uint32_t python_tracer_level = 0;
   // Most events a tracer keeps; 0 = its own default. Beyond it events are dropped and counted.
   uint64_t max_events = 0;
+  // GPU tracing, from advanced_configuration (0 = the default, 2*1024*1024 as upstream):
+  // gpu_max_activity_api_events, gpu_max_callback_api_events, gpu_enable_nvtx_tracking.
+  uint64_t gpu_max_activity_events = 0;
+  uint64_t gpu_max_api_events = 0;
+  bool gpu_nvtx = false;
+  // The CUDA calls recorded on the host side (advanced_configuration clusterprof_gpu_api_tracing).
+  bool gpu_runtime_api = true;
+  bool gpu_driver_api = true;
 };
 
 struct TracerStats {

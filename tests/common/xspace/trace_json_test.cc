@@ -282,3 +282,52 @@ TEST(TraceJsonStreamTest, ErrorsMatchTheParser) {
 
 }  // namespace
 }  // namespace clusterprof::xspace
+
+namespace clusterprof::xspace {
+namespace {
+
+// A GPU launch and its kernel, tied by upstream's flow stat; an NVML counter on upstream's
+// counter line.
+TEST(TraceJsonGpuTest, LaunchFlowsAndUpstreamCounters) {
+  XSpace space;
+  constexpr uint64_t kFlowId = 77;
+  {
+    XPlaneBuilder host(FindOrAddMutablePlaneWithName(&space, kHostThreadsPlaneName));
+    XLineBuilder thread = host.GetOrCreateLine(42);
+    XEventBuilder launch = thread.AddEvent(*host.GetOrCreateEventMetadata("cudaLaunchKernel"));
+    launch.SetTimestampNs(1000);
+    launch.SetDurationNs(10);
+    launch.AddStatValue(*host.GetOrCreateStatMetadata(kFlow),
+                        uint64_t{2} | (kFlowId << 2) | (kFlowCategoryGpuLaunch << 58));
+  }
+  {
+    XPlaneBuilder gpu(FindOrAddMutablePlaneWithName(&space, "/device:GPU:0"));
+    XLineBuilder stream = gpu.GetOrCreateLine(7);
+    XEventBuilder kernel = stream.AddEvent(*gpu.GetOrCreateEventMetadata("saxpy"));
+    kernel.SetTimestampNs(1020);
+    kernel.SetDurationNs(100);
+    kernel.AddStatValue(*gpu.GetOrCreateStatMetadata(kFlow),
+                        uint64_t{1} | (kFlowId << 2) | (kFlowCategoryGpuLaunch << 58));
+    XLineBuilder counters = gpu.GetOrCreateLine(INT64_MAX);
+    counters.SetName(kUpstreamCounterLineName);
+    XEventBuilder sample = counters.AddEvent(*gpu.GetOrCreateEventMetadata("power_watts"));
+    sample.SetTimestampNs(1000);
+    sample.AddStatValue(*gpu.GetOrCreateStatMetadata("power_watts"), 312.5);
+    sample.AddStatValue(*gpu.GetOrCreateStatMetadata(kCounterValue), 312.5);
+  }
+  io::StringSink sink;
+  auto stats = WriteTraceJson(space, &sink, {});
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  const std::string json = sink.Release();
+  EXPECT_THAT(json, HasSubstr("\"name\":\"cudaLaunchKernel\",\"bind_id\":77,\"cat\":\"gpu_launch\","
+                              "\"flow_out\":true"));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"saxpy\",\"bind_id\":77,\"cat\":\"gpu_launch\","
+                              "\"flow_in\":true"));
+  EXPECT_THAT(json, HasSubstr("\"ph\":\"C\""));
+  EXPECT_THAT(json, HasSubstr("\"name\":\"power_watts\",\"args\":{\"value\":312.5}"));
+  EXPECT_EQ(stats->flow_events, 2);
+  EXPECT_EQ(stats->counter_events, 1);
+}
+
+}  // namespace
+}  // namespace clusterprof::xspace

@@ -40,7 +40,7 @@ class AnnotateTest : public ::testing::Test {
       control_ = shm::ControlWriter::Create(dir_.path(), &error);
       ASSERT_NE(control_, nullptr) << error;
     }
-    control_->Arm(level, 0, 0, 0);
+    control_->ArmHost(level, 0, 0);
   }
 
   std::vector<Seen> Drain() {

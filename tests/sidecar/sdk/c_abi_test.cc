@@ -106,7 +106,7 @@ TEST(CAbiFromCTest, RecordsOnlyWhileArmed) {
   EXPECT_EQ(c_abi_ring_path(nullptr, 0), 0u);
   EXPECT_THAT(testing::DrainEvents(dir.path()), IsEmpty());
 
-  control->Arm(kAnnotationLevelInfo, 0, 0, 0);
+  control->ArmHost(kAnnotationLevelInfo, 0, 0);
   EXPECT_EQ(c_abi_tracing_enabled(CLUSTERPROF_LEVEL_INFO), 1);
   EXPECT_EQ(c_abi_tracing_enabled(CLUSTERPROF_LEVEL_VERBOSE), 0);
   EXPECT_EQ(c_abi_record_everything(), 7);

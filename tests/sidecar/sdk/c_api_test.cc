@@ -34,7 +34,7 @@ class CApiTest : public ::testing::Test {
       control_ = shm::ControlWriter::Create(dir_.path(), &error);
       ASSERT_NE(control_, nullptr) << error;
     }
-    control_->Arm(level, 0, 0, 0);
+    control_->ArmHost(level, 0, 0);
   }
 
   std::vector<DrainedEvent> Drain() { return testing::DrainEvents(dir_.path()); }

@@ -106,7 +106,7 @@ class PythonAnnotateTest : public ::testing::Test {
 };
 
 TEST_F(PythonAnnotateTest, RecordsNestedStepsThreadsAndMetadata) {
-  control_->Arm(kAnnotationLevelInfo, 0, 0, 0);
+  control_->ArmHost(kAnnotationLevelInfo, 0, 0);
   const Result r = RunScript(dir_.path(), CLUSTERPROF_PYTHON_PACKAGE_DIR, CLUSTERPROF_ANNOTATE_LIB);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.values.at("library"), CLUSTERPROF_ANNOTATE_LIB);
@@ -189,7 +189,7 @@ TEST_F(PythonAnnotateTest, WithoutTheLibraryTheModuleIsANoOpThatWarnsOnce) {
   std::filesystem::copy_file(
       std::string(CLUSTERPROF_PYTHON_PACKAGE_DIR) + "/clusterprof/__init__.py",
       packages.Join("clusterprof/__init__.py"));
-  control_->Arm(kAnnotationLevelInfo, 0, 0, 0);
+  control_->ArmHost(kAnnotationLevelInfo, 0, 0);
   const std::string missing = dir_.Join("missing/libclusterprof_annotate.so");
   const Result r = RunScript(dir_.path(), packages.path(), missing);
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -274,15 +274,30 @@ TEST(ControlPageTest, ReaderSeesArmAndDisarm) {
   ASSERT_NE(writer, nullptr) << error;
   ASSERT_TRUE(reader.TryAttach(dir.path()));
   EXPECT_EQ(reader.page().host_level.load(), 0u);
-  const uint64_t seq = writer->Arm(2, 1, 1000, 2000);
+  const uint64_t seq = writer->ArmHost(2, 1000, 2000);
   EXPECT_EQ(seq, 1u);
   EXPECT_EQ(reader.page().host_level.load(), 2u);
-  EXPECT_EQ(reader.page().device_level.load(), 1u);
+  EXPECT_EQ(reader.page().device_level.load(), 0u) << "GPU tracing is armed on its own";
   EXPECT_EQ(reader.page().start_ns.load(), 1000);
   EXPECT_EQ(reader.page().stop_ns.load(), 2000);
-  writer->Disarm();
+  writer->DisarmHost();
   EXPECT_EQ(reader.page().host_level.load(), 0u);
-  EXPECT_EQ(writer->Arm(1, 0, 0, 0), 2u);
+  EXPECT_EQ(writer->ArmHost(1, 0, 0), 2u);
+
+  ControlWriter::DeviceArming arming;
+  arming.max_activity_events = 100;
+  arming.max_api_events = 200;
+  arming.flags = kGpuFlagNvtx;
+  EXPECT_EQ(writer->ArmDevice(arming), 1u);
+  EXPECT_EQ(reader.page().device_level.load(), 1u);
+  EXPECT_EQ(reader.page().host_level.load(), 1u) << "arming the device leaves the host alone";
+  EXPECT_EQ(reader.page().gpu_max_activity_events.load(), 100u);
+  EXPECT_EQ(reader.page().gpu_max_api_events.load(), 200u);
+  EXPECT_EQ(reader.page().gpu_flags.load(), uint32_t{kGpuFlagNvtx});
+  EXPECT_GE(reader.page().size, sizeof(ControlPage));
+  writer->Disarm();
+  EXPECT_EQ(reader.page().device_level.load(), 0u);
+  EXPECT_EQ(reader.page().host_level.load(), 0u);
 }
 
 TEST(ControlPageTest, GarbageControlFileIsIgnored) {

@@ -1,0 +1,130 @@
+// The workload's cost of GPU tracing: runs a CUDA program (tests' gpu_workload) with no
+// injection, with libclusterprof_cupti loaded and no capture, and with a capture armed around
+// the whole run, interleaved run by run, and prints each run and the medians. With the capture
+// on it also reports the records the sidecar side drained, and at what rate.
+//
+//   gpu_overhead --workload PATH --cupti PATH [--mode launch|gemm|mixed] [--iterations N]
+//                [--runs R] [--size N] [--api runtime,driver|runtime|driver|none]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sidecar/sdk/control_page.h"
+#include "sidecar/tracers/gpu_tracer.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace {
+
+int64_t WallNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs `command`; returns the per-iteration time it printed, or a negative value.
+double RunWorkload(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char line[512];
+  double per_iteration = -1;
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    if (const char* at = std::strstr(line, "per_iteration_us=")) {
+      per_iteration = std::atof(at + std::strlen("per_iteration_us="));
+    }
+  }
+  return pclose(pipe) == 0 ? per_iteration : -1;
+}
+
+double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args = {{"--mode", "launch"},
+                                             {"--iterations", "2000"},
+                                             {"--runs", "7"},
+                                             {"--size", "1024"},
+                                             {"--api", "runtime,driver"}};
+  for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
+  if (args.count("--workload") == 0 || args.count("--cupti") == 0) {
+    std::fprintf(stderr,
+                 "usage: gpu_overhead --workload PATH --cupti PATH [--mode M] "
+                 "[--iterations N] [--runs R] [--size N]\n");
+    return 2;
+  }
+  const std::string dir =
+      (std::filesystem::temp_directory_path() / ("gpu_overhead." + std::to_string(getpid())))
+          .string();
+  std::filesystem::create_directories(dir);
+  std::string error;
+  auto control = clusterprof::shm::ControlWriter::Create(dir, &error);
+  if (control == nullptr) {
+    std::fprintf(stderr, "%s\n", error.c_str());
+    return 1;
+  }
+  clusterprof::sidecar::GpuTracer::Options options;
+  options.dir = dir;
+  options.max_records = 100'000'000;
+  auto tracer = clusterprof::sidecar::GpuTracer::Create(options, control.get(), nullptr);
+  if (!tracer.ok()) return 1;
+
+  const std::string workload = args["--workload"] + " --mode " + args["--mode"] + " --iterations " +
+                               args["--iterations"] + " --size " + args["--size"];
+  const std::string injected =
+      "CLUSTERPROF_DIR=" + dir + " CUDA_INJECTION64_PATH=" + args["--cupti"] + " ";
+  std::map<std::string, std::vector<double>> times;
+  std::vector<double> drained_rates;
+  const int runs = std::atoi(args["--runs"].c_str());
+  std::printf("mode=%s iterations=%s runs=%d api=%s\n", args["--mode"].c_str(),
+              args["--iterations"].c_str(), runs, args["--api"].c_str());
+  for (int run = 0; run < runs; ++run) {
+    times["off"].push_back(RunWorkload(workload));
+    times["loaded"].push_back(RunWorkload(injected + workload));
+
+    clusterprof::sidecar::CaptureWindow window;
+    window.start_ns = WallNs();
+    window.planned_stop_ns = window.start_ns + int64_t{3600} * 1'000'000'000;
+    window.device_tracer_level = 1;
+    window.gpu_max_activity_events = 1'000'000'000;
+    window.gpu_max_api_events = 1'000'000'000;
+    window.gpu_runtime_api = args["--api"].find("runtime") != std::string::npos;
+    window.gpu_driver_api = args["--api"].find("driver") != std::string::npos;
+    (void)(*tracer)->Prepare(window);
+    (void)(*tracer)->Start(window);
+    times["on"].push_back(RunWorkload(injected + workload));
+    const int64_t stop = WallNs();
+    (void)(*tracer)->Stop(stop);
+    tensorflow::profiler::XSpace space;
+    clusterprof::sidecar::TracerStats stats;
+    (void)(*tracer)->CollectInto(&space, &stats);
+    const double seconds = static_cast<double>(stop - window.start_ns) / 1e9;
+    drained_rates.push_back(static_cast<double>(stats.events) / seconds);
+    std::printf(
+        "run %d: off %.2f us, loaded %.2f us, on %.2f us per iteration; %llu events "
+        "(%llu dropped) in %.2f s\n",
+        run, times["off"].back(), times["loaded"].back(), times["on"].back(),
+        static_cast<unsigned long long>(stats.events),
+        static_cast<unsigned long long>(stats.dropped_events), seconds);
+    for (const std::string& warning : space.warnings()) std::printf("  %s\n", warning.c_str());
+  }
+  const double off = Median(times["off"]);
+  const double loaded = Median(times["loaded"]);
+  const double on = Median(times["on"]);
+  std::printf(
+      "median per iteration: off %.2f us, loaded %.2f us (%+.2f%%), on %.2f us (%+.2f%%); "
+      "events per second of capture (median) %.0f\n",
+      off, loaded, (loaded / off - 1) * 100, on, (on / off - 1) * 100, Median(drained_rates));
+  std::filesystem::remove_all(dir);
+  return 0;
+}

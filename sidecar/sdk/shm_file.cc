@@ -1,0 +1,56 @@
+#include "sidecar/sdk/shm_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace clusterprof::shm {
+
+void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error) {
+  const std::string temp = path + ".tmp";
+  const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *error = "cannot create " + temp + ": " + std::strerror(errno);
+    return nullptr;
+  }
+  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+    *error = "cannot size " + temp + ": " + std::strerror(errno);
+    close(fd);
+    unlink(temp.c_str());
+    return nullptr;
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) {
+    *error = "cannot map " + temp + ": " + std::strerror(errno);
+    unlink(temp.c_str());
+    return nullptr;
+  }
+  return base;
+}
+
+bool PublishShmFile(const std::string& path, void* base, uint64_t size, std::string* error) {
+  const std::string temp = path + ".tmp";
+  std::atomic_thread_fence(std::memory_order_release);
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    *error = "cannot rename " + temp + ": " + std::strerror(errno);
+    munmap(base, size);
+    unlink(temp.c_str());
+    return false;
+  }
+  return true;
+}
+
+uint64_t AlignUp(uint64_t value, uint64_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
+
+uint64_t RoundUpToPowerOfTwo(uint64_t value, uint64_t max) {
+  uint64_t result = 1;
+  while (result < value && result < max) result <<= 1;
+  return result;
+}
+
+}  // namespace clusterprof::shm

@@ -1,0 +1,136 @@
+#include "sidecar/tracers/gpu_ring_reader.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "sidecar/sdk/shm_file.h"
+
+namespace clusterprof::shm {
+
+absl::StatusOr<std::unique_ptr<GpuRingReader>> GpuRingReader::Open(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot open GPU ring", path);
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int saved = errno;
+    close(fd);
+    return ErrnoToStatus(saved, "cannot stat GPU ring", path);
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < sizeof(GpuRingHeader)) {
+    close(fd);
+    return absl::InvalidArgumentError(
+        StrCat("GPU ring ", path, " is too small (", size, " bytes)"));
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (base == MAP_FAILED) return ErrnoToStatus(errno, "cannot map GPU ring", path);
+  std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, static_cast<char*>(base), size));
+
+  const GpuRingHeader& h = *reader->header_;
+  if (h.magic != kGpuRingMagic || h.version != kVersion || h.header_size != sizeof(GpuRingHeader) ||
+      h.record_size != sizeof(GpuRecord)) {
+    return absl::InvalidArgumentError(
+        StrCat("GPU ring ", path,
+               " has an unknown format (magic, version or record size differ); was it written "
+               "by another clusterprof version?"));
+  }
+  const uint64_t capacity = h.capacity;
+  const uint64_t records_offset = h.records_offset;
+  const uint64_t strings_offset = h.strings_offset;
+  const uint64_t strings_capacity = h.strings_capacity;
+  auto fits = [size](uint64_t offset, uint64_t length) {
+    return offset <= size && length <= size - offset;
+  };
+  if (capacity == 0 || (capacity & (capacity - 1)) != 0 || capacity > (uint64_t{1} << 26) ||
+      records_offset % alignof(GpuRecord) != 0 || strings_offset % 4 != 0 ||
+      !fits(records_offset, capacity * sizeof(GpuRecord)) ||
+      !fits(strings_offset, strings_capacity)) {
+    return absl::InvalidArgumentError(
+        StrCat("GPU ring ", path, " has an inconsistent layout; ignoring it"));
+  }
+  reader->pid_ = h.pid;
+  reader->start_ticks_ = h.process_start_ticks;
+  reader->process_name_.assign(h.process_name, strnlen(h.process_name, sizeof(h.process_name)));
+  reader->capacity_ = capacity;
+  reader->records_offset_ = records_offset;
+  reader->strings_offset_ = strings_offset;
+  reader->strings_capacity_ = strings_capacity;
+  return reader;
+}
+
+GpuRingReader::GpuRingReader(std::string path, char* base, size_t size)
+    : path_(std::move(path)),
+      base_(base),
+      size_(size),
+      header_(reinterpret_cast<GpuRingHeader*>(base)) {}
+
+GpuRingReader::~GpuRingReader() { munmap(base_, size_); }
+
+uint64_t GpuRingReader::DrainImpl(const std::function<void(std::span<const GpuRecord>)>* visit) {
+  const uint64_t read = header_->read_index.load(std::memory_order_relaxed);
+  uint64_t write = header_->write_index.load(std::memory_order_acquire);
+  // A writer that claims more than a ring's worth is broken or hostile: take one ring's worth.
+  if (write < read) return 0;
+  uint64_t from = read;
+  if (write - read > capacity_) from = write - capacity_;
+  const auto* records = reinterpret_cast<const GpuRecord*>(base_ + records_offset_);
+  if (visit != nullptr) {
+    uint64_t r = from;
+    while (r < write) {
+      const uint64_t index = r & (capacity_ - 1);
+      const uint64_t count = std::min(write - r, capacity_ - index);
+      (*visit)(std::span<const GpuRecord>(records + index, count));
+      r += count;
+    }
+  }
+  header_->read_index.store(write, std::memory_order_release);
+  return write - from;
+}
+
+uint64_t GpuRingReader::Drain(const std::function<void(std::span<const GpuRecord>)>& visit) {
+  return DrainImpl(&visit);
+}
+
+uint64_t GpuRingReader::Skip() { return DrainImpl(nullptr); }
+
+GpuRingStatus GpuRingReader::ReadStatus() const {
+  GpuRingStatus status;
+  const GpuRingHeader& h = *header_;
+  const uint32_t state = h.state.load(std::memory_order_acquire);
+  status.state = state <= static_cast<uint32_t>(GpuState::kFailed) ? static_cast<GpuState>(state)
+                                                                   : GpuState::kFailed;
+  status.armed_seq = h.armed_seq.load(std::memory_order_acquire);
+  status.flushed_seq = h.flushed_seq.load(std::memory_order_acquire);
+  status.armed_wall_ns = h.armed_wall_ns.load(std::memory_order_relaxed);
+  status.capped_activity = h.capped_activity.load(std::memory_order_relaxed);
+  status.capped_api = h.capped_api.load(std::memory_order_relaxed);
+  status.cupti_dropped = h.cupti_dropped.load(std::memory_order_relaxed);
+  status.ring_dropped = h.dropped.load(std::memory_order_relaxed);
+  status.dropped_strings = h.dropped_strings.load(std::memory_order_relaxed);
+  status.error_seq = h.error_seq.load(std::memory_order_acquire);
+  if (status.error_seq != 0) status.error.assign(h.error, strnlen(h.error, sizeof(h.error)));
+  return status;
+}
+
+std::vector<GpuDeviceInfo> GpuRingReader::Devices() const {
+  const uint32_t count =
+      std::min(header_->num_devices.load(std::memory_order_acquire), kMaxGpuDevices);
+  std::vector<GpuDeviceInfo> devices(header_->devices, header_->devices + count);
+  for (GpuDeviceInfo& device : devices) device.name[sizeof(device.name) - 1] = '\0';
+  return devices;
+}
+
+std::string_view GpuRingReader::String(uint32_t id) const {
+  return ReadString(base_ + strings_offset_, strings_capacity_, id);
+}
+
+}  // namespace clusterprof::shm

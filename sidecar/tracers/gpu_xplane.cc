@@ -1,0 +1,373 @@
+#include "sidecar/tracers/gpu_xplane.h"
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "absl/container/flat_hash_set.h"
+#include "common/strings.h"
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "tsl/profiler/protos/xplane.pb.h"
+
+namespace clusterprof::sidecar {
+namespace {
+
+using tensorflow::profiler::XSpace;
+using xspace::XEventBuilder;
+using xspace::XLineBuilder;
+using xspace::XPlaneBuilder;
+
+// Synchronization lines get ids far above any stream id.
+constexpr int64_t kSyncLineBase = int64_t{1} << 40;
+constexpr uint32_t kInvalidId = 0xFFFFFFFFu;
+constexpr uint64_t kGpuLaunchCategory = 9;  // upstream ContextType::kGpuLaunch
+constexpr std::string_view kFlowStat = "flow";
+
+// What a stream line has carried, for its name "Stream #<id>(<kinds>)".
+enum StreamKinds : uint32_t {
+  kKernelKind = 1,
+  kMemcpyH2DKind = 2,
+  kMemcpyD2HKind = 4,
+  kMemcpyD2DKind = 8,
+  kMemcpyP2PKind = 16,
+  kMemcpyOtherKind = 32,
+  kMemsetKind = 64,
+};
+constexpr std::pair<uint32_t, std::string_view> kKindNames[] = {
+    {kKernelKind, "Kernel"},       {kMemcpyH2DKind, "MemcpyH2D"}, {kMemcpyD2HKind, "MemcpyD2H"},
+    {kMemcpyD2DKind, "MemcpyD2D"}, {kMemcpyP2PKind, "MemcpyP2P"}, {kMemcpyOtherKind, "MemcpyOther"},
+    {kMemsetKind, "Memset"},
+};
+
+std::pair<std::string_view, uint32_t> MemcpyName(uint8_t subkind) {
+  switch (static_cast<shm::GpuCopyKind>(subkind)) {
+    case shm::GpuCopyKind::kHtoD:
+      return {"MemcpyH2D", kMemcpyH2DKind};
+    case shm::GpuCopyKind::kDtoH:
+      return {"MemcpyD2H", kMemcpyD2HKind};
+    case shm::GpuCopyKind::kDtoD:
+      return {"MemcpyD2D", kMemcpyD2DKind};
+    case shm::GpuCopyKind::kPtoP:
+      return {"MemcpyP2P", kMemcpyP2PKind};
+    default:
+      return {"MemcpyOther", kMemcpyOtherKind};
+  }
+}
+
+// CUPTI's memory kinds, named as upstream names them.
+std::string_view MemoryKindName(uint32_t kind) {
+  static constexpr std::string_view kNames[] = {"unknown",       "pageable",      "pinned",
+                                                "device",        "array",         "managed",
+                                                "device_static", "managed_static"};
+  return kind < std::size(kNames) ? kNames[kind] : "unknown";
+}
+
+std::string_view SyncName(uint8_t type) {
+  switch (type) {
+    case 1:
+      return "Event synchronize";
+    case 2:
+      return "Stream wait event";
+    case 3:
+      return "Stream synchronize";
+    case 4:
+      return "Context synchronize";
+    default:
+      return "Synchronize";
+  }
+}
+
+}  // namespace
+
+void GpuClockMap::Add(uint64_t cupti_ns, int64_t wall_ns) {
+  points_.emplace_back(cupti_ns, wall_ns);
+}
+
+int64_t GpuClockMap::ToWall(uint64_t cupti_ns) const {
+  if (points_.empty()) return static_cast<int64_t>(cupti_ns);
+  const auto& [c0, w0] = points_.front();
+  const auto& [c1, w1] = points_.back();
+  const double delta = static_cast<double>(cupti_ns) - static_cast<double>(c0);
+  double rate = 1.0;
+  // Drift is only measurable over a while; under a millisecond the pairs' own error dominates.
+  if (c1 > c0 + 1'000'000) {
+    rate = static_cast<double>(w1 - w0) / static_cast<double>(c1 - c0);
+    if (rate < 0.999 || rate > 1.001) rate = 1.0;  // a stepped wall clock: keep the offset only
+  }
+  return w0 + static_cast<int64_t>(delta * rate);
+}
+
+uint64_t EncodeGpuLaunchFlow(uint64_t flow_id, bool out) {
+  const uint64_t direction = out ? 2 : 1;
+  return direction | ((flow_id & ((uint64_t{1} << 56) - 1)) << 2) | (kGpuLaunchCategory << 58);
+}
+
+uint64_t GpuLaunchFlowId(uint32_t pid, uint32_t correlation_id) {
+  return ((uint64_t{pid} & 0xFFFFFF) << 32) | correlation_id;
+}
+
+std::string DemangleKernelName(std::string_view name) {
+  const std::string mangled(name);
+  int status = 0;
+  std::unique_ptr<char, void (*)(void*)> demangled(
+      abi::__cxa_demangle(mangled.c_str(), nullptr, nullptr, &status), std::free);
+  return status == 0 && demangled != nullptr ? std::string(demangled.get()) : mangled;
+}
+
+std::string FormatGpuUuid(const char (&uuid)[16]) {
+  const auto* b = reinterpret_cast<const unsigned char*>(uuid);
+  char text[64];
+  std::snprintf(text, sizeof(text),
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                b[14], b[15]);
+  return text;
+}
+
+GpuXPlaneConverter::GpuXPlaneConverter(XSpace* space, int64_t start_ns, int64_t stop_ns)
+    : space_(space), start_ns_(start_ns), stop_ns_(stop_ns) {}
+
+void GpuXPlaneConverter::AddProcess(uint32_t pid, std::string_view process_name,
+                                    std::span<const shm::GpuDeviceInfo> devices,
+                                    const ForEachRecord& records,
+                                    const std::function<std::string_view(uint32_t)>& strings) {
+  // First pass: the clock, which launches have work and which work has a launch, and the device
+  // of each context (synchronization records name only the context).
+  GpuClockMap clock;
+  absl::flat_hash_set<uint32_t> device_correlations;
+  absl::flat_hash_set<uint32_t> api_correlations;
+  absl::flat_hash_map<uint32_t, int> device_of_context;
+  records([&](const shm::GpuRecord& r) {
+    switch (r.kind) {
+      case shm::GpuRecordKind::kClock:
+        clock.Add(r.start, static_cast<int64_t>(r.end));
+        break;
+      case shm::GpuRecordKind::kKernel:
+      case shm::GpuRecordKind::kMemcpy:
+      case shm::GpuRecordKind::kMemset:
+        device_correlations.insert(r.correlation_id);
+        device_of_context.try_emplace(r.context_id, r.device_id);
+        break;
+      case shm::GpuRecordKind::kRuntimeApi:
+      case shm::GpuRecordKind::kDriverApi:
+        api_correlations.insert(r.correlation_id);
+        break;
+      default:
+        break;
+    }
+  });
+  if (clock.empty()) return;  // nothing to place the records in time with
+
+  std::map<int, std::unique_ptr<XPlaneBuilder>> device_planes;
+  auto device_plane = [&](int ordinal) -> XPlaneBuilder& {
+    std::unique_ptr<XPlaneBuilder>& plane = device_planes[ordinal];
+    if (plane != nullptr) return *plane;
+    plane = std::make_unique<XPlaneBuilder>(
+        xspace::FindOrAddMutablePlaneWithName(space_, StrCat(xspace::kGpuPlanePrefix, ordinal)));
+    auto it = std::find_if(devices.begin(), devices.end(), [ordinal](const auto& d) {
+      return static_cast<int>(d.ordinal) == ordinal;
+    });
+    if (it != devices.end() && !device_described_[ordinal]) {
+      device_described_[ordinal] = true;
+      XPlaneBuilder& p = *plane;
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevVendor), xspace::kDeviceVendorNvidia);
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kGpuDeviceName),
+                     std::string_view(it->name, strnlen(it->name, sizeof(it->name))));
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapClockRateKHz), it->clock_rate_khz);
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapCoreCount),
+                     uint64_t{it->core_count});
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemoryBandwidth),
+                     it->memory_bandwidth);
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemorySize), it->memory_size);
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMajor),
+                     int64_t{it->compute_cap_major});
+      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMinor),
+                     int64_t{it->compute_cap_minor});
+      const char zero[16] = {};
+      if (std::memcmp(it->uuid, zero, sizeof(zero)) != 0) {
+        ordinal_by_uuid_.try_emplace(FormatGpuUuid(it->uuid), ordinal);
+      }
+    }
+    return *plane;
+  };
+  XPlaneBuilder host(xspace::FindOrAddMutablePlaneWithName(space_, xspace::kHostThreadsPlaneName));
+  std::unique_ptr<XPlaneBuilder> nvtx;
+
+  // A device line of this process: (device, id) owned by another process gets an id of its own.
+  std::map<std::pair<int, int64_t>, uint32_t> kinds_of_line;
+  auto device_line = [&](int ordinal, int64_t id) {
+    auto [it, inserted] = line_owner_.try_emplace({ordinal, id}, pid);
+    if (!inserted && it->second != pid) {
+      id = (int64_t{pid} << 32) | (id & 0xFFFFFFFF);
+      line_owner_.try_emplace({ordinal, id}, pid);
+    }
+    XLineBuilder line = device_plane(ordinal).GetOrCreateLine(id);
+    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
+      line.SetTimestampNs(start_ns_);
+    }
+    return std::make_pair(line, std::make_pair(ordinal, id));
+  };
+  auto thread_line = [&](XPlaneBuilder& plane, uint32_t tid, std::string_view suffix) {
+    XLineBuilder line = plane.GetOrCreateLine(tid);
+    if (line.proto()->name().empty()) {
+      line.SetName(tid == pid ? StrCat(process_name, suffix)
+                              : StrCat(process_name, "/", tid, suffix));
+    }
+    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
+      line.SetTimestampNs(start_ns_);
+    }
+    return line;
+  };
+  absl::flat_hash_map<uint32_t, std::string> kernel_names;
+  auto kernel_name = [&](uint32_t id) -> const std::string& {
+    auto [it, inserted] = kernel_names.try_emplace(id);
+    if (inserted) {
+      const std::string_view mangled = strings(id);
+      it->second = mangled.empty() ? "(unnamed kernel)" : DemangleKernelName(mangled);
+    }
+    return it->second;
+  };
+  auto add_common = [&](XPlaneBuilder& plane, XEventBuilder& event, const shm::GpuRecord& r,
+                        bool launch_side) {
+    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
+                       uint64_t{r.correlation_id});
+    const bool linked = launch_side ? device_correlations.contains(r.correlation_id)
+                                    : api_correlations.contains(r.correlation_id);
+    if (linked) {
+      event.AddStatValue(*plane.GetOrCreateStatMetadata(kFlowStat),
+                         EncodeGpuLaunchFlow(GpuLaunchFlowId(pid, r.correlation_id), launch_side));
+    }
+  };
+
+  records([&](const shm::GpuRecord& r) {
+    if (r.kind == shm::GpuRecordKind::kClock) return;
+    const int64_t start = clock.ToWall(r.start);
+    const int64_t end = std::max(start, clock.ToWall(r.end));
+    // As upstream: only what lies wholly inside the capture.
+    if (start < start_ns_ || end > stop_ns_) {
+      ++stats_.outside_window;
+      return;
+    }
+    switch (r.kind) {
+      case shm::GpuRecordKind::kKernel:
+      case shm::GpuRecordKind::kMemcpy:
+      case shm::GpuRecordKind::kMemset: {
+        auto [line, key] = device_line(r.device_id, r.stream_id);
+        XPlaneBuilder& plane = device_plane(r.device_id);
+        std::string_view name;
+        uint32_t kind = 0;
+        std::string details;
+        std::string_view details_stat;
+        if (r.kind == shm::GpuRecordKind::kKernel) {
+          name = kernel_name(r.name_id);
+          kind = kKernelKind;
+          details_stat = xspace::kKernelDetails;
+          details =
+              StrCat("regs:", r.kernel.registers, " static_shared:", r.kernel.static_shared,
+                     " dynamic_shared:", r.kernel.dynamic_shared, " grid:", r.kernel.grid[0], ",",
+                     r.kernel.grid[1], ",", r.kernel.grid[2], " block:", r.kernel.block[0], ",",
+                     r.kernel.block[1], ",", r.kernel.block[2]);
+        } else if (r.kind == shm::GpuRecordKind::kMemcpy) {
+          std::tie(name, kind) = MemcpyName(r.subkind);
+          details_stat = xspace::kMemcpyDetails;
+          const double seconds = static_cast<double>(end - start) / 1e9;
+          char bandwidth[32];
+          std::snprintf(bandwidth, sizeof(bandwidth), "%.3f",
+                        seconds > 0 ? static_cast<double>(r.memcpy.bytes) / seconds / 1e9 : 0.0);
+          details = StrCat("kind_src:", MemoryKindName(r.memcpy.src_kind),
+                           " kind_dst:", MemoryKindName(r.memcpy.dst_kind),
+                           " size:", r.memcpy.bytes, " dest:", r.memcpy.dst_device,
+                           " async:", r.memcpy.async ? 1 : 0, " bandwidth_gbps:", bandwidth);
+        } else {
+          name = "Memset";
+          kind = kMemsetKind;
+          details_stat = xspace::kMemsetDetails;
+          details = StrCat("kind:", MemoryKindName(r.memset.memory_kind),
+                           " num_bytes:", r.memset.bytes, " async:", r.memset.async ? 1 : 0);
+        }
+        kinds_of_line[key] |= kind;
+        XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(name));
+        event.SetTimestampNs(start);
+        event.SetDurationNs(end - start);
+        add_common(plane, event, r, /*launch_side=*/false);
+        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
+                           StrCat("$$", r.context_id));
+        if (r.kind == shm::GpuRecordKind::kKernel) {
+          // Kernels repeat their launch shapes: intern the text.
+          event.AddStatValue(*plane.GetOrCreateStatMetadata(details_stat),
+                             *plane.GetOrCreateStatMetadata(details));
+        } else {
+          event.AddStatValue(*plane.GetOrCreateStatMetadata(details_stat), details);
+        }
+        break;
+      }
+      case shm::GpuRecordKind::kSync: {
+        auto device = device_of_context.find(r.context_id);
+        const int ordinal = device != device_of_context.end() ? device->second : 0;
+        const bool stream_sync = r.stream_id != kInvalidId;
+        auto [line, key] =
+            device_line(ordinal, kSyncLineBase + (stream_sync ? r.stream_id : kInvalidId));
+        line.SetNameIfEmpty(stream_sync ? StrCat("Stream #", r.stream_id, " synchronization")
+                                        : std::string("Synchronization"));
+        XPlaneBuilder& plane = device_plane(ordinal);
+        XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(SyncName(r.subkind)));
+        event.SetTimestampNs(start);
+        event.SetDurationNs(end - start);
+        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
+                           uint64_t{r.correlation_id});
+        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
+                           StrCat("$$", r.context_id));
+        break;
+      }
+      case shm::GpuRecordKind::kRuntimeApi:
+      case shm::GpuRecordKind::kDriverApi: {
+        XLineBuilder line = thread_line(host, r.stream_id, "");
+        std::string_view name = strings(r.name_id);
+        if (name.empty()) name = "(CUDA call)";
+        XEventBuilder event = line.AddEvent(*host.GetOrCreateEventMetadata(name));
+        event.SetTimestampNs(start);
+        event.SetDurationNs(end - start);
+        add_common(host, event, r, /*launch_side=*/true);
+        break;
+      }
+      case shm::GpuRecordKind::kNvtxRange: {
+        if (nvtx == nullptr) {
+          nvtx = std::make_unique<XPlaneBuilder>(
+              xspace::FindOrAddMutablePlaneWithName(space_, xspace::kNvtxPlaneName));
+        }
+        XLineBuilder line = thread_line(*nvtx, r.stream_id, " NVTX");
+        std::string_view name = strings(r.name_id);
+        if (name.empty()) name = "(unnamed range)";
+        XEventBuilder event = line.AddEvent(*nvtx->GetOrCreateEventMetadata(name));
+        event.SetTimestampNs(start);
+        event.SetDurationNs(end - start);
+        if (const std::string_view domain = strings(r.nvtx.domain_id); !domain.empty()) {
+          event.AddStatValue(*nvtx->GetOrCreateStatMetadata("domain"), domain);
+        }
+        break;
+      }
+      default:
+        return;  // a kind from a newer library
+    }
+    ++stats_.events;
+  });
+
+  for (const auto& [key, kinds] : kinds_of_line) {
+    std::vector<std::string_view> names;
+    for (const auto& [bit, name] : kKindNames) {
+      if ((kinds & bit) != 0) names.push_back(name);
+    }
+    const int64_t stream = key.second & 0xFFFFFFFF;
+    std::string line_name = StrCat("Stream #", stream, "(", names.front());
+    for (size_t i = 1; i < names.size(); ++i) line_name += StrCat(",", names[i]);
+    line_name += ")";
+    device_plane(key.first).GetOrCreateLine(key.second).SetName(line_name);
+  }
+}
+
+}  // namespace clusterprof::sidecar
