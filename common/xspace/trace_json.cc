@@ -394,7 +394,7 @@ class PlaneWriter {
     if (flow_id != 0) {
       out_.Put(",\"bind_id\":");
       out_.PutInt(flow_id);
-      out_.Put(flow_category);
+      if (!flow_category.empty()) out_.Put(flow_category);
       if (flow_out) out_.Put(",\"flow_out\":true");
       if (flow_in) out_.Put(",\"flow_in\":true");
       ++stats_.flow_events;

@@ -282,7 +282,8 @@ struct alignas(64) GpuRingHeader {
 };
 
 // 131072 records x 64 bytes = 8 MiB of sparse file per CUDA process; the sidecar drains it every
-// 10 ms while a capture runs, and the library flushes CUPTI's buffers every 100 ms.
+// 10 ms while a capture runs. CUPTI hands a buffer over when it fills (8 MiB of its records,
+// about 40000 kernels), so a ring takes several buffers between drains.
 inline constexpr uint64_t kDefaultGpuRingRecords = 131072;
 inline constexpr char kGpuRingRecordsEnv[] = "CLUSTERPROF_GPU_RING_RECORDS";
 inline constexpr uint64_t kDefaultGpuStringsCapacity = 4 << 20;

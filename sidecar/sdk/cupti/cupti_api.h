@@ -48,7 +48,8 @@ class CuptiApi {
 // for libcupti in $CLUSTERPROF_CUPTI_LIBRARY, then the library search path, then beside this
 // library, then the CUDA toolkit's usual places. On failure returns nullptr and says what was
 // tried in `error`.
-std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error);
+// `path`, when not null, receives the file libcupti was loaded from.
+std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error, std::string* path = nullptr);
 
 }  // namespace clusterprof::cupti
 

@@ -124,7 +124,7 @@ std::string OwnDirectory() {
 
 }  // namespace
 
-std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error) {
+std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error, std::string* path) {
   std::vector<std::string> candidates;
   if (const char* path = std::getenv("CLUSTERPROF_CUPTI_LIBRARY"); path != nullptr && *path) {
     candidates.push_back(path);
@@ -167,6 +167,13 @@ std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error) {
     *error = "the libcupti or CUDA driver found is not usable (" + symbol_error +
              "); use the libcupti of CUDA 12 or newer";
     return nullptr;
+  }
+  if (path != nullptr) {
+    Dl_info info;
+    void* symbol = dlsym(cupti, "cuptiGetVersion");
+    if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
+      *path = info.dli_fname;
+    }
   }
   // The libraries stay loaded for the life of the process, as CUPTI requires.
   return api;

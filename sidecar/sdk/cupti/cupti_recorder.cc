@@ -15,9 +15,10 @@ constexpr size_t kBufferAlignment = 8;
 // The device activity kinds, in the order they are enabled (and disabled in reverse); the API
 // kinds and NVTX follow as configured.
 constexpr CUpti_ActivityKind kActivityKinds[] = {
-    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-    CUPTI_ACTIVITY_KIND_MEMCPY2,           CUPTI_ACTIVITY_KIND_MEMSET,
-    CUPTI_ACTIVITY_KIND_SYNCHRONIZATION,
+    CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+    CUPTI_ACTIVITY_KIND_MEMCPY,
+    CUPTI_ACTIVITY_KIND_MEMCPY2,
+    CUPTI_ACTIVITY_KIND_MEMSET,
 };
 
 // "cudaLaunchKernel_v7000" -> "cudaLaunchKernel": CUPTI's callback names carry the version of
@@ -161,6 +162,10 @@ bool CuptiRecorder::Enable(uint64_t seq, const RecorderConfig& config) {
   if (failed_ || !Setup()) return false;
   if (armed_) Disable();
   config_ = config;
+  buffer_bytes_.store(config.buffer_bytes, std::memory_order_relaxed);
+  max_activity_events_.store(config.max_activity_events, std::memory_order_relaxed);
+  max_api_events_.store(config.max_api_events, std::memory_order_relaxed);
+  ring_wait_us_.store(config.ring_wait_us, std::memory_order_relaxed);
   activity_count_.store(0, std::memory_order_relaxed);
   api_count_.store(0, std::memory_order_relaxed);
   shm::GpuRingHeader& header = ring_.header();
@@ -170,6 +175,7 @@ bool CuptiRecorder::Enable(uint64_t seq, const RecorderConfig& config) {
   if (!devices_done_) FillDeviceTable();
 
   std::vector<CUpti_ActivityKind> kinds(std::begin(kActivityKinds), std::end(kActivityKinds));
+  if (config.synchronization) kinds.push_back(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION);
   if (config.runtime_api) kinds.push_back(CUPTI_ACTIVITY_KIND_RUNTIME);
   if (config.driver_api) kinds.push_back(CUPTI_ACTIVITY_KIND_DRIVER);
   if (config.nvtx) kinds.push_back(CUPTI_ACTIVITY_KIND_MARKER);
@@ -250,7 +256,7 @@ void CuptiRecorder::AddClockRecord() {
   record.kind = shm::GpuRecordKind::kClock;
   record.start = best_cupti;
   record.end = static_cast<uint64_t>(best_wall);
-  ring_.Append({&record, 1}, std::chrono::microseconds(config_.ring_wait_us), sleep_);
+  ring_.Append({&record, 1}, std::chrono::microseconds(ring_wait_us_.load()), sleep_);
 }
 
 void CuptiRecorder::FillDeviceTable() {
@@ -309,7 +315,7 @@ uint32_t CuptiRecorder::ApiName(CUpti_CallbackDomain domain, uint32_t cbid) {
 void CUPTIAPI CuptiRecorder::BufferRequested(uint8_t** buffer, size_t* size,
                                              size_t* max_num_records) {
   CuptiRecorder* self = g_recorder.load(std::memory_order_acquire);
-  const size_t bytes = self != nullptr ? self->config_.buffer_bytes : size_t{1} << 20;
+  const size_t bytes = self != nullptr ? self->buffer_bytes_.load() : size_t{1} << 20;
   *buffer = static_cast<uint8_t*>(std::aligned_alloc(kBufferAlignment, bytes));
   *size = *buffer != nullptr ? bytes : 0;
   *max_num_records = 0;  // as many as fit
@@ -333,19 +339,10 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
   std::vector<shm::GpuRecord> batch;
   batch.reserve(4096);
   shm::GpuRingHeader& header = ring_.header();
-  // NVTX ranges arrive as a start marker and an end marker with the same id.
-  struct OpenRange {
-    uint64_t start;
-    uint32_t name_id;
-    uint32_t domain_id;
-    uint32_t thread_id;
-  };
-  static std::mutex ranges_mu;
-  static std::unordered_map<uint32_t, OpenRange> open_ranges;
 
   auto take = [&](bool api) {
     std::atomic<uint64_t>& count = api ? api_count_ : activity_count_;
-    const uint64_t cap = api ? config_.max_api_events : config_.max_activity_events;
+    const uint64_t cap = (api ? max_api_events_ : max_activity_events_).load();
     if (count.fetch_add(1, std::memory_order_relaxed) < cap) return true;
     (api ? header.capped_api : header.capped_activity).fetch_add(1, std::memory_order_relaxed);
     return false;
@@ -461,18 +458,19 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
       }
       case CUPTI_ACTIVITY_KIND_MARKER: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
-        std::lock_guard<std::mutex> lock(ranges_mu);
+        // NVTX ranges arrive as a start marker and an end marker with the same id.
+        std::lock_guard<std::mutex> lock(ranges_mu_);
         if ((m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) != 0) {
-          open_ranges[m->id] = OpenRange{
+          open_ranges_[m->id] = OpenRange{
               m->timestamp, m->name != nullptr ? ring_.Intern(m->name) : 0,
               m->domain != nullptr ? ring_.Intern(m->domain) : 0, m->objectId.pt.threadId};
           continue;
         }
         if ((m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) == 0) continue;
-        auto it = open_ranges.find(m->id);
-        if (it == open_ranges.end()) continue;
+        auto it = open_ranges_.find(m->id);
+        if (it == open_ranges_.end()) continue;
         const OpenRange range = it->second;
-        open_ranges.erase(it);
+        open_ranges_.erase(it);
         if (!take(false)) continue;
         out.kind = shm::GpuRecordKind::kNvtxRange;
         out.start = range.start;
@@ -488,7 +486,7 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
     batch.push_back(out);
   }
   if (!batch.empty()) {
-    written_.fetch_add(ring_.Append(batch, std::chrono::microseconds(config_.ring_wait_us), sleep_),
+    written_.fetch_add(ring_.Append(batch, std::chrono::microseconds(ring_wait_us_.load()), sleep_),
                        std::memory_order_relaxed);
   }
 }

@@ -33,6 +33,8 @@ struct RecorderConfig {
   // calling thread: a launch-bound workload can leave one out (docs/gpu.md).
   bool runtime_api = true;
   bool driver_api = true;
+  // Synchronization records (host waits on streams, events, contexts).
+  bool synchronization = true;
   // Size of each buffer handed to CUPTI; a capture uses several (they are freed as they
   // complete).
   size_t buffer_bytes = 8 << 20;
@@ -61,8 +63,8 @@ class CuptiRecorder {
   // Flushes every record of the capture into the ring, disables the kinds, and reports the
   // capture flushed.
   void Disable();
-  // Hands CUPTI's completed buffers over while a capture runs, so records reach the sidecar
-  // during the capture rather than all at its end.
+  // Hands CUPTI's buffers over while a capture runs (when the injection is configured to flush
+  // periodically).
   void Flush();
 
   bool armed() const { return armed_; }
@@ -93,6 +95,11 @@ class CuptiRecorder {
   const SleepFn sleep_;
 
   RecorderConfig config_;
+  // What CUPTI's threads read of the configuration, set at Enable.
+  std::atomic<size_t> buffer_bytes_{RecorderConfig().buffer_bytes};
+  std::atomic<uint64_t> max_activity_events_{shm::kDefaultGpuMaxEvents};
+  std::atomic<uint64_t> max_api_events_{shm::kDefaultGpuMaxEvents};
+  std::atomic<int64_t> ring_wait_us_{RecorderConfig().ring_wait_us};
   std::vector<CUpti_ActivityKind> enabled_;
   bool setup_done_ = false;
   bool devices_done_ = false;
@@ -103,6 +110,14 @@ class CuptiRecorder {
   std::atomic<uint64_t> activity_count_{0};
   std::atomic<uint64_t> api_count_{0};
   std::atomic<uint64_t> written_{0};
+  struct OpenRange {
+    uint64_t start;
+    uint32_t name_id;
+    uint32_t domain_id;
+    uint32_t thread_id;
+  };
+  std::mutex ranges_mu_;  // guards open_ranges_: NVTX ranges whose end marker has not come
+  std::unordered_map<uint32_t, OpenRange> open_ranges_;
   std::mutex names_mu_;  // guards api_names_
   std::unordered_map<uint64_t, uint32_t> api_names_;
 };

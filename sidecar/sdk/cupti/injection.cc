@@ -51,13 +51,26 @@ class Injection {
       const uint64_t value = std::strtoull(records, nullptr, 10);
       if (value >= 1024 && value <= (uint64_t{1} << 24)) options.ring_records = value;
     }
+    // Tuning (docs/gpu.md): how often CUPTI's buffers are handed over during a capture, and
+    // whether synchronization is recorded.
+    if (const char* flush_ms = std::getenv("CLUSTERPROF_CUPTI_FLUSH_MS"); flush_ms != nullptr) {
+      const long ms = std::strtol(flush_ms, nullptr, 10);
+      if (ms >= 0) options.flush_every_polls = static_cast<int>(ms / kPollInterval.count());
+    }
+    if (const char* sync = std::getenv("CLUSTERPROF_CUPTI_SYNC"); sync != nullptr) {
+      options.synchronization = std::string(sync) != "0";
+    }
     options.process_name = ProcessName();
     options.wall_ns = &WallNs;
     options.sleep = [](std::chrono::microseconds d) { std::this_thread::sleep_for(d); };
     options.log = &Log;
     std::string error;
-    std::unique_ptr<CuptiApi> api = LoadCuptiApi(&error);
+    std::string cupti_path;
+    std::unique_ptr<CuptiApi> api = LoadCuptiApi(&error, &cupti_path);
     if (api == nullptr) Log("GPU tracing is off: " + error);
+    // NVTX hands its ranges to the library this names, on the process's first NVTX call: CUPTI,
+    // for gpu_enable_nvtx_tracking. Runs on the thread in cuInit, before the watcher starts.
+    if (!cupti_path.empty()) setenv("NVTX_INJECTION64_PATH", cupti_path.c_str(), /*overwrite=*/0);
     watcher_ = std::make_unique<InjectionWatcher>(std::move(options), std::move(api), error);
     thread_ = std::thread([this] {
       while (!stop_.load(std::memory_order_acquire)) {

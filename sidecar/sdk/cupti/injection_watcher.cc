@@ -39,13 +39,15 @@ void InjectionWatcher::Poll() {
     config.nvtx = (flags & shm::kGpuFlagNvtx) != 0;
     config.runtime_api = (flags & shm::kGpuFlagNoRuntimeApi) == 0;
     config.driver_api = (flags & shm::kGpuFlagNoDriverApi) == 0;
+    config.synchronization = options_.synchronization;
     if (!recorder_->Enable(seq, config) && !reported_failure_) {
       reported_failure_ = true;
       options_.log(ring_->header().error);
     }
   } else if (level == 0 && armed) {
     recorder_->Disable();
-  } else if (armed && ++armed_polls_ % options_.flush_every_polls == 0) {
+  } else if (armed && options_.flush_every_polls > 0 &&
+             ++armed_polls_ % options_.flush_every_polls == 0) {
     recorder_->Flush();
   }
 }

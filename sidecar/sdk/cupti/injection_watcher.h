@@ -1,6 +1,6 @@
 // The watcher of libclusterprof_cupti: follows the control page (re-attaching when a restarted
 // sidecar replaces it), and turns the CuptiRecorder on when the sidecar arms a GPU capture and
-// off when it disarms, flushing CUPTI's buffers every 100 ms in between. The GPU ring is created
+// off when it disarms. The GPU ring is created
 // on the first capture, so a process never profiled leaves no file.
 //
 // Not thread-safe: one thread (the injection's) calls Poll; Shutdown runs after it stopped.
@@ -27,9 +27,14 @@ class InjectionWatcher {
     std::string dir = shm::kDefaultDir;
     uint64_t ring_records = shm::kDefaultGpuRingRecords;
     std::string process_name;
-    // Polls between flushes while a capture runs, and between looks for a new control page.
-    int flush_every_polls = 20;
+    // Polls between flushes while a capture runs; 0: CUPTI hands over each buffer as it fills,
+    // and the rest at the stop. A flush during the capture stalls the workload's CUDA calls
+    // (3-5% of a GEMM-bound loop on an H100 at one per 100 ms: bench/RESULTS.md), so none by
+    // default. Also how many polls between looks for a new control page.
+    int flush_every_polls = 0;
     int reattach_every_polls = 200;
+    // Synchronization records ($CLUSTERPROF_CUPTI_SYNC=0 leaves them out).
+    bool synchronization = true;
     CuptiRecorder::WallClockFn wall_ns;
     CuptiRecorder::SleepFn sleep;
     // Where the watcher says what went wrong (once per problem); stderr in the workload.

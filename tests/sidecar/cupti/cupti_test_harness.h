@@ -104,7 +104,7 @@ class SidecarWithCudaProcess {
 
   // A Profile that starts `delay_ms` from now, returning the XSpace.
   grpc::Status Profile(int64_t delay_ms, int64_t duration_ms, tensorflow::ProfileResponse* response,
-                       uint32_t device_level = 1) {
+                       uint32_t device_level = 1, bool nvtx = false) {
     tensorflow::ProfileRequest request;
     auto* opts = request.mutable_opts();
     opts->set_version(1);
@@ -116,6 +116,8 @@ class SidecarWithCudaProcess {
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count() +
                               delay_ms * 1'000'000));
+    if (nvtx)
+      (*opts->mutable_advanced_configuration())["gpu_enable_nvtx_tracking"].set_bool_value(true);
     request.set_session_id("gpu_run");
     request.set_emit_xspace(true);
     grpc::ClientContext context;

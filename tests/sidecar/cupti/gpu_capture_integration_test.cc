@@ -169,3 +169,32 @@ TEST_F(GpuCaptureTest, KernelsCopiesAndLaunchesOfACudaProgram) {
 
 }  // namespace
 }  // namespace clusterprof
+
+namespace clusterprof {
+namespace {
+
+TEST_F(GpuCaptureTest, NvtxRangesWhenAsked) {
+  testing::TempDir root;
+  SidecarWithCudaProcess pod(root);
+  const std::string output = pod.StartCudaProcess({workload_, "--seconds", "60"});
+  ASSERT_TRUE(testing::WaitForText(output, "ready", std::chrono::seconds(120)))
+      << testing::ReadFileOrDie(output);
+  tensorflow::ProfileResponse response;
+  const grpc::Status status = pod.Profile(1500, 500, &response, /*device_level=*/1, /*nvtx=*/true);
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << pod.Log();
+  const XPlane* nvtx = xspace::FindPlaneWithName(response.xspace(), xspace::kNvtxPlaneName);
+  ASSERT_NE(nvtx, nullptr) << "no /host:NVTX-CUPTI plane";
+  int ranges = 0;
+  for (const XLine& line : nvtx->lines()) {
+    for (const Event& event : Events(*nvtx, line)) {
+      if (event.name == "clusterprof_test_iteration") {
+        EXPECT_GT(event.duration_ns, 0);
+        ++ranges;
+      }
+    }
+  }
+  EXPECT_GT(ranges, 0);
+}
+
+}  // namespace
+}  // namespace clusterprof

@@ -4,9 +4,10 @@
 // launch cost) and `gemm` (large SGEMMs, bound by the GPU).
 //
 //   gpu_workload [--mode mixed|launch|gemm] [--seconds S | --iterations N] [--size N]
-// Prints "ready" once CUDA works, and at the end "iterations=<n> seconds=<s> per_iteration_us=<u>".
+// Each iteration is an NVTX range. Prints "ready" once CUDA works, and at the end "iterations=<n> seconds=<s> per_iteration_us=<u>".
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 
 #include <chrono>
 #include <cstdio>
@@ -71,6 +72,7 @@ int main(int argc, char** argv) {
   const float one = 1.0f, zero = 0.0f;
 
   auto iteration = [&] {
+    nvtxRangePushA("clusterprof_test_iteration");
     if (mode == "launch") {
       for (int k = 0; k < 100; ++k) clusterprof_test_tiny<<<1, 32, 0, stream>>>(y);
     } else if (mode == "gemm") {
@@ -85,6 +87,7 @@ int main(int argc, char** argv) {
       CHECK_CUDA(cudaMemcpyAsync(host, c, n * sizeof(float), cudaMemcpyDeviceToHost, stream));
     }
     CHECK_CUDA(cudaStreamSynchronize(stream));
+    nvtxRangePop();
   };
   iteration();  // warm-up: module loading, cuBLAS's first call
   std::printf("ready\n");

@@ -376,6 +376,23 @@ TEST_F(InjectionWatcherTest, DormantUntilArmedThenRecordsUntilDisarmed) {
   EXPECT_EQ(watcher->ring()->header().flushed_seq.load(), next) << "exit flushes";
 }
 
+TEST_F(InjectionWatcherTest, NoFlushDuringACaptureUnlessConfigured) {
+  auto owned = std::make_unique<MockCuptiApi>();
+  MockCuptiApi* api = owned.get();
+  InjectionWatcher::Options options;
+  options.dir = dir_.path();
+  options.wall_ns = [] { return int64_t{1}; };
+  options.sleep = [](std::chrono::microseconds) {};
+  options.log = [](const std::string&) {};
+  InjectionWatcher watcher(std::move(options), std::move(owned), "");
+  control_->ArmDevice({});
+  for (int i = 0; i < 100; ++i) watcher.Poll();
+  for (const std::string& call : api->calls()) EXPECT_THAT(call, Not(HasSubstr("FlushAll")));
+  control_->DisarmDevice();
+  watcher.Poll();
+  EXPECT_EQ(api->calls().back(), "FlushAll forced");
+}
+
 TEST_F(InjectionWatcherTest, FollowsAControlPageReplacedByARestartedSidecar) {
   auto watcher = MakeWatcher(std::make_unique<MockCuptiApi>());
   watcher->Poll();
