@@ -70,6 +70,58 @@ TEST_F(CaptureRequestTest, Version0MeansDefaultsAndDiscardsEveryOption) {
   EXPECT_EQ(parsed->host_name, "10.0.0.2_8466");
 }
 
+TEST_F(CaptureRequestTest, GpuOptionsFromAdvancedConfiguration) {
+  auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
+  absl::StatusOr<CaptureRequest> defaults = Parse();
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  CaptureWindow window = defaults->Window(kNow);
+  EXPECT_EQ(window.gpu_max_activity_events, 0u) << "0: the tracer's default";
+  EXPECT_FALSE(window.gpu_nvtx);
+  EXPECT_TRUE(window.gpu_runtime_api);
+  EXPECT_TRUE(window.gpu_driver_api);
+
+  config["gpu_max_activity_api_events"].set_int64_value(4194304);
+  config["gpu_max_callback_api_events"].set_int64_value(1000);
+  config["gpu_enable_nvtx_tracking"].set_bool_value(true);
+  config["clusterprof_gpu_api_tracing"].set_string_value("driver");
+  absl::StatusOr<CaptureRequest> parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  window = parsed->Window(kNow);
+  EXPECT_EQ(window.gpu_max_activity_events, 4194304u);
+  EXPECT_EQ(window.gpu_max_api_events, 1000u);
+  EXPECT_TRUE(window.gpu_nvtx);
+  EXPECT_FALSE(window.gpu_runtime_api);
+  EXPECT_TRUE(window.gpu_driver_api);
+
+  config["clusterprof_gpu_api_tracing"].set_string_value("none");
+  window = Parse()->Window(kNow);
+  EXPECT_FALSE(window.gpu_runtime_api);
+  EXPECT_FALSE(window.gpu_driver_api);
+}
+
+TEST_F(CaptureRequestTest, BadGpuOptionsAreRefusedNamingTheKey) {
+  auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
+  config["gpu_max_activity_api_events"].set_string_value("lots");
+  absl::StatusOr<CaptureRequest> parsed = Parse();
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              ::testing::HasSubstr("gpu_max_activity_api_events"));
+
+  config.clear();
+  config["gpu_max_callback_api_events"].set_int64_value(0);
+  EXPECT_FALSE(Parse().ok()) << "a cap must be positive";
+
+  config.clear();
+  config["gpu_enable_nvtx_tracking"].set_int64_value(1);
+  EXPECT_THAT(std::string(Parse().status().message()),
+              ::testing::HasSubstr("gpu_enable_nvtx_tracking"));
+
+  config.clear();
+  config["clusterprof_gpu_api_tracing"].set_string_value("kernel");
+  EXPECT_THAT(std::string(Parse().status().message()), ::testing::HasSubstr("\"kernel\""));
+}
+
 TEST_F(CaptureRequestTest, DurationFallsBackToTheRequestField) {
   request_.mutable_opts()->set_duration_ms(0);
   request_.set_duration_ms(250);
