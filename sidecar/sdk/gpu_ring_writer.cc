@@ -52,7 +52,10 @@ GpuRingWriter::GpuRingWriter(std::string path, void* base, size_t size)
       base_(base),
       size_(size),
       header_(static_cast<GpuRingHeader*>(base)),
-      records_(reinterpret_cast<GpuRecord*>(static_cast<char*>(base) + header_->records_offset)) {}
+      records_(reinterpret_cast<GpuRecord*>(static_cast<char*>(base) + header_->records_offset)),
+      strings_(std::make_unique<StringInterner>(static_cast<char*>(base) + header_->strings_offset,
+                                                header_->strings_capacity, header_->strings_used,
+                                                header_->dropped_strings)) {}
 
 GpuRingWriter::~GpuRingWriter() { munmap(base_, size_); }
 
@@ -85,16 +88,7 @@ size_t GpuRingWriter::Append(std::span<const GpuRecord> records, std::chrono::mi
   return written;
 }
 
-uint32_t GpuRingWriter::Intern(std::string_view text) {
-  std::lock_guard<std::mutex> lock(strings_mu_);
-  if (auto it = interned_.find(std::string(text)); it != interned_.end()) return it->second;
-  const uint32_t id =
-      AppendString(static_cast<char*>(base_) + header_->strings_offset, header_->strings_capacity,
-                   header_->strings_used, header_->dropped_strings, text);
-  if (id == 0) return 0;
-  interned_.emplace(std::string(text), id);
-  return id;
-}
+uint32_t GpuRingWriter::Intern(std::string_view text) { return strings_->Intern(text); }
 
 void GpuRingWriter::SetError(std::string_view message) {
   const size_t n = std::min(message.size(), sizeof(header_->error) - 1);

@@ -18,6 +18,8 @@
 
 namespace clusterprof::shm {
 
+class StringInterner;
+
 // Thread-safe: CUPTI completes buffers on threads of its own, possibly several at once.
 class GpuRingWriter {
  public:
@@ -54,8 +56,7 @@ class GpuRingWriter {
   GpuRingHeader* header_;
   GpuRecord* records_;
   std::mutex append_mu_;  // one producer at a time
-  std::mutex strings_mu_;
-  std::unordered_map<std::string, uint32_t> interned_;
+  std::unique_ptr<StringInterner> strings_;
 };
 
 std::string GpuRingFileName(int pid, uint64_t start_ticks);

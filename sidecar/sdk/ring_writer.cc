@@ -77,7 +77,10 @@ RingWriter::RingWriter(std::string path, void* base, size_t size)
       base_(base),
       size_(size),
       header_(static_cast<RingHeader*>(base)),
-      threads_(new std::unique_ptr<ThreadRing>[header_->max_threads]) {}
+      threads_(new std::unique_ptr<ThreadRing>[header_->max_threads]),
+      strings_(std::make_unique<StringInterner>(static_cast<char*>(base) + header_->strings_offset,
+                                                header_->strings_capacity, header_->strings_used,
+                                                header_->dropped_strings)) {}
 
 RingWriter::~RingWriter() { munmap(base_, size_); }
 
@@ -100,15 +103,6 @@ ThreadRing* RingWriter::ClaimThread(uint32_t tid) {
   return result;
 }
 
-uint32_t RingWriter::Intern(std::string_view text) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = interned_.find(std::string(text)); it != interned_.end()) return it->second;
-  const uint32_t id =
-      AppendString(static_cast<char*>(base_) + header_->strings_offset, header_->strings_capacity,
-                   header_->strings_used, header_->dropped_strings, text);
-  if (id == 0) return 0;
-  interned_.emplace(std::string(text), id);
-  return id;
-}
+uint32_t RingWriter::Intern(std::string_view text) { return strings_->Intern(text); }
 
 }  // namespace clusterprof::shm

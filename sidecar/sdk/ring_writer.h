@@ -15,6 +15,8 @@
 
 namespace clusterprof::shm {
 
+class StringInterner;
+
 struct RingOptions {
   uint32_t max_threads = kDefaultMaxThreads;
   uint32_t slots_per_thread = kDefaultSlotsPerThread;  // rounded up to a power of two
@@ -82,9 +84,9 @@ class RingWriter {
   void* base_;
   size_t size_;
   RingHeader* header_;
-  std::mutex mu_;  // guards interned_ and threads_
-  std::unordered_map<std::string, uint32_t> interned_;
+  std::mutex mu_;  // guards threads_
   std::unique_ptr<std::unique_ptr<ThreadRing>[]> threads_;
+  std::unique_ptr<StringInterner> strings_;
 };
 
 // The start time of process `pid` in clock ticks since boot (/proc/<pid>/stat field 22), read

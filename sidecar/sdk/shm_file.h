@@ -8,9 +8,11 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "sidecar/sdk/shm_format.h"
 
@@ -47,6 +49,31 @@ inline uint32_t AppendString(char* table, uint64_t capacity, std::atomic<uint64_
   used.store(offset + entry_size, std::memory_order_release);
   return static_cast<uint32_t>(offset) + 1;
 }
+
+// Interns strings into a ring file's string table: one entry per distinct text. Thread-safe.
+class StringInterner {
+ public:
+  StringInterner(char* table, uint64_t capacity, std::atomic<uint64_t>& used,
+                 std::atomic<uint64_t>& dropped)
+      : table_(table), capacity_(capacity), used_(used), dropped_(dropped) {}
+
+  // The id of `text`, or 0 when the table is full (counted).
+  uint32_t Intern(std::string_view text) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = ids_.find(std::string(text)); it != ids_.end()) return it->second;
+    const uint32_t id = AppendString(table_, capacity_, used_, dropped_, text);
+    if (id != 0) ids_.emplace(std::string(text), id);
+    return id;
+  }
+
+ private:
+  char* const table_;
+  const uint64_t capacity_;
+  std::atomic<uint64_t>& used_;
+  std::atomic<uint64_t>& dropped_;
+  std::mutex mu_;
+  std::unordered_map<std::string, uint32_t> ids_;
+};
 
 // The string with `id` in a table another process writes: empty when the id is 0, out of range
 // or not written yet. Never reads outside [table, table + capacity).

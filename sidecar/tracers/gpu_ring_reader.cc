@@ -12,28 +12,15 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "sidecar/sdk/shm_file.h"
+#include "sidecar/tracers/ring_reader.h"
 
 namespace clusterprof::shm {
 
 absl::StatusOr<std::unique_ptr<GpuRingReader>> GpuRingReader::Open(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open GPU ring", path);
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int saved = errno;
-    close(fd);
-    return ErrnoToStatus(saved, "cannot stat GPU ring", path);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < sizeof(GpuRingHeader)) {
-    close(fd);
-    return absl::InvalidArgumentError(
-        StrCat("GPU ring ", path, " is too small (", size, " bytes)"));
-  }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) return ErrnoToStatus(errno, "cannot map GPU ring", path);
-  std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, static_cast<char*>(base), size));
+  CLUSTERPROF_ASSIGN_OR_RETURN(const MappedRing mapped,
+                               MapRingFile(path, sizeof(GpuRingHeader), "GPU ring"));
+  const size_t size = mapped.size;
+  std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, mapped.base, size));
 
   const GpuRingHeader& h = *reader->header_;
   if (h.magic != kGpuRingMagic || h.version != kVersion || h.header_size != sizeof(GpuRingHeader) ||

@@ -18,24 +18,32 @@
 
 namespace clusterprof::shm {
 
-absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& path) {
+absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
+                                       std::string_view what) {
   const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot open ring", path);
+  if (fd < 0) return ErrnoToStatus(errno, StrCat("cannot open ", what), path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
     const int saved = errno;
     close(fd);
-    return ErrnoToStatus(saved, "cannot stat ring", path);
+    return ErrnoToStatus(saved, StrCat("cannot stat ", what), path);
   }
   const size_t size = static_cast<size_t>(st.st_size);
-  if (size < sizeof(RingHeader)) {
+  if (size < min_size) {
     close(fd);
-    return absl::InvalidArgumentError(StrCat("ring ", path, " is too small (", size, " bytes)"));
+    return absl::InvalidArgumentError(StrCat(what, " ", path, " is too small (", size, " bytes)"));
   }
   void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   close(fd);
-  if (base == MAP_FAILED) return ErrnoToStatus(errno, "cannot map ring", path);
-  std::unique_ptr<RingReader> reader(new RingReader(path, static_cast<const char*>(base), size));
+  if (base == MAP_FAILED) return ErrnoToStatus(errno, StrCat("cannot map ", what), path);
+  return MappedRing{static_cast<char*>(base), size};
+}
+
+absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& path) {
+  CLUSTERPROF_ASSIGN_OR_RETURN(const MappedRing mapped,
+                               MapRingFile(path, sizeof(RingHeader), "ring"));
+  const size_t size = mapped.size;
+  std::unique_ptr<RingReader> reader(new RingReader(path, mapped.base, size));
 
   const RingHeader& h = *reader->header_;
   if (h.magic != kRingMagic || h.version != kVersion || h.header_size != sizeof(RingHeader) ||

@@ -81,6 +81,15 @@ class RingReader {
   std::vector<uint64_t> last_dropped_;  // per slot, to report drops since the last drain
 };
 
+// Maps the ring file at `path` shared and read-write, refusing one smaller than `min_size`; `what`
+// names the kind of file in errors ("ring", "GPU ring").
+struct MappedRing {
+  char* base = nullptr;
+  size_t size = 0;
+};
+absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
+                                       std::string_view what);
+
 // Ring files in `dir` (annotation rings by default; kGpuRingPrefix for GPU rings), sorted.
 absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
                                                        std::string_view prefix = kRingPrefix);

@@ -92,6 +92,24 @@ uint8_t CopyKind(uint8_t cupti_kind) {
   }
 }
 
+// The fields the memcpy and peer-memcpy records share.
+template <typename Copy>
+void FillCopy(const Copy& m, uint8_t copy_kind, uint32_t dst_device, shm::GpuRecord* out) {
+  out->kind = shm::GpuRecordKind::kMemcpy;
+  out->subkind = copy_kind;
+  out->start = m.start;
+  out->end = m.end;
+  out->correlation_id = m.correlationId;
+  out->stream_id = m.streamId;
+  out->context_id = m.contextId;
+  out->device_id = static_cast<uint16_t>(m.deviceId);
+  out->memcpy.bytes = m.bytes;
+  out->memcpy.src_kind = m.srcKind;
+  out->memcpy.dst_kind = m.dstKind;
+  out->memcpy.async = (m.flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) != 0;
+  out->memcpy.dst_device = dst_device;
+}
+
 uint16_t Clamp16(int32_t value) {
   return static_cast<uint16_t>(std::clamp<int32_t>(value, 0, UINT16_MAX));
 }
@@ -378,37 +396,13 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         if (!take(false)) continue;
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
-        out.kind = shm::GpuRecordKind::kMemcpy;
-        out.subkind = CopyKind(m->copyKind);
-        out.start = m->start;
-        out.end = m->end;
-        out.correlation_id = m->correlationId;
-        out.stream_id = m->streamId;
-        out.context_id = m->contextId;
-        out.device_id = static_cast<uint16_t>(m->deviceId);
-        out.memcpy.bytes = m->bytes;
-        out.memcpy.src_kind = m->srcKind;
-        out.memcpy.dst_kind = m->dstKind;
-        out.memcpy.async = (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) != 0;
-        out.memcpy.dst_device = m->deviceId;
+        FillCopy(*m, CopyKind(m->copyKind), m->deviceId, &out);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY2: {
         if (!take(false)) continue;
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-        out.kind = shm::GpuRecordKind::kMemcpy;
-        out.subkind = static_cast<uint8_t>(shm::GpuCopyKind::kPtoP);
-        out.start = m->start;
-        out.end = m->end;
-        out.correlation_id = m->correlationId;
-        out.stream_id = m->streamId;
-        out.context_id = m->contextId;
-        out.device_id = static_cast<uint16_t>(m->deviceId);
-        out.memcpy.bytes = m->bytes;
-        out.memcpy.src_kind = m->srcKind;
-        out.memcpy.dst_kind = m->dstKind;
-        out.memcpy.async = (m->flags & CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC) != 0;
-        out.memcpy.dst_device = m->dstDeviceId;
+        FillCopy(*m, static_cast<uint8_t>(shm::GpuCopyKind::kPtoP), m->dstDeviceId, &out);
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
