@@ -107,6 +107,7 @@ CaptureWindow CaptureRequest::Window(int64_t start_ns) const {
   window.gpu_nvtx = gpu_nvtx;
   window.gpu_runtime_api = gpu_runtime_api;
   window.gpu_driver_api = gpu_driver_api;
+  window.options = std::make_shared<const tensorflow::ProfileOptions>(options);
   return window;
 }
 

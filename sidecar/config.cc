@@ -53,6 +53,8 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"gpu", scalar(&c.gpu)},
       {"gpu_flush_timeout_ms", scalar(&c.gpu_flush_timeout_ms)},
       {"nvml_library", scalar(&c.nvml_library)},
+      {"framework_profiler", scalar(&c.framework_profiler)},
+      {"framework_grace_ms", scalar(&c.framework_grace_ms)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {

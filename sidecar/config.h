@@ -44,6 +44,11 @@ struct SidecarConfig {
   int64_t gpu_flush_timeout_ms = 3000;
   // The NVML library for GPU counters (loaded at run time; absent: no counters).
   std::string nvml_library = "libnvidia-ml.so.1";
+  // The workload's own TF/JAX profiler server (host:port) that captures are forwarded to; empty:
+  // none.
+  std::string framework_profiler;
+  // How long after a capture's end the framework's answer is awaited.
+  int64_t framework_grace_ms = 30'000;
 };
 
 // The sidecar's default spool directory (see SidecarConfig::spool_dir).

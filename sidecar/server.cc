@@ -17,6 +17,7 @@
 #include "sidecar/services.h"
 #include "sidecar/session.h"
 #include "sidecar/tracers/annotation_tracer.h"
+#include "sidecar/tracers/framework_tracer.h"
 #include "sidecar/tracers/gpu_metrics.h"
 #include "sidecar/tracers/gpu_tracer.h"
 #include "sidecar/tracers/nvml_api.h"
@@ -58,8 +59,9 @@ constexpr int64_t kUploadDrainNs = 15 * kNanosPerSecond;
 struct SidecarServer::Impl {
   Clock* clock = nullptr;
   std::unique_ptr<AnnotationTracer> annotations;
-  std::unique_ptr<NvmlApi> nvml;   // null without libnvidia-ml
-  std::unique_ptr<GpuTracer> gpu;  // null with --no-gpu
+  std::unique_ptr<NvmlApi> nvml;               // null without libnvidia-ml
+  std::unique_ptr<GpuTracer> gpu;              // null with --no-gpu
+  std::unique_ptr<FrameworkTracer> framework;  // null without --framework-profiler
   std::vector<Tracer*> tracers;
   std::unique_ptr<SidecarMetrics> metrics;
   std::unique_ptr<storage::StorageSet> storages;
@@ -165,6 +167,16 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
                     std::string(resumed.message()));
     }
   });
+  if (!config.framework_profiler.empty()) {
+    FrameworkTracer::Options framework_options;
+    framework_options.address = config.framework_profiler;
+    framework_options.work_dir =
+        StrCat(config.spool_dir.empty() ? DefaultSpoolDir() : config.spool_dir, "/framework");
+    framework_options.grace_ms = config.framework_grace_ms;
+    CLUSTERPROF_ASSIGN_OR_RETURN(impl->framework, FrameworkTracer::Create(framework_options));
+    impl->tracers.push_back(impl->framework.get());
+    spdlog::info("captures are forwarded to the TF/JAX profiler at {}", config.framework_profiler);
+  }
   impl->sessions = std::make_unique<SessionManager>(clock, impl->tracers, impl->metrics.get(),
                                                     impl->storages.get());
   const std::string host_name = policy.default_host_name;

@@ -73,6 +73,13 @@ int main(int argc, char** argv) {
   app.add_option("--nvml-library", flags.nvml_library,
                  "NVML library for GPU utilization, memory, power and clock counters")
       ->capture_default_str();
+  app.add_option("--framework-profiler", flags.framework_profiler,
+                 "host:port of the workload's TF/JAX profiler server (jax.profiler.start_server, "
+                 "tf.profiler.experimental.server.start): captures are forwarded to it and its "
+                 "trace merged");
+  app.add_option("--framework-grace-ms", flags.framework_grace_ms,
+                 "How long after a capture's end the framework profiler's answer is awaited")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -102,6 +109,8 @@ int main(int argc, char** argv) {
   if (given("--gpu") || given("--no-gpu")) config.gpu = flags.gpu;
   if (given("--gpu-flush-timeout-ms")) config.gpu_flush_timeout_ms = flags.gpu_flush_timeout_ms;
   if (given("--nvml-library")) config.nvml_library = flags.nvml_library;
+  if (given("--framework-profiler")) config.framework_profiler = flags.framework_profiler;
+  if (given("--framework-grace-ms")) config.framework_grace_ms = flags.framework_grace_ms;
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =

@@ -9,12 +9,16 @@
 #define CLUSTERPROF_SIDECAR_TRACERS_TRACER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 
+namespace tensorflow {
+class ProfileOptions;
+}  // namespace tensorflow
 namespace tensorflow::profiler {
 class XSpace;
 }  // namespace tensorflow::profiler
@@ -40,6 +44,9 @@ struct CaptureWindow {
   // The CUDA calls recorded on the host side (advanced_configuration clusterprof_gpu_api_tracing).
   bool gpu_runtime_api = true;
   bool gpu_driver_api = true;
+  // The request's options as given (upstream defaults applied for version 0), for tracers that
+  // pass them on (the framework proxy). May be null.
+  std::shared_ptr<const tensorflow::ProfileOptions> options;
 };
 
 struct TracerStats {
