@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
                  "write the bound health port here (http=N) once serving");
   app.add_option("--workers", options.jobs.workers, "ProfileJob reconcile workers")
       ->capture_default_str();
+  app.add_option("--sidecar-token-file", options.jobs.sidecar_token_file,
+                 "File with the bearer token the sidecars require (their --auth-token-file); "
+                 "read for each capture");
   app.add_option("--fan-out-lead-ms", options.jobs.fan_out_lead_ms,
                  "least time between sending Profile requests and the start instant")
       ->capture_default_str();

@@ -55,6 +55,7 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"nvml_library", scalar(&c.nvml_library)},
       {"framework_profiler", scalar(&c.framework_profiler)},
       {"framework_grace_ms", scalar(&c.framework_grace_ms)},
+      {"auth_token_file", scalar(&c.auth_token_file)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {

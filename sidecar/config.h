@@ -49,6 +49,9 @@ struct SidecarConfig {
   std::string framework_profiler;
   // How long after a capture's end the framework's answer is awaited.
   int64_t framework_grace_ms = 30'000;
+  // A file holding the bearer token every gRPC call must carry (a mounted Secret); empty: no
+  // token required (TF/JAX clients send none).
+  std::string auth_token_file;
 };
 
 // The sidecar's default spool directory (see SidecarConfig::spool_dir).

@@ -62,6 +62,7 @@ struct SidecarServer::Impl {
   std::unique_ptr<NvmlApi> nvml;               // null without libnvidia-ml
   std::unique_ptr<GpuTracer> gpu;              // null with --no-gpu
   std::unique_ptr<FrameworkTracer> framework;  // null without --framework-profiler
+  std::unique_ptr<TokenAuth> auth;             // null without --auth-token-file
   std::vector<Tracer*> tracers;
   std::unique_ptr<SidecarMetrics> metrics;
   std::unique_ptr<storage::StorageSet> storages;
@@ -180,11 +181,19 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   impl->sessions = std::make_unique<SessionManager>(clock, impl->tracers, impl->metrics.get(),
                                                     impl->storages.get());
   const std::string host_name = policy.default_host_name;
-  impl->profiler_service = std::make_unique<ProfilerServiceImpl>(*impl->sessions, std::move(policy),
-                                                                 clock, impl->metrics.get());
+  if (!config.auth_token_file.empty()) {
+    absl::StatusOr<std::unique_ptr<TokenAuth>> auth = TokenAuth::Create(config.auth_token_file);
+    if (!auth.ok()) {
+      return absl::InvalidArgumentError(StrCat("--auth-token-file: ", auth.status().message()));
+    }
+    impl->auth = std::move(*auth);
+    spdlog::info("gRPC calls must carry the bearer token of {}", config.auth_token_file);
+  }
+  impl->profiler_service = std::make_unique<ProfilerServiceImpl>(
+      *impl->sessions, std::move(policy), clock, impl->metrics.get(), impl->auth.get());
   impl->sidecar_service = std::make_unique<SidecarServiceImpl>(
       *impl->sessions, std::vector<const Tracer*>(impl->tracers.begin(), impl->tracers.end()),
-      host_name, clock);
+      host_name, clock, impl->auth.get());
 
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos

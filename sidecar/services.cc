@@ -153,6 +153,13 @@ const char* CodeName(absl::StatusCode code) {
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* context,
                                                        const tensorflow::ProfileRequest* request,
                                                        tensorflow::ProfileResponse* response) {
+  if (auth_ != nullptr) {
+    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
+      spdlog::warn("Profile from {} refused: {}", context->peer(), denied.error_message());
+      if (metrics_ != nullptr) metrics_->RequestRefused("UNAUTHENTICATED");
+      return FinishedReactor(context, denied);
+    }
+  }
   auto* call = new ProfileCall(context, response);
   absl::StatusOr<CaptureRequest> parsed = ParseCaptureRequest(*request, policy_, clock_.WallNs());
   absl::Status status = parsed.status();
@@ -177,6 +184,11 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Terminate(
     grpc::CallbackServerContext* context, const tensorflow::TerminateRequest* request,
     tensorflow::TerminateResponse*) {
+  if (auth_ != nullptr) {
+    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
+      return FinishedReactor(context, denied);
+    }
+  }
   sessions_.Terminate(request->session_id());
   return FinishedReactor(context, grpc::Status::OK);
 }
@@ -193,6 +205,11 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Monitor(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
     grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetInfoRequest*,
     clusterprof::v1alpha1::GetInfoResponse* response) {
+  if (auth_ != nullptr) {
+    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
+      return FinishedReactor(context, denied);
+    }
+  }
   // The clock reading first: it is what the caller's round trip brackets.
   response->set_wall_time_ns(clock_.WallNs());
   response->set_monotonic_time_ns(clock_.MonotonicNs());
@@ -212,6 +229,11 @@ grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
 grpc::ServerUnaryReactor* SidecarServiceImpl::GetSession(
     grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
     clusterprof::v1alpha1::GetSessionResponse* response) {
+  if (auth_ != nullptr) {
+    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
+      return FinishedReactor(context, denied);
+    }
+  }
   std::shared_ptr<CaptureSession> session = sessions_.Find(request->session_id());
   if (session == nullptr) {
     return FinishedReactor(

@@ -11,6 +11,7 @@
 #include "sidecar/capture_request.h"
 #include "sidecar/metrics.h"
 #include "sidecar/session.h"
+#include "sidecar/token_auth.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::sidecar {
@@ -21,9 +22,14 @@ inline constexpr char kFilesTrailer[] = "clusterprof-files-bin";
 
 class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackService {
  public:
+  // `auth` (may be null: no token required) must outlive the service.
   ProfilerServiceImpl(SessionManager& sessions, RequestPolicy policy, Clock& clock,
-                      SidecarMetrics* metrics)
-      : sessions_(sessions), policy_(std::move(policy)), clock_(clock), metrics_(metrics) {}
+                      SidecarMetrics* metrics, TokenAuth* auth = nullptr)
+      : sessions_(sessions),
+        policy_(std::move(policy)),
+        clock_(clock),
+        metrics_(metrics),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
                                     const tensorflow::ProfileRequest* request,
@@ -40,16 +46,18 @@ class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackSe
   const RequestPolicy policy_;
   Clock& clock_;
   SidecarMetrics* const metrics_;
+  TokenAuth* const auth_;
 };
 
 class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::CallbackService {
  public:
   SidecarServiceImpl(SessionManager& sessions, std::vector<const Tracer*> tracers,
-                     std::string host_name, Clock& clock)
+                     std::string host_name, Clock& clock, TokenAuth* auth = nullptr)
       : sessions_(sessions),
         tracers_(std::move(tracers)),
         host_name_(std::move(host_name)),
-        clock_(clock) {}
+        clock_(clock),
+        auth_(auth) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const clusterprof::v1alpha1::GetInfoRequest* request,
@@ -63,6 +71,7 @@ class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::Callback
   const std::vector<const Tracer*> tracers_;
   const std::string host_name_;
   Clock& clock_;
+  TokenAuth* const auth_;
 };
 
 }  // namespace clusterprof::sidecar

@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_option("--framework-grace-ms", flags.framework_grace_ms,
                  "How long after a capture's end the framework profiler's answer is awaited")
       ->capture_default_str();
+  app.add_option("--auth-token-file", flags.auth_token_file,
+                 "Require every gRPC call to carry \"authorization: Bearer <token>\" with the "
+                 "token in this file (a mounted Secret, re-read when it changes)");
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -111,6 +114,7 @@ int main(int argc, char** argv) {
   if (given("--nvml-library")) config.nvml_library = flags.nvml_library;
   if (given("--framework-profiler")) config.framework_profiler = flags.framework_profiler;
   if (given("--framework-grace-ms")) config.framework_grace_ms = flags.framework_grace_ms;
+  if (given("--auth-token-file")) config.auth_token_file = flags.auth_token_file;
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =

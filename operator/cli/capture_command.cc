@@ -9,6 +9,7 @@
 #include "common/clock.h"
 #include "common/storage/logdir.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 #include "fmt/format.h"
 #include "operator/cli/commands.h"
 #include "operator/coordinator/coordinator.h"
@@ -119,6 +120,14 @@ void PrintSummary(const RunResult& result, std::ostream& out) {
 
 int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err) {
   coordinator::CaptureOptions capture;
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(options.token_file);
+    if (!token.ok()) {
+      err << "clusterprof capture: --token-file: " << token.status().message() << "\n";
+      return 2;
+    }
+    capture.auth_token = *token;
+  }
   absl::StatusOr<std::vector<coordinator::Target>> targets =
       coordinator::ParseServiceAddresses(options.service_addr);
   if (!targets.ok()) {

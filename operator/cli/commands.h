@@ -56,6 +56,8 @@ struct CaptureOptions {
   std::string host_names;
   // Live progress lines (only on a terminal).
   bool progress = true;
+  // A file with the bearer token of sidecars started with --auth-token-file.
+  std::string token_file;
 };
 
 // clusterprof capture --service-addr a:8466,b:8466 --logdir DIR [--duration-ms N] ...

@@ -74,6 +74,8 @@ int main(int argc, char** argv) {
                    "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  capture_cmd->add_option("--token-file", capture.token_file,
+                          "File with the bearer token of sidecars started with --auth-token-file");
   capture_cmd
       ->add_option("--device-tracer-level", capture.device_tracer_level,
                    "GPU activity: 0 off, 1 on")

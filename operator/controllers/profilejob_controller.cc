@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/storage/logdir.h"
 #include "common/strings.h"
+#include "common/token_file.h"
 #include "operator/controllers/targets.h"
 #include "operator/controllers/worker.h"
 #include "operator/coordinator/coordinator.h"
@@ -370,6 +371,15 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   options.fan_out_lead_ms = options_.fan_out_lead_ms;
   options.retry_backoff_ms = options_.retry_backoff_ms;
   options.grace_ms = options_.grace_ms;
+  if (!options_.sidecar_token_file.empty()) {
+    if (absl::StatusOr<std::string> token = ReadTokenFile(options_.sidecar_token_file);
+        token.ok()) {
+      options.auth_token = *std::move(token);
+    } else {
+      spdlog::error("ProfileJob {}: no bearer token for the sidecars: {}", key,
+                    std::string(token.status().message()));
+    }
+  }
   options.clock_probes = options_.clock_probes;
   options.num_tracing_attempts = spec.tracing_attempts;
   options.host_tracer_level = spec.host_tracer_level;

@@ -50,6 +50,9 @@ struct ProfileJobControllerOptions {
   int64_t fan_out_lead_ms = 200;
   int64_t retry_backoff_ms = 1000;
   int64_t grace_ms = 30'000;
+  // A file with the bearer token sidecars started with --auth-token-file require (a mounted
+  // Secret, read for each capture so a rotated token is used); empty: none sent.
+  std::string sidecar_token_file;
   int clock_probes = 5;
   // How long a capture keeps trying to write its final status while the API server is
   // unreachable; after that the results stay with the sidecars (GetSession) for a resume.

@@ -147,6 +147,8 @@ class Run {
 
  private:
   void Connect();
+  // Adds the bearer token of options_.auth_token, if any.
+  void Authorize(grpc::ClientContext& context) const;
   void ProbeClocks();
   void ChooseHostNames();
   // Sends Sidecar.GetSession for the run to each of `targets` at once and waits for every
@@ -194,6 +196,13 @@ void Run::Connect() {
   }
 }
 
+void Run::Authorize(grpc::ClientContext& context) const {
+  // Sidecars started with --auth-token-file refuse calls without it; TF/JAX servers ignore it.
+  if (!options_.auth_token.empty()) {
+    context.AddMetadata("authorization", "Bearer " + options_.auth_token);
+  }
+}
+
 void Run::ProbeClocks() {
   for (int round = 0; round < std::max(1, options_.clock_probes); ++round) {
     std::vector<size_t> probing;
@@ -204,6 +213,7 @@ void Run::ProbeClocks() {
     pending_.Add(static_cast<int>(probing.size()));
     for (size_t i : probing) {
       auto context = std::make_shared<grpc::ClientContext>();
+      Authorize(*context);
       context->set_deadline(std::chrono::system_clock::now() +
                             std::chrono::milliseconds(kProbeTimeoutMs));
       auto request = std::make_shared<GetInfoRequest>();
@@ -269,6 +279,7 @@ void Run::AskSessions(
   pending_.Add(static_cast<int>(targets.size()));
   for (size_t i : targets) {
     auto context = std::make_shared<grpc::ClientContext>();
+    Authorize(*context);
     context->set_deadline(std::chrono::system_clock::now() +
                           std::chrono::milliseconds(kSessionQueryTimeoutMs));
     auto request = std::make_shared<GetSessionRequest>();
@@ -372,6 +383,7 @@ void Run::Attempt(const std::vector<size_t>& subset) {
           result.host_name);
     }
     auto context = std::make_shared<grpc::ClientContext>();
+    Authorize(*context);
     context->set_deadline(deadline);
     auto response = std::make_shared<tensorflow::ProfileResponse>();
     target.profiler->async()->Profile(

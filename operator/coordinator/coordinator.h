@@ -67,6 +67,9 @@ struct CaptureOptions {
   // Extra time allowed after the capture's end for collecting and writing.
   int64_t grace_ms = 30'000;
   bool write_manifest = true;
+  // Sent as "authorization: Bearer <token>" on every call, for sidecars started with
+  // --auth-token-file; empty: none.
+  std::string auth_token;
   // Where the manifest is written (storage_set.h); nullptr: a set made for this capture.
   storage::StorageSet* storages = nullptr;
 
