@@ -260,19 +260,6 @@ void AnnotationTracer::RefreshRingsLocked(bool skip) {
   }
 }
 
-void AnnotationTracer::RecordBuffer::Append(std::span<const shm::Record> records) {
-  while (!records.empty()) {
-    const size_t offset = size_ % kBlock;
-    if (offset == 0 && size_ / kBlock == blocks_.size()) {
-      blocks_.push_back(std::make_unique_for_overwrite<shm::Record[]>(kBlock));
-    }
-    const size_t count = std::min(records.size(), kBlock - offset);
-    std::memcpy(&blocks_[size_ / kBlock][offset], records.data(), count * sizeof(shm::Record));
-    size_ += count;
-    records = records.subspan(count);
-  }
-}
-
 uint64_t AnnotationTracer::DrainLocked() {
   uint64_t total = 0;
   for (auto& [path, ring] : rings_) {

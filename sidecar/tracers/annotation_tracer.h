@@ -16,6 +16,7 @@
 #include "common/mutex.h"
 #include "sidecar/sdk/control_page.h"
 #include "sidecar/sdk/shm_format.h"
+#include "sidecar/tracers/block_buffer.h"
 #include "sidecar/tracers/ring_reader.h"
 #include "sidecar/tracers/tracer.h"
 
@@ -58,27 +59,10 @@ class AnnotationTracer final : public Tracer {
   shm::ControlWriter* control() const { return control_.get(); }
 
  private:
-  // Records copied out of a ring, in blocks: appending never moves what is there (a growing
-  // vector would copy hundreds of MB while the drainer holds the lock).
-  class RecordBuffer {
-   public:
-    void Append(std::span<const shm::Record> records);
-    size_t size() const { return size_; }
-    bool empty() const { return size_ == 0; }
-    template <typename Fn>
-    void ForEach(Fn&& fn) const {
-      for (size_t i = 0; i < size_; ++i) fn(blocks_[i / kBlock][i % kBlock]);
-    }
-
-   private:
-    static constexpr size_t kBlock = 8192;  // 512 KiB
-    std::vector<std::unique_ptr<shm::Record[]>> blocks_;
-    size_t size_ = 0;
-  };
   struct ThreadEvents {
     uint32_t tid = 0;
     std::string name;
-    RecordBuffer records;
+    BlockBuffer<shm::Record> records;
   };
   struct Ring {
     std::unique_ptr<shm::RingReader> reader;

@@ -203,7 +203,7 @@ uint64_t GpuTracer::DrainLocked() {
             capped_ += records.size() - room;
             records = records.first(room);
           }
-          r->records.insert(r->records.end(), records.begin(), records.end());
+          r->records.Append(records);
           kept_ += records.size();
         });
   }
@@ -252,7 +252,7 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
     converter.AddProcess(
         reader.pid(), reader.process_name(), devices,
         [&ring](const std::function<void(const shm::GpuRecord&)>& visit) {
-          for (const shm::GpuRecord& record : ring.records) visit(record);
+          ring.records.ForEach(visit);
         },
         [&reader](uint32_t id) { return reader.String(id); });
     const uint64_t ring_dropped =

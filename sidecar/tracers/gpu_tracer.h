@@ -18,6 +18,7 @@
 #include "common/mutex.h"
 #include "sidecar/sdk/control_page.h"
 #include "sidecar/sdk/shm_format.h"
+#include "sidecar/tracers/block_buffer.h"
 #include "sidecar/tracers/gpu_metrics.h"
 #include "sidecar/tracers/gpu_ring_reader.h"
 #include "sidecar/tracers/tracer.h"
@@ -61,7 +62,7 @@ class GpuTracer final : public Tracer {
  private:
   struct Ring {
     std::unique_ptr<shm::GpuRingReader> reader;
-    std::vector<shm::GpuRecord> records;
+    BlockBuffer<shm::GpuRecord> records;
     uint64_t dropped_before = 0;  // ring drops before this capture
   };
 
