@@ -133,6 +133,16 @@ grpc::ServerUnaryReactor* FinishedReactor(grpc::CallbackServerContext* context,
   return reactor;
 }
 
+// A finished reactor refusing the call when `auth` requires a token the call lacks; else null.
+grpc::ServerUnaryReactor* RefuseUnauthenticated(TokenAuth* auth,
+                                                grpc::CallbackServerContext* context) {
+  if (auth == nullptr) return nullptr;
+  grpc::Status denied = auth->Check(*context);
+  if (denied.ok()) return nullptr;
+  spdlog::warn("call from {} refused: {}", context->peer(), denied.error_message());
+  return FinishedReactor(context, denied);
+}
+
 const char* CodeName(absl::StatusCode code) {
   switch (code) {
     case absl::StatusCode::kInvalidArgument:
@@ -153,12 +163,9 @@ const char* CodeName(absl::StatusCode code) {
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* context,
                                                        const tensorflow::ProfileRequest* request,
                                                        tensorflow::ProfileResponse* response) {
-  if (auth_ != nullptr) {
-    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
-      spdlog::warn("Profile from {} refused: {}", context->peer(), denied.error_message());
-      if (metrics_ != nullptr) metrics_->RequestRefused("UNAUTHENTICATED");
-      return FinishedReactor(context, denied);
-    }
+  if (grpc::ServerUnaryReactor* refused = RefuseUnauthenticated(auth_, context)) {
+    if (metrics_ != nullptr) metrics_->RequestRefused("UNAUTHENTICATED");
+    return refused;
   }
   auto* call = new ProfileCall(context, response);
   absl::StatusOr<CaptureRequest> parsed = ParseCaptureRequest(*request, policy_, clock_.WallNs());
@@ -184,11 +191,7 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Terminate(
     grpc::CallbackServerContext* context, const tensorflow::TerminateRequest* request,
     tensorflow::TerminateResponse*) {
-  if (auth_ != nullptr) {
-    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
-      return FinishedReactor(context, denied);
-    }
-  }
+  if (grpc::ServerUnaryReactor* refused = RefuseUnauthenticated(auth_, context)) return refused;
   sessions_.Terminate(request->session_id());
   return FinishedReactor(context, grpc::Status::OK);
 }
@@ -205,11 +208,7 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Monitor(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
     grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetInfoRequest*,
     clusterprof::v1alpha1::GetInfoResponse* response) {
-  if (auth_ != nullptr) {
-    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
-      return FinishedReactor(context, denied);
-    }
-  }
+  if (grpc::ServerUnaryReactor* refused = RefuseUnauthenticated(auth_, context)) return refused;
   // The clock reading first: it is what the caller's round trip brackets.
   response->set_wall_time_ns(clock_.WallNs());
   response->set_monotonic_time_ns(clock_.MonotonicNs());
@@ -229,11 +228,7 @@ grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
 grpc::ServerUnaryReactor* SidecarServiceImpl::GetSession(
     grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
     clusterprof::v1alpha1::GetSessionResponse* response) {
-  if (auth_ != nullptr) {
-    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
-      return FinishedReactor(context, denied);
-    }
-  }
+  if (grpc::ServerUnaryReactor* refused = RefuseUnauthenticated(auth_, context)) return refused;
   std::shared_ptr<CaptureSession> session = sessions_.Find(request->session_id());
   if (session == nullptr) {
     return FinishedReactor(
