@@ -4,6 +4,7 @@
 // capture with device_tracer_level >= 1 (docs/gpu.md).
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -55,7 +56,11 @@ class Injection {
     // whether synchronization is recorded.
     if (const char* flush_ms = std::getenv("CLUSTERPROF_CUPTI_FLUSH_MS"); flush_ms != nullptr) {
       const long ms = std::strtol(flush_ms, nullptr, 10);
-      if (ms >= 0) options.flush_every_polls = static_cast<int>(ms / kPollInterval.count());
+      // 0 turns periodic flushes off; any other value flushes at least every poll.
+      if (ms == 0) options.flush_every_polls = 0;
+      if (ms > 0) {
+        options.flush_every_polls = static_cast<int>(std::max<long>(1, ms / kPollInterval.count()));
+      }
     }
     if (const char* sync = std::getenv("CLUSTERPROF_CUPTI_SYNC"); sync != nullptr) {
       options.synchronization = std::string(sync) != "0";
