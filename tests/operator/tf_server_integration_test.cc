@@ -90,12 +90,8 @@ class SidecarHost {
                                  "--port-file", port_file, "--allowed-logdir", logs, "--host-name",
                                  name(), "--log-level", "debug"},
         std::map<std::string, std::string>{}, log_);
-    EXPECT_TRUE(testing::WaitForFile(port_file)) << "the sidecar did not start:\n" << Log();
-    std::ifstream ports(port_file);
-    std::string line;
-    while (std::getline(ports, line)) {
-      if (StartsWith(line, "grpc=")) port_ = std::stoi(line.substr(5));
-    }
+    port_ = testing::ReadGrpcPort(port_file);
+    EXPECT_NE(port_, 0) << "the sidecar did not start:\n" << Log();
     workload_ = std::make_unique<Subprocess>(
         std::vector<std::string>{kAnnotator},
         std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir}}, log_);
@@ -125,14 +121,8 @@ class TfServer {
         std::make_unique<Subprocess>(PythonArgv({kServerScript, "--stubs", stubs, "--port-file",
                                                  port_file, "--record", record_}),
                                      std::map<std::string, std::string>{}, log_);
-    EXPECT_TRUE(testing::WaitForFile(port_file, kProcessTimeout))
-        << "tf_profiler_server.py did not start:\n"
-        << Log();
-    std::ifstream ports(port_file);
-    std::string line;
-    while (std::getline(ports, line)) {
-      if (StartsWith(line, "grpc=")) port_ = std::stoi(line.substr(5));
-    }
+    port_ = testing::ReadGrpcPort(port_file, kProcessTimeout);
+    EXPECT_NE(port_, 0) << "tf_profiler_server.py did not start:\n" << Log();
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
   }
 

@@ -24,16 +24,6 @@ using testing::TempDir;
 constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
 constexpr char kStandIn[] = CLUSTERPROF_STAND_IN_PATH;
 
-int ReadPort(const std::string& port_file) {
-  EXPECT_TRUE(testing::WaitForFile(port_file)) << port_file;
-  std::ifstream in(port_file);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("grpc=", 0) == 0) return std::stoi(line.substr(5));
-  }
-  return 0;
-}
-
 TEST(FrameworkIntegrationTest, SidecarWithFrameworkAndADirectFrameworkServerInOneRun) {
   TempDir root;
   const std::string logs = root.Join("logs");
@@ -42,14 +32,14 @@ TEST(FrameworkIntegrationTest, SidecarWithFrameworkAndADirectFrameworkServerInOn
                            root.Join("pod_framework.log"));
   Subprocess direct({kStandIn, "--port-file", root.Join("direct.port")}, {},
                     root.Join("direct.log"));
-  const int pod_framework_port = ReadPort(root.Join("pod_framework.port"));
-  const int direct_port = ReadPort(root.Join("direct.port"));
+  const int pod_framework_port = testing::ReadGrpcPort(root.Join("pod_framework.port"));
+  const int direct_port = testing::ReadGrpcPort(root.Join("direct.port"));
   Subprocess sidecar({kSidecar, "--port", "0", "--http-port", "-1", "--shm-dir", root.Join("shm"),
                       "--port-file", root.Join("sidecar.port"), "--allowed-logdir", logs,
                       "--host-name", "tpu-pod-0", "--spool-dir", root.Join("spool"), "--no-gpu",
                       "--framework-profiler", StrCat("127.0.0.1:", pod_framework_port)},
                      {}, root.Join("sidecar.log"));
-  const int sidecar_port = ReadPort(root.Join("sidecar.port"));
+  const int sidecar_port = testing::ReadGrpcPort(root.Join("sidecar.port"));
 
   coordinator::CaptureOptions options;
   options.targets.push_back({StrCat("127.0.0.1:", sidecar_port), ""});

@@ -62,15 +62,6 @@ std::string GeneratedBytes(uint64_t size, uint64_t seed) {
   return data;
 }
 
-int ReadGrpcPort(const std::string& port_file) {
-  std::ifstream ports(port_file);
-  std::string line;
-  while (std::getline(ports, line)) {
-    if (StartsWith(line, "grpc=")) return std::stoi(line.substr(5));
-  }
-  return 0;
-}
-
 class SidecarGcsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -96,7 +87,7 @@ class SidecarGcsTest : public ::testing::Test {
     argv.insert(argv.end(), extra.begin(), extra.end());
     sidecars_.push_back(std::make_unique<Subprocess>(argv, Env(), Log()));
     EXPECT_TRUE(testing::WaitForFile(port_file)) << testing::ReadFileOrDie(Log());
-    return StrCat("127.0.0.1:", ReadGrpcPort(port_file));
+    return StrCat("127.0.0.1:", testing::ReadGrpcPort(port_file));
   }
 
   std::string Log() const { return root_.Join("sidecar.log"); }

@@ -46,12 +46,8 @@ class Host {
                                  shm_dir_, "--port-file", port_file, "--allowed-logdir", logs,
                                  "--host-name", name(), "--log-level", "debug"},
         std::map<std::string, std::string>{}, log_);
-    EXPECT_TRUE(testing::WaitForFile(port_file)) << "sidecar " << index << " did not start";
-    std::ifstream ports(port_file);
-    std::string line;
-    while (std::getline(ports, line)) {
-      if (StartsWith(line, "grpc=")) port_ = std::stoi(line.substr(5));
-    }
+    port_ = testing::ReadGrpcPort(port_file);
+    EXPECT_NE(port_, 0) << "sidecar " << index << " did not start";
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
   }
 

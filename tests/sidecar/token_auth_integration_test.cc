@@ -42,13 +42,8 @@ TEST(TokenAuthIntegrationTest, OnlyCallsWithTheTokenGetThrough) {
                       "--port-file", root.Join("ports"), "--allowed-logdir", root.Join("logs"),
                       "--no-gpu", "--auth-token-file", token_file},
                      {}, root.Join("sidecar.log"));
-  ASSERT_TRUE(testing::WaitForFile(root.Join("ports")));
-  std::ifstream ports(root.Join("ports"));
-  std::string line;
-  int port = 0;
-  while (std::getline(ports, line)) {
-    if (line.rfind("grpc=", 0) == 0) port = std::stoi(line.substr(5));
-  }
+  const int port = testing::ReadGrpcPort(root.Join("ports"));
+  ASSERT_NE(port, 0) << "the sidecar did not start";
   auto channel =
       grpc::CreateChannel(StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
 

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 namespace clusterprof::testing {
@@ -84,6 +85,16 @@ bool WaitForFile(const std::string& path, std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+int ReadGrpcPort(const std::string& port_file, std::chrono::milliseconds timeout) {
+  if (!WaitForFile(port_file, timeout)) return 0;
+  std::ifstream in(port_file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("grpc=", 0) == 0) return std::stoi(line.substr(5));
+  }
+  return 0;
 }
 
 int UnusedPort() {

@@ -39,6 +39,11 @@ class Subprocess {
 bool WaitForFile(const std::string& path,
                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
+// The gRPC port a server wrote to its --port-file (`grpc=<port>` line), waiting for the file;
+// 0 when it does not appear or names none.
+int ReadGrpcPort(const std::string& port_file,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
 // A TCP port on 127.0.0.1 that nothing listens on (bound, then closed).
 int UnusedPort();
 

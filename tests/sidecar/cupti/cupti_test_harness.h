@@ -77,12 +77,8 @@ class SidecarWithCudaProcess {
         "debug"};
     argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
     sidecar_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
-    EXPECT_TRUE(WaitForFile(port_file)) << "the sidecar did not start";
-    std::ifstream ports(port_file);
-    std::string line;
-    while (std::getline(ports, line)) {
-      if (line.rfind("grpc=", 0) == 0) port_ = std::stoi(line.substr(5));
-    }
+    port_ = ReadGrpcPort(port_file);
+    EXPECT_NE(port_, 0) << "the sidecar did not start";
     channel_ = grpc::CreateChannel(StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials());
   }
 
