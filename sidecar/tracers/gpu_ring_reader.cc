@@ -1,12 +1,8 @@
 #include "sidecar/tracers/gpu_ring_reader.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
 
 #include "common/status.h"
