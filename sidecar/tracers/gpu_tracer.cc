@@ -114,27 +114,24 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.flush_timeout_ms);
   while (true) {
+    // A process that saw the arming just before the disarm may create its ring only now.
     RefreshRingsLocked();
     DrainLocked();
-    bool pending = false;
+    std::vector<const shm::GpuRingReader*> pending;
     for (auto& [path, ring] : rings_) {
       const shm::GpuRingStatus status = ring.reader->ReadStatus();
       if (status.armed_seq == seq_ && status.flushed_seq < seq_ &&
           shm::ProcessAlive(options_.proc_root, ring.reader->pid(),
                             ring.reader->process_start_ticks())) {
-        pending = true;
+        pending.push_back(ring.reader.get());
       }
     }
-    if (!pending) break;
+    if (pending.empty()) break;
     if (std::chrono::steady_clock::now() >= deadline) {
-      for (auto& [path, ring] : rings_) {
-        const shm::GpuRingStatus status = ring.reader->ReadStatus();
-        if (status.armed_seq == seq_ && status.flushed_seq < seq_) {
-          warnings_.push_back(StrCat("gpu: ", ProcessLabel(*ring.reader),
-                                     " did not hand over its last GPU records within ",
-                                     options_.flush_timeout_ms,
-                                     " ms of the stop; the end of its trace may be missing"));
-        }
+      for (const shm::GpuRingReader* reader : pending) {
+        warnings_.push_back(StrCat(
+            "gpu: ", ProcessLabel(*reader), " did not hand over its last GPU records within ",
+            options_.flush_timeout_ms, " ms of the stop; the end of its trace may be missing"));
       }
       break;
     }
