@@ -290,12 +290,8 @@ uint64_t AnnotationTracer::DrainLocked() {
 
 void AnnotationTracer::ReleaseRingsLocked() {
   for (auto& [path, ring] : rings_) {
-    const shm::RingReader& reader = *ring.reader;
-    if (!shm::ProcessAlive(options_.proc_root, reader.pid(), reader.process_start_ticks())) {
-      if (unlink(path.c_str()) == 0) {
-        spdlog::info("removed the ring of exited process {} ({})", reader.pid(), path);
-      }
-    }
+    shm::RemoveRingIfExited(options_.proc_root, path, ring.reader->pid(),
+                            ring.reader->process_start_ticks(), "ring");
   }
   rings_.clear();
 }

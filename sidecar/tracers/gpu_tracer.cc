@@ -209,12 +209,8 @@ uint64_t GpuTracer::DrainLocked() {
 
 void GpuTracer::ReleaseRingsLocked() {
   for (auto& [path, ring] : rings_) {
-    const shm::GpuRingReader& reader = *ring.reader;
-    if (!shm::ProcessAlive(options_.proc_root, reader.pid(), reader.process_start_ticks())) {
-      if (unlink(path.c_str()) == 0) {
-        spdlog::info("removed the GPU ring of exited process {} ({})", reader.pid(), path);
-      }
-    }
+    shm::RemoveRingIfExited(options_.proc_root, path, ring.reader->pid(),
+                            ring.reader->process_start_ticks(), "GPU ring");
   }
   rings_.clear();
 }

@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "sidecar/sdk/ring_writer.h"
 #include "sidecar/sdk/shm_file.h"
+#include "spdlog/spdlog.h"
 
 namespace clusterprof::shm {
 
@@ -166,6 +167,14 @@ absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
   closedir(d);
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+void RemoveRingIfExited(const std::string& proc_root, const std::string& path, uint32_t pid,
+                        uint64_t start_ticks, std::string_view what) {
+  if (ProcessAlive(proc_root, pid, start_ticks)) return;
+  if (unlink(path.c_str()) == 0) {
+    spdlog::info("removed the {} of exited process {} ({})", what, pid, path);
+  }
 }
 
 bool ProcessAlive(const std::string& proc_root, uint32_t pid, uint64_t start_ticks) {

@@ -98,6 +98,11 @@ absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
 // the same start time (a reused pid is not the same process).
 bool ProcessAlive(const std::string& proc_root, uint32_t pid, uint64_t start_ticks);
 
+// Deletes the ring file at `path` once the process that wrote it is gone (its records drained);
+// `what` names the kind of ring in the log line.
+void RemoveRingIfExited(const std::string& proc_root, const std::string& path, uint32_t pid,
+                        uint64_t start_ticks, std::string_view what);
+
 }  // namespace clusterprof::shm
 
 #endif  // CLUSTERPROF_SIDECAR_TRACERS_RING_READER_H_
