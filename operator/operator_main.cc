@@ -55,6 +55,19 @@ int main(int argc, char** argv) {
   app.add_option("--sidecar-token-file", options.jobs.sidecar_token_file,
                  "File with the bearer token the sidecars require (their --auth-token-file); "
                  "read for each capture");
+  std::string injection_config;
+  app.add_option("--webhook-port", options.webhook.port,
+                 "HTTPS port of the sidecar-injection webhook, POST /mutate-pods (0 picks one; -1, "
+                 "the default, turns it off)")
+      ->capture_default_str();
+  app.add_option("--webhook-address", options.webhook.address, "address of the webhook")
+      ->capture_default_str();
+  app.add_option("--webhook-cert-dir", options.webhook.cert_dir,
+                 "directory with the webhook's tls.crt and tls.key (re-read when they change)")
+      ->capture_default_str();
+  app.add_option("--injection-config", injection_config,
+                 "YAML file with the sidecar-injection settings (docs/webhook.md; default: the "
+                 "built-in ones)");
   app.add_option("--fan-out-lead-ms", options.jobs.fan_out_lead_ms,
                  "least time between sending Profile requests and the start instant")
       ->capture_default_str();
@@ -78,6 +91,15 @@ int main(int argc, char** argv) {
   if (!logging.ok()) {
     std::cerr << "clusterprof-operator: " << logging.message() << "\n";
     return 2;
+  }
+  if (!injection_config.empty()) {
+    absl::StatusOr<clusterprof::webhook::InjectionConfig> injection =
+        clusterprof::webhook::LoadInjectionConfig(injection_config);
+    if (!injection.ok()) {
+      spdlog::error("{}", std::string(injection.status().message()));
+      return 2;
+    }
+    options.webhook.injection = *std::move(injection);
   }
   options.lease_duration_ns = static_cast<int64_t>(lease_s * kNanosPerSecond);
   options.renew_deadline_ns = static_cast<int64_t>(renew_s * kNanosPerSecond);

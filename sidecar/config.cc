@@ -56,6 +56,7 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"framework_profiler", scalar(&c.framework_profiler)},
       {"framework_grace_ms", scalar(&c.framework_grace_ms)},
       {"auth_token_file", scalar(&c.auth_token_file)},
+      {"install_injection_library", scalar(&c.install_injection_library)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {

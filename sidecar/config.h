@@ -52,6 +52,10 @@ struct SidecarConfig {
   // A file holding the bearer token every gRPC call must carry (a mounted Secret); empty: no
   // token required (TF/JAX clients send none).
   std::string auth_token_file;
+  // A copy of the GPU tracing library (libclusterprof_cupti.so) to place in shm_dir at start,
+  // where the pod's CUDA processes load it (CUDA_INJECTION64_PATH, set by the injection
+  // webhook); empty: none.
+  std::string install_injection_library;
 };
 
 // The sidecar's default spool directory (see SidecarConfig::spool_dir).

@@ -51,6 +51,42 @@ absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status InstallInjectionLibrary(const std::string& source, const std::string& dir) {
+  std::ifstream in(source, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        StrCat("cannot read the GPU tracing library ", source, " (--install-injection-library)"));
+  }
+  const std::string target = StrCat(dir, "/", kInjectionLibraryFile);
+  const std::string temp = StrCat(target, ".tmp");
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out << in.rdbuf();
+    if (!out.flush() || in.bad()) {
+      std::remove(temp.c_str());
+      return absl::InternalError(StrCat("cannot copy ", source, " to ", temp));
+    }
+  }
+  std::error_code error;
+  std::filesystem::permissions(
+      temp,
+      std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
+          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
+          std::filesystem::perms::others_exec,
+      error);
+  // A rename: processes that loaded an earlier copy keep it; new ones load this one whole.
+  if (std::rename(temp.c_str(), target.c_str()) != 0) {
+    const int saved = errno;
+    std::remove(temp.c_str());
+    return ErrnoToStatus(saved, "cannot move the GPU tracing library into place", target);
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
 // How long a shutdown waits for uploads in flight.
 constexpr int64_t kUploadDrainNs = 15 * kNanosPerSecond;
 
@@ -127,6 +163,18 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   AnnotationTracer::Options annotation_options;
   annotation_options.dir = config.shm_dir.empty() ? DefaultShmDir() : config.shm_dir;
   annotation_options.default_max_events = config.max_events;
+  if (!config.install_injection_library.empty()) {
+    // Not fatal: the sidecar still serves annotations, and a native sidecar that failed here
+    // would hold the pod's containers back.
+    if (absl::Status installed =
+            InstallInjectionLibrary(config.install_injection_library, annotation_options.dir);
+        installed.ok()) {
+      spdlog::info("installed the GPU tracing library as {}/{}", annotation_options.dir,
+                   kInjectionLibraryFile);
+    } else {
+      spdlog::error("{}; GPU activity will not be traced", std::string(installed.message()));
+    }
+  }
   CLUSTERPROF_ASSIGN_OR_RETURN(impl->annotations, AnnotationTracer::Create(annotation_options));
   impl->tracers.push_back(impl->annotations.get());
   if (config.gpu) {

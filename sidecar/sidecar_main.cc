@@ -83,6 +83,9 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", flags.auth_token_file,
                  "Require every gRPC call to carry \"authorization: Bearer <token>\" with the "
                  "token in this file (a mounted Secret, re-read when it changes)");
+  app.add_option("--install-injection-library", flags.install_injection_library,
+                 "Copy this libclusterprof_cupti.so into the shared-memory directory at start, "
+                 "for the pod's CUDA processes to load (CUDA_INJECTION64_PATH)");
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -115,6 +118,9 @@ int main(int argc, char** argv) {
   if (given("--framework-profiler")) config.framework_profiler = flags.framework_profiler;
   if (given("--framework-grace-ms")) config.framework_grace_ms = flags.framework_grace_ms;
   if (given("--auth-token-file")) config.auth_token_file = flags.auth_token_file;
+  if (given("--install-injection-library")) {
+    config.install_injection_library = flags.install_injection_library;
+  }
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =

@@ -45,6 +45,18 @@ absl::Status CheckApiAccess(kube::RestClient& client, const std::string& ns) {
   return absl::OkStatus();
 }
 
+// The API server's /version, or "" when it cannot be read.
+std::string ServerVersion(kube::RestClient& client) {
+  absl::StatusOr<kube::RestResponse> response = client.Raw("GET", "/version");
+  if (!response.ok() || response->http_code != 200) {
+    spdlog::warn("cannot read the API server's version: {}",
+                 response.ok() ? StrCat("HTTP ", response->http_code, ": ", response->body)
+                               : std::string(response.status().message()));
+    return "";
+  }
+  return response->body;
+}
+
 }  // namespace
 
 absl::Status RunManager(const ManagerOptions& options, Clock& clock,
@@ -107,9 +119,45 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
                                           metrics.registry()));
     spdlog::info("serving /healthz, /readyz and /metrics on {}:{}", options.health_address,
                  health->port());
-    if (!options.port_file.empty()) {
-      std::ofstream(options.port_file) << "http=" << health->port() << "\n";
+  }
+
+  std::unique_ptr<webhook::WebhookServer> webhook_server;
+  if (options.webhook.port >= 0) {
+    webhook::WebhookServerOptions webhook_options = options.webhook;
+    webhook_options.registry = metrics.registry();
+    if (webhook_options.injection.native_sidecar) {
+      const std::string version = ServerVersion(*client);
+      const std::optional<int> minor = webhook::KubernetesMinorVersion(version);
+      if (!minor.has_value()) {
+        spdlog::warn(
+            "cannot tell the API server's Kubernetes version from /version ({}): injecting "
+            "native sidecars as configured, which needs 1.29; on an older cluster set "
+            "native_sidecar: false in the injection config",
+            version);
+      } else if (*minor < 29) {
+        spdlog::warn(
+            "the API server is Kubernetes 1.{}: native sidecars (restartPolicy: Always on an "
+            "init container) need 1.29, so the sidecar is injected as a regular container; "
+            "set native_sidecar: false in the injection config to say so",
+            *minor);
+        webhook_options.injection.native_sidecar = false;
+      }
     }
+    const char* mode = webhook_options.injection.native_sidecar ? "native" : "regular";
+    CLUSTERPROF_ASSIGN_OR_RETURN(webhook_server,
+                                 webhook::WebhookServer::Start(std::move(webhook_options)));
+    spdlog::info("serving the sidecar-injection webhook on https://{}:{}/mutate-pods ({} sidecar)",
+                 options.webhook.address, webhook_server->port(), mode);
+  }
+  if (!options.port_file.empty()) {
+    // Whole or not at all: readers poll for the file.
+    const std::string temp = StrCat(options.port_file, ".tmp");
+    {
+      std::ofstream file(temp, std::ios::trunc);
+      if (health != nullptr) file << "http=" << health->port() << "\n";
+      if (webhook_server != nullptr) file << "webhook=" << webhook_server->port() << "\n";
+    }
+    std::rename(temp.c_str(), options.port_file.c_str());
   }
 
   jobs.Start();

@@ -18,6 +18,7 @@
 #include "operator/controllers/profilejob_controller.h"
 #include "operator/controllers/profileschedule_controller.h"
 #include "operator/kube/config.h"
+#include "operator/webhook/webhook_server.h"
 
 namespace clusterprof::controllers {
 
@@ -38,8 +39,12 @@ struct ManagerOptions {
   // /healthz, /readyz, /metrics; port -1 turns the server off, 0 picks one.
   std::string health_address = "0.0.0.0";
   int health_port = 8081;
-  // Written with "http=N" once serving, for tests and scripts (port 0).
+  // Written with "http=N" (and "webhook=N") once serving, for tests and scripts (port 0).
   std::string port_file;
+  // The sidecar-injection webhook (HTTPS, POST /mutate-pods), served by every replica; port -1
+  // turns it off. A native sidecar asked of an API server older than 1.29 becomes a regular
+  // container, with a warning.
+  webhook::WebhookServerOptions webhook = {.port = -1};
   ProfileJobControllerOptions jobs;
   ProfileScheduleControllerOptions schedules;
   // On shutdown, how long running captures may take to finish.

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +16,9 @@ void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* err
     *error = "cannot create " + temp + ": " + std::strerror(errno);
     return nullptr;
   }
+  // Read and written by the sidecar, which in Kubernetes runs under its own user id in the same
+  // pod: the directory is the pod's own volume, so the file is open to the pod only.
+  fchmod(fd, 0666);
   if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
     *error = "cannot size " + temp + ": " + std::strerror(errno);
     close(fd);
