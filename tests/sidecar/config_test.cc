@@ -2,10 +2,14 @@
 // make (unknown keys, wrong types, missing files).
 #include "sidecar/config.h"
 
+#include <sys/stat.h>
+
 #include <string>
 
+#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sidecar/server.h"
 #include "tests/support/temp_dir.h"
 
 namespace clusterprof::sidecar {
@@ -186,6 +190,50 @@ TEST(SidecarConfigTest, NotAMappingOrNotYamlIsInvalidArgument) {
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << yaml;
     EXPECT_THAT(std::string(status.message()), HasSubstr(path)) << yaml;
   }
+}
+
+// --install-injection-library: the GPU tracing library copied into the pod's shared volume.
+
+TEST(InstallInjectionLibraryTest, CopiesTheLibraryExecutableAndReplacesAnOldCopy) {
+  TempDir source_dir, shm_dir;
+  const std::string source = source_dir.Join("libclusterprof_cupti.so");
+  testing::WriteFileOrDie(source, "new library");
+  const std::string target = shm_dir.Join("libclusterprof_cupti.so");
+  testing::WriteFileOrDie(target, "an older library, still loaded by a running process");
+  struct stat before;
+  ASSERT_EQ(stat(target.c_str(), &before), 0);
+
+  ASSERT_TRUE(InstallInjectionLibrary(source, shm_dir.path()).ok());
+  EXPECT_EQ(testing::ReadFileOrDie(target), "new library");
+  struct stat after;
+  ASSERT_EQ(stat(target.c_str(), &after), 0);
+  EXPECT_EQ(after.st_mode & 0777, 0755u);
+  // A new file, not the old one rewritten: processes that mapped the old copy keep it whole.
+  EXPECT_NE(after.st_ino, before.st_ino);
+  EXPECT_FALSE(testing::FileExists(StrCat(target, ".tmp")));
+}
+
+TEST(InstallInjectionLibraryTest, SaysWhatIsMissing) {
+  TempDir shm_dir;
+  absl::Status status =
+      InstallInjectionLibrary("/nonexistent/libclusterprof_cupti.so", shm_dir.path());
+  EXPECT_TRUE(absl::IsNotFound(status)) << status;
+  EXPECT_THAT(status.message(), AllOf(HasSubstr("/nonexistent/libclusterprof_cupti.so"),
+                                      HasSubstr("--install-injection-library")));
+  TempDir source_dir;
+  testing::WriteFileOrDie(source_dir.Join("lib.so"), "x");
+  status = InstallInjectionLibrary(source_dir.Join("lib.so"), "/nonexistent-dir");
+  EXPECT_FALSE(status.ok());
+}
+
+TEST(InstallInjectionLibraryTest, ConfigFileNamesIt) {
+  TempDir dir;
+  SidecarConfig config;
+  ASSERT_TRUE(
+      LoadSidecarConfigFile(
+          WriteConfig(dir, "install_injection_library: /usr/lib/clusterprof/lib.so\n"), &config)
+          .ok());
+  EXPECT_EQ(config.install_injection_library, "/usr/lib/clusterprof/lib.so");
 }
 
 }  // namespace

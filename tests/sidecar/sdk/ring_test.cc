@@ -1,3 +1,4 @@
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,6 +57,17 @@ TEST(RingTest, FileNameAndHeader) {
   EXPECT_EQ(f.reader->process_name(), "trainer");
   EXPECT_EQ(f.writer->header().slots_per_thread, 16u) << "rounded up to a power of two";
   EXPECT_TRUE(ProcessAlive("/proc", f.reader->pid(), f.reader->process_start_ticks()));
+}
+
+// In Kubernetes the sidecar runs under its own user id and advances the ring's read cursor: the
+// file is writable by every user that shares the pod's volume, whatever the workload's umask.
+TEST(RingTest, FileIsReadAndWrittenByOtherUsersOfThePod) {
+  const mode_t old_umask = umask(077);
+  Fixture f({.max_threads = 1, .slots_per_thread = 4, .process_name = "trainer"});
+  umask(old_umask);
+  struct stat info;
+  ASSERT_EQ(stat(f.writer->path().c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0666u);
 }
 
 TEST(RingTest, RecordsArriveInOrderAndWrapAround) {
