@@ -4,6 +4,7 @@
 #include <openssl/x509.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 #include <vector>
@@ -263,8 +264,11 @@ class CppRestWatchStream final : public WatchStream {
         chunk_(kChunkBytes) {}
 
   ~CppRestWatchStream() override {
-    // The connection would otherwise keep reading an endless body into memory.
-    cancel_.cancel();
+    // The connection would otherwise keep reading an endless body into memory. A body that has
+    // ended (or broken) is not cancelled: cpprestsdk closes the socket from this thread on
+    // cancellation, which races with its own I/O thread still finishing the read and crashes
+    // it (a closed descriptor under a pending op).
+    if (!ended_) cancel_.cancel();
   }
 
   absl::StatusOr<std::optional<WatchEvent>> Next() override {
@@ -283,6 +287,7 @@ class CppRestWatchStream final : public WatchStream {
         }
         const size_t got = body_.getn(chunk_.data(), want).get();
         if (got == 0) {
+          ended_ = true;
           if (decoder_.buffered() > 0) {
             return absl::UnavailableError(
                 StrCat(what_, ": the watch stream ended inside an event"));
@@ -291,12 +296,15 @@ class CppRestWatchStream final : public WatchStream {
         }
         decoder_.Feed(std::string_view(reinterpret_cast<const char*>(chunk_.data()), got));
       } catch (const std::exception& e) {
+        ended_ = true;
         return absl::UnavailableError(StrCat(what_, ": the watch stream broke: ", e.what()));
       }
     }
   }
 
-  void Cancel() override { cancel_.cancel(); }
+  void Cancel() override {
+    if (!ended_) cancel_.cancel();
+  }
 
  private:
   static constexpr size_t kChunkBytes = 64 << 10;
@@ -307,6 +315,8 @@ class CppRestWatchStream final : public WatchStream {
   pplx::cancellation_token_source cancel_;
   std::vector<uint8_t> chunk_;
   WatchDecoder decoder_;
+  // Set by Next() when the body ended or broke; read by Cancel() from other threads.
+  std::atomic<bool> ended_{false};
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <boost/beast/ssl.hpp>
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -234,8 +235,8 @@ Reply HandleRequest(WebhookServer::Impl& impl, const http::request<http::string_
   return {http::status::ok, "application/json", std::move(answer->body)};
 }
 
-// One connection: TLS handshake, one request, one response, close (the API server opens a
-// connection per call or keeps it alive; either works with Connection: close).
+// One connection: a TLS handshake, then requests and responses while the client keeps the
+// connection alive (the API server pools its connections to webhooks), then close.
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, asio::ssl::context& tls, WebhookServer::Impl* impl)
@@ -251,38 +252,49 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void Read() {
-    parser_.body_limit(kMaxBodyBytes);
+    // A request must arrive within this (an idle pooled connection is closed after it).
+    beast::get_lowest_layer(stream_).expires_after(std::chrono::seconds(60));
+    parser_.emplace();
+    parser_->body_limit(kMaxBodyBytes);
     http::async_read(
-        stream_, buffer_, parser_,
+        stream_, buffer_, *parser_,
         [self = shared_from_this()](beast::error_code error, size_t) { self->OnRead(error); });
   }
 
   void OnRead(beast::error_code error) {
     Reply reply;
+    bool keep_alive = false;
     if (error == http::error::body_limit) {
       reply = {http::status::payload_too_large, "text/plain; charset=utf-8",
                "the AdmissionReview is too large\n"};
       impl_->Count("bad-request", 0);
     } else if (error) {
-      return;  // the client went away, or sent no HTTP
+      return;  // the client went away or sent no HTTP: drop the connection
     } else {
-      reply = HandleRequest(*impl_, parser_.get());
+      keep_alive = parser_->get().keep_alive();
+      reply = HandleRequest(*impl_, parser_->get());
     }
+    response_ = {};
     response_.result(reply.status);
     response_.version(11);
     response_.set(http::field::content_type, reply.content_type);
     response_.set(http::field::cache_control, "no-store");
-    response_.keep_alive(false);
+    response_.keep_alive(keep_alive);
     response_.body() = std::move(reply.body);
     response_.prepare_payload();
-    http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code, size_t) {
-      self->stream_.async_shutdown([self](beast::error_code) {});
-    });
+    http::async_write(stream_, response_,
+                      [self = shared_from_this(), keep_alive](beast::error_code error, size_t) {
+                        if (!error && keep_alive) {
+                          self->Read();
+                        } else {
+                          self->stream_.async_shutdown([self](beast::error_code) {});
+                        }
+                      });
   }
 
   beast::ssl_stream<beast::tcp_stream> stream_;
   beast::flat_buffer buffer_;
-  http::request_parser<http::string_body> parser_;
+  std::optional<http::request_parser<http::string_body>> parser_;
   http::response<http::string_body> response_;
   WebhookServer::Impl* impl_;
 };
@@ -303,6 +315,9 @@ struct WebhookServer::Network {
                           [this, impl](beast::error_code error, tcp::socket socket) {
                             if (error == asio::error::operation_aborted) return;
                             if (!error) {
+                              // One small response per connection: no Nagle delay before it.
+                              beast::error_code ignored;
+                              socket.set_option(tcp::no_delay(true), ignored);
                               std::make_shared<Session>(std::move(socket), tls, impl)->Run();
                             }
                             Accept(impl);

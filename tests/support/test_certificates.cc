@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509v3.h>
@@ -90,65 +91,132 @@ absl::StatusOr<TestCertificates> MakeTestCertificates(const std::string& dir,
   return certificates;
 }
 
+namespace {
+
+// A verified TLS connection to 127.0.0.1:port.
+class TlsConnection {
+ public:
+  ~TlsConnection() {
+    ssl_.reset();
+    context_.reset();
+    if (fd_ >= 0) close(fd_);
+  }
+
+  absl::Status Connect(int port, const std::string& ca_file) {
+    context_.reset(SSL_CTX_new(TLS_client_method()));
+    if (SSL_CTX_load_verify_locations(context_.get(), ca_file.c_str(), nullptr) != 1) {
+      return absl::InvalidArgumentError(
+          StrCat("cannot load the CA ", ca_file, ": ", OpenSslError()));
+    }
+    SSL_CTX_set_verify(context_.get(), SSL_VERIFY_PEER, nullptr);
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      return absl::UnavailableError(StrCat("cannot connect to 127.0.0.1:", port));
+    }
+    ssl_.reset(SSL_new(context_.get()));
+    SSL_set_fd(ssl_.get(), fd_);
+    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_.get()), "127.0.0.1");
+    if (SSL_connect(ssl_.get()) != 1) {
+      const long verify = SSL_get_verify_result(ssl_.get());
+      return absl::UnavailableError(StrCat("TLS handshake with 127.0.0.1:", port,
+                                           " failed: ", X509_verify_cert_error_string(verify), " (",
+                                           OpenSslError(), ")"));
+    }
+    if (X509* peer = SSL_get1_peer_certificate(ssl_.get())) {
+      BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get_serialNumber(peer), nullptr);
+      char* hex = BN_bn2hex(serial);
+      serial_ = hex;
+      OPENSSL_free(hex);
+      BN_free(serial);
+      X509_free(peer);
+    }
+    return absl::OkStatus();
+  }
+
+  // Sends one request and reads its response (by Content-Length, or to the end of the stream).
+  absl::StatusOr<HttpsResponse> Exchange(const std::string& method, const std::string& path,
+                                         const std::string& body, bool keep_alive) {
+    const std::string request = StrCat(
+        method, " ", path,
+        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: ", keep_alive ? "keep-alive" : "close",
+        "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
+    if (SSL_write(ssl_.get(), request.data(), static_cast<int>(request.size())) <= 0) {
+      return absl::UnavailableError("cannot send the request");
+    }
+    size_t header_end;
+    while ((header_end = pending_.find("\r\n\r\n")) == std::string::npos) {
+      if (!ReadMore()) return absl::UnavailableError("the connection closed before a response");
+    }
+    if (pending_.compare(0, 9, "HTTP/1.1 ") != 0) {
+      return absl::DataLossError(StrCat("not an HTTP response: ", pending_.substr(0, 200)));
+    }
+    HttpsResponse response;
+    response.status = std::atoi(pending_.c_str() + 9);
+    response.server_serial = serial_;
+    std::string headers = pending_.substr(0, header_end);
+    for (char& c : headers) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const size_t length_at = headers.find("content-length: ");
+    if (length_at == std::string::npos) {
+      while (ReadMore()) {
+      }
+      response.body = pending_.substr(header_end + 4);
+      pending_.clear();
+      return response;
+    }
+    const size_t length = std::stoul(headers.substr(length_at + 16));
+    while (pending_.size() < header_end + 4 + length) {
+      if (!ReadMore()) return absl::DataLossError("the response body was cut short");
+    }
+    response.body = pending_.substr(header_end + 4, length);
+    pending_.erase(0, header_end + 4 + length);
+    return response;
+  }
+
+ private:
+  bool ReadMore() {
+    char buffer[16384];
+    const int n = SSL_read(ssl_.get(), buffer, sizeof(buffer));
+    if (n <= 0) return false;
+    pending_.append(buffer, static_cast<size_t>(n));
+    return true;
+  }
+
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context_{nullptr, SSL_CTX_free};
+  std::unique_ptr<SSL, decltype(&SSL_free)> ssl_{nullptr, SSL_free};
+  int fd_ = -1;
+  std::string serial_;
+  std::string pending_;
+};
+
+}  // namespace
+
 absl::StatusOr<HttpsResponse> HttpsRequest(int port, const std::string& ca_file,
                                            const std::string& method, const std::string& path,
                                            const std::string& body) {
-  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> context(SSL_CTX_new(TLS_client_method()),
-                                                            SSL_CTX_free);
-  if (SSL_CTX_load_verify_locations(context.get(), ca_file.c_str(), nullptr) != 1) {
-    return absl::InvalidArgumentError(StrCat("cannot load the CA ", ca_file, ": ", OpenSslError()));
+  TlsConnection connection;
+  CLUSTERPROF_RETURN_IF_ERROR(connection.Connect(port, ca_file));
+  return connection.Exchange(method, path, body, /*keep_alive=*/false);
+}
+
+absl::StatusOr<std::vector<HttpsResponse>> HttpsPostsOnOneConnection(
+    int port, const std::string& ca_file, const std::string& path,
+    const std::vector<std::string>& bodies) {
+  TlsConnection connection;
+  CLUSTERPROF_RETURN_IF_ERROR(connection.Connect(port, ca_file));
+  std::vector<HttpsResponse> responses;
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        HttpsResponse response,
+        connection.Exchange("POST", path, bodies[i], /*keep_alive=*/i + 1 < bodies.size()));
+    responses.push_back(std::move(response));
   }
-  SSL_CTX_set_verify(context.get(), SSL_VERIFY_PEER, nullptr);
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
-    close(fd);
-    return absl::UnavailableError(StrCat("cannot connect to 127.0.0.1:", port));
-  }
-  std::unique_ptr<SSL, decltype(&SSL_free)> ssl(SSL_new(context.get()), SSL_free);
-  SSL_set_fd(ssl.get(), fd);
-  X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl.get()), "127.0.0.1");
-  if (SSL_connect(ssl.get()) != 1) {
-    const long verify = SSL_get_verify_result(ssl.get());
-    const std::string error = OpenSslError();
-    close(fd);
-    return absl::UnavailableError(StrCat("TLS handshake with 127.0.0.1:", port, " failed: ",
-                                         X509_verify_cert_error_string(verify), " (", error, ")"));
-  }
-  HttpsResponse response;
-  if (X509* peer = SSL_get1_peer_certificate(ssl.get())) {
-    BIGNUM* serial = ASN1_INTEGER_to_BN(X509_get_serialNumber(peer), nullptr);
-    char* hex = BN_bn2hex(serial);
-    response.server_serial = hex;
-    OPENSSL_free(hex);
-    BN_free(serial);
-    X509_free(peer);
-  }
-  const std::string request =
-      StrCat(method, " ", path, " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n",
-             "Content-Type: application/json\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
-  if (SSL_write(ssl.get(), request.data(), static_cast<int>(request.size())) <= 0) {
-    close(fd);
-    return absl::UnavailableError("cannot send the request");
-  }
-  std::string raw;
-  char buffer[16384];
-  for (;;) {
-    const int n = SSL_read(ssl.get(), buffer, sizeof(buffer));
-    if (n <= 0) break;
-    raw.append(buffer, static_cast<size_t>(n));
-  }
-  close(fd);
-  const size_t header_end = raw.find("\r\n\r\n");
-  if (raw.compare(0, 9, "HTTP/1.1 ") != 0 || header_end == std::string::npos) {
-    return absl::DataLossError(StrCat("not an HTTP response: ", raw.substr(0, 200)));
-  }
-  response.status = std::atoi(raw.c_str() + 9);
-  response.body = raw.substr(header_end + 4);
-  return response;
+  return responses;
 }
 
 }  // namespace clusterprof::testing

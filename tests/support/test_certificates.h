@@ -38,6 +38,13 @@ absl::StatusOr<HttpsResponse> HttpsRequest(int port, const std::string& ca_file,
                                            const std::string& method, const std::string& path,
                                            const std::string& body = "");
 
+// `bodies.size()` POSTs to `path` over one kept-alive TLS connection, one after the other (the
+// last says Connection: close), as the API server sends reviews over a pooled connection. An
+// error when the server closes the connection before the last answer.
+absl::StatusOr<std::vector<HttpsResponse>> HttpsPostsOnOneConnection(
+    int port, const std::string& ca_file, const std::string& path,
+    const std::vector<std::string>& bodies);
+
 }  // namespace clusterprof::testing
 
 #endif  // CLUSTERPROF_TESTS_SUPPORT_TEST_CERTIFICATES_H_

@@ -161,7 +161,7 @@ allowed_logdirs: ["gs://profiles/runs"]
     config["apiVersion"] = value::string("admissionregistration.k8s.io/v1");
     config["kind"] = value::string("MutatingWebhookConfiguration");
     config["metadata"]["name"] = value::string(kWebhookConfig);
-    config["webhooks"][0] = webhook("pods.sidecar-injector.clusterprof.io", by_pod_ns, by_pod);
+    config["webhooks"][0] = webhook("pod-label.sidecar.clusterprof.io", by_pod_ns, by_pod);
     config["webhooks"][1] = webhook("namespaces.sidecar-injector.clusterprof.io", by_ns_ns, by_ns);
     absl::StatusOr<kube::RestResponse> created =
         admin_->Raw("POST", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",

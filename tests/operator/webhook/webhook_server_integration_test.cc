@@ -90,6 +90,22 @@ TEST_F(WebhookServerTest, AnswersAnAdmissionReviewOverVerifiedTls) {
   EXPECT_THAT(Metrics(), HasSubstr("clusterprof_webhook_admissions_total{outcome=\"injected\"} 1"));
 }
 
+TEST_F(WebhookServerTest, AnswersManyReviewsOverOneKeptAliveConnection) {
+  absl::StatusOr<std::unique_ptr<WebhookServer>> server = Start(dir_.path());
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<std::string> bodies(5, kReview);
+  absl::StatusOr<std::vector<testing::HttpsResponse>> responses =
+      testing::HttpsPostsOnOneConnection((*server)->port(), certificates_.ca_file, "/mutate-pods",
+                                         bodies);
+  ASSERT_TRUE(responses.ok()) << responses.status();
+  ASSERT_EQ(responses->size(), 5u);
+  for (const testing::HttpsResponse& response : *responses) {
+    EXPECT_EQ(response.status, 200);
+    EXPECT_TRUE(value::parse(response.body).at("response").at("allowed").as_bool());
+  }
+  EXPECT_THAT(Metrics(), HasSubstr("clusterprof_webhook_admissions_total{outcome=\"injected\"} 5"));
+}
+
 TEST_F(WebhookServerTest, ServesARotatedCertificateWithoutARestart) {
   absl::StatusOr<std::unique_ptr<WebhookServer>> server = Start(dir_.path());
   ASSERT_TRUE(server.ok()) << server.status();
