@@ -38,28 +38,44 @@ void BM_Review(benchmark::State& state) {
 }
 BENCHMARK(BM_Review);
 
-void BM_ReviewOverHttps(benchmark::State& state) {
+// A webhook server on loopback with fresh certificates; null (the benchmark skipped) when it
+// cannot start.
+struct Server {
   testing::TempDir dir;
-  absl::StatusOr<testing::TestCertificates> certificates =
-      testing::MakeTestCertificates(dir.path());
-  if (!certificates.ok()) {
-    state.SkipWithError("no openssl");
-    return;
+  testing::TestCertificates certificates;
+  std::unique_ptr<webhook::WebhookServer> server;
+
+  static std::unique_ptr<Server> Start(benchmark::State& state) {
+    auto result = std::make_unique<Server>();
+    absl::StatusOr<testing::TestCertificates> certificates =
+        testing::MakeTestCertificates(result->dir.path());
+    if (!certificates.ok()) {
+      state.SkipWithError("no openssl");
+      return nullptr;
+    }
+    result->certificates = *certificates;
+    webhook::WebhookServerOptions options;
+    options.address = "127.0.0.1";
+    options.port = 0;
+    options.cert_dir = result->dir.path();
+    absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> server =
+        webhook::WebhookServer::Start(options);
+    if (!server.ok()) {
+      state.SkipWithError("the server did not start");
+      return nullptr;
+    }
+    result->server = *std::move(server);
+    return result;
   }
-  webhook::WebhookServerOptions options;
-  options.address = "127.0.0.1";
-  options.port = 0;
-  options.cert_dir = dir.path();
-  absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> server =
-      webhook::WebhookServer::Start(options);
-  if (!server.ok()) {
-    state.SkipWithError("the server did not start");
-    return;
-  }
+};
+
+void BM_ReviewOverHttps(benchmark::State& state) {
+  std::unique_ptr<Server> server = Server::Start(state);
+  if (server == nullptr) return;
   const std::string review = ReviewJson();
   for (auto _ : state) {
     absl::StatusOr<testing::HttpsResponse> response = testing::HttpsRequest(
-        (*server)->port(), certificates->ca_file, "POST", "/mutate-pods", review);
+        server->server->port(), server->certificates.ca_file, "POST", "/mutate-pods", review);
     if (!response.ok() || response->status != 200) {
       state.SkipWithError("the review failed");
       break;
@@ -71,28 +87,13 @@ BENCHMARK(BM_ReviewOverHttps)->UseRealTime();
 
 // As the API server sends them: 100 reviews over one kept-alive connection per iteration.
 void BM_ReviewsOverAKeptAliveConnection(benchmark::State& state) {
-  testing::TempDir dir;
-  absl::StatusOr<testing::TestCertificates> certificates =
-      testing::MakeTestCertificates(dir.path());
-  if (!certificates.ok()) {
-    state.SkipWithError("no openssl");
-    return;
-  }
-  webhook::WebhookServerOptions options;
-  options.address = "127.0.0.1";
-  options.port = 0;
-  options.cert_dir = dir.path();
-  absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> server =
-      webhook::WebhookServer::Start(options);
-  if (!server.ok()) {
-    state.SkipWithError("the server did not start");
-    return;
-  }
+  std::unique_ptr<Server> server = Server::Start(state);
+  if (server == nullptr) return;
   const std::vector<std::string> reviews(100, ReviewJson());
   for (auto _ : state) {
     absl::StatusOr<std::vector<testing::HttpsResponse>> responses =
-        testing::HttpsPostsOnOneConnection((*server)->port(), certificates->ca_file, "/mutate-pods",
-                                           reviews);
+        testing::HttpsPostsOnOneConnection(server->server->port(), server->certificates.ca_file,
+                                           "/mutate-pods", reviews);
     if (!responses.ok() || responses->size() != reviews.size()) {
       state.SkipWithError("the reviews failed");
       break;
