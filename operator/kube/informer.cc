@@ -397,6 +397,14 @@ absl::Status Informer::WatchOnce(bool* delivered) {
         result = absl::UnavailableError(StrCat("watch of ", options_.type.Describe(),
                                                " sent an error: ", e.object.serialize()));
       }
+      // The server ends a watch after its error event: read to that end instead of cancelling
+      // the stream (cpprestsdk closes a cancelled connection from the cancelling thread while its
+      // I/O threads may still be reading it, which crashes now and then). A server that sends
+      // more is cancelled after a few events.
+      for (int more = 0; more < 16 && !stop_.load(std::memory_order_acquire); ++more) {
+        absl::StatusOr<std::optional<WatchEvent>> next = (*watch)->Next();
+        if (!next.ok() || !next->has_value()) break;
+      }
       break;
     }
     if (e.type == WatchEvent::Type::kBookmark) {

@@ -161,12 +161,20 @@ class InformerTest : public KubeFixture {
           web::json::value::parse(StrCat(R"({"data":{"t":")", clock_.MonotonicNs(), R"("}})")));
       ListOptions options;
       options.resource_version = resource_version;
+      // The server ends the watch after a second (or after its 410): it is read to its end, not
+      // cancelled. cpprestsdk closes a cancelled connection from the cancelling thread while its
+      // own I/O threads may still be reading it, which crashes now and then; this loop would
+      // cancel a live watch dozens of times.
+      options.timeout_seconds = 1;
       absl::StatusOr<std::unique_ptr<WatchStream>> watch =
           admin_->Watch(ConfigMaps(), ns_, options);
       if (!watch.ok()) return IsGone(watch.status());
       absl::StatusOr<std::optional<WatchEvent>> event = (*watch)->Next();
-      return event.ok() && event->has_value() && (*event)->type == WatchEvent::Type::kError &&
-             (*event)->object.at("code").as_integer() == 410;
+      const bool gone = event.ok() && event->has_value() &&
+                        (*event)->type == WatchEvent::Type::kError &&
+                        (*event)->object.at("code").as_integer() == 410;
+      while (event.ok() && event->has_value()) event = (*watch)->Next();
+      return gone;
     })) << "resourceVersion "
         << resource_version << " was never compacted away";
   }
