@@ -23,4 +23,20 @@ std::string_view StripAsciiWhitespace(std::string_view s) {
   return s;
 }
 
+std::optional<int> ParsePort(std::string_view text) {
+  if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != text.npos) {
+    return std::nullopt;
+  }
+  int port = 0;
+  std::from_chars(text.data(), text.data() + text.size(), port);
+  if (port < 1 || port > 65535) return std::nullopt;
+  return port;
+}
+
+bool IsHostPort(std::string_view address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  return ParsePort(address.substr(colon + 1)).has_value();
+}
+
 }  // namespace clusterprof

@@ -8,6 +8,7 @@
 
 #include <charconv>
 #include <concepts>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -58,6 +59,13 @@ std::vector<std::string_view> SplitSkipEmpty(std::string_view s, char separator)
 
 // Whitespace (ASCII) trimmed from both ends.
 std::string_view StripAsciiWhitespace(std::string_view s);
+
+// A TCP port in decimal digits only, 1-65535 ("8466"); nullopt for anything else ("", "+80",
+// "08466x", "70000").
+std::optional<int> ParsePort(std::string_view text);
+
+// "host:port" or "[v6]:port": a non-empty host, then a port ParsePort takes.
+bool IsHostPort(std::string_view address);
 
 inline bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.starts_with(prefix);

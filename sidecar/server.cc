@@ -5,11 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "common/http/health_server.h"
 #include "common/status.h"
+#include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
@@ -39,50 +40,23 @@ std::string DefaultShmDir() {
 }
 
 absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
-  const std::string temp = StrCat(path, ".tmp");
-  {
-    std::ofstream out(temp, std::ios::trunc);
-    out << "grpc=" << grpc_port << "\nhttp=" << http_port << "\n";
-    if (!out.flush()) return absl::InternalError(StrCat("cannot write the port file ", temp));
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    return ErrnoToStatus(errno, "cannot move the port file into place", path);
-  }
-  return absl::OkStatus();
+  return storage::WriteFileDurably(path, StrCat("grpc=", grpc_port, "\nhttp=", http_port, "\n"),
+                                   0644);
 }
 
 }  // namespace
 
 absl::Status InstallInjectionLibrary(const std::string& source, const std::string& dir) {
   std::ifstream in(source, std::ios::binary);
-  if (!in) {
+  std::stringstream bytes;
+  if (!in || !(bytes << in.rdbuf())) {
     return absl::NotFoundError(
         StrCat("cannot read the GPU tracing library ", source, " (--install-injection-library)"));
   }
-  const std::string target = StrCat(dir, "/", kInjectionLibraryFile);
-  const std::string temp = StrCat(target, ".tmp");
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out << in.rdbuf();
-    if (!out.flush() || in.bad()) {
-      std::remove(temp.c_str());
-      return absl::InternalError(StrCat("cannot copy ", source, " to ", temp));
-    }
-  }
-  std::error_code error;
-  std::filesystem::permissions(
-      temp,
-      std::filesystem::perms::owner_all | std::filesystem::perms::group_read |
-          std::filesystem::perms::group_exec | std::filesystem::perms::others_read |
-          std::filesystem::perms::others_exec,
-      error);
   // A rename: processes that loaded an earlier copy keep it; new ones load this one whole.
-  if (std::rename(temp.c_str(), target.c_str()) != 0) {
-    const int saved = errno;
-    std::remove(temp.c_str());
-    return ErrnoToStatus(saved, "cannot move the GPU tracing library into place", target);
-  }
-  return absl::OkStatus();
+  return Annotate(storage::WriteFileDurably(StrCat(dir, "/", shm::kInjectionLibraryFileName),
+                                            bytes.str(), 0755),
+                  "installing the GPU tracing library");
 }
 
 namespace {
@@ -170,7 +144,7 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
             InstallInjectionLibrary(config.install_injection_library, annotation_options.dir);
         installed.ok()) {
       spdlog::info("installed the GPU tracing library as {}/{}", annotation_options.dir,
-                   kInjectionLibraryFile);
+                   shm::kInjectionLibraryFileName);
     } else {
       spdlog::error("{}; GPU activity will not be traced", std::string(installed.message()));
     }

@@ -31,12 +31,8 @@ class SidecarServer {
   std::unique_ptr<Impl> impl_;
 };
 
-// The name the GPU tracing library gets in the shared-memory directory, where the pod's CUDA
-// processes load it: CUDA_INJECTION64_PATH=<dir>/libclusterprof_cupti.so.
-inline constexpr const char* kInjectionLibraryFile = "libclusterprof_cupti.so";
-
-// Copies `source` into `dir` as kInjectionLibraryFile (mode 0755), through a temporary file and a
-// rename, so a CUDA process starting meanwhile never loads half a library.
+// Copies `source` into `dir` as shm::kInjectionLibraryFileName (mode 0755), through a temporary
+// file and a rename, so a CUDA process starting meanwhile never loads half a library.
 absl::Status InstallInjectionLibrary(const std::string& source, const std::string& dir);
 
 }  // namespace clusterprof::sidecar

@@ -39,4 +39,40 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
+absl::Status WriteFileDurably(const std::string& path, std::string_view data, mode_t mode) {
+  const std::string temp = StrCat(path, ".tmp");
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  if (fd < 0) return ErrnoToStatus(errno, "cannot create", temp);
+  if (fchmod(fd, mode) != 0) {
+    const int saved = errno;
+    close(fd);
+    unlink(temp.c_str());
+    return ErrnoToStatus(saved, "cannot set the mode of", temp);
+  }
+  while (!data.empty()) {
+    const ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int saved = errno;
+      close(fd);
+      unlink(temp.c_str());
+      return ErrnoToStatus(saved, "cannot write", temp);
+    }
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+  if (fsync(fd) != 0) {
+    const int saved = errno;
+    close(fd);
+    unlink(temp.c_str());
+    return ErrnoToStatus(saved, "cannot fsync", temp);
+  }
+  close(fd);
+  if (rename(temp.c_str(), path.c_str()) != 0) {
+    const int saved = errno;
+    unlink(temp.c_str());
+    return ErrnoToStatus(saved, "cannot rename into place", path);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace clusterprof::storage

@@ -26,36 +26,6 @@ constexpr std::string_view kDataSuffix = ".data";
 constexpr std::string_view kRecordSuffix = ".json";
 constexpr std::string_view kTempSuffix = ".tmp";
 
-absl::Status WriteFileDurably(const std::string& path, std::string_view data) {
-  const std::string temp = StrCat(path, kTempSuffix);
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoToStatus(errno, "cannot create", temp);
-  while (!data.empty()) {
-    const ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int saved = errno;
-      close(fd);
-      unlink(temp.c_str());
-      return ErrnoToStatus(saved, "cannot write", temp);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  if (fsync(fd) != 0) {
-    const int saved = errno;
-    close(fd);
-    unlink(temp.c_str());
-    return ErrnoToStatus(saved, "cannot fsync", temp);
-  }
-  close(fd);
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    unlink(temp.c_str());
-    return ErrnoToStatus(saved, "cannot rename into place", path);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "cannot open", path);
@@ -285,8 +255,8 @@ uint64_t Spool::used_bytes() const {
 }
 
 absl::Status Spool::WriteRecord(const SpoolRecord& record) {
-  CLUSTERPROF_RETURN_IF_ERROR(
-      WriteFileDurably(StrCat(dir_, "/", record.id, kRecordSuffix), SpoolRecordToJson(record)));
+  CLUSTERPROF_RETURN_IF_ERROR(WriteFileDurably(StrCat(dir_, "/", record.id, kRecordSuffix),
+                                               SpoolRecordToJson(record), 0600));
   return SyncDirectory(dir_);
 }
 

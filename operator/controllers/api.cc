@@ -111,17 +111,6 @@ absl::Status Range(std::string_view path, int64_t v, int64_t lo, int64_t hi,
                                            v));
 }
 
-bool IsHostPort(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0 || colon + 1 == address.size()) return false;
-  const std::string_view port = address.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string_view::npos) {
-    return false;
-  }
-  const int number = std::atoi(std::string(port).c_str());
-  return number >= 1 && number <= 65535;
-}
-
 value Str(std::string_view s) { return value::string(std::string(s)); }
 
 }  // namespace

@@ -2,12 +2,12 @@
 
 #include <unistd.h>
 
-#include <fstream>
 #include <memory>
 #include <thread>
 
 #include "common/http/health_server.h"
 #include "common/status.h"
+#include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
 #include "common/strings.h"
 #include "operator/controllers/api.h"
@@ -151,13 +151,13 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   }
   if (!options.port_file.empty()) {
     // Whole or not at all: readers poll for the file.
-    const std::string temp = StrCat(options.port_file, ".tmp");
-    {
-      std::ofstream file(temp, std::ios::trunc);
-      if (health != nullptr) file << "http=" << health->port() << "\n";
-      if (webhook_server != nullptr) file << "webhook=" << webhook_server->port() << "\n";
+    std::string ports;
+    if (health != nullptr) StrAppend(&ports, "http=", health->port(), "\n");
+    if (webhook_server != nullptr) StrAppend(&ports, "webhook=", webhook_server->port(), "\n");
+    if (absl::Status written = storage::WriteFileDurably(options.port_file, ports, 0644);
+        !written.ok()) {
+      spdlog::warn("cannot write the port file: {}", std::string(written.message()));
     }
-    std::rename(temp.c_str(), options.port_file.c_str());
   }
 
   jobs.Start();

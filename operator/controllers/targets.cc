@@ -30,14 +30,12 @@ bool HasSidecar(const kube::Pod& pod) {
 absl::StatusOr<int32_t> SidecarPort(const ProfileJobSpec& spec, const kube::Pod& pod) {
   if (spec.port != 0) return spec.port;
   if (const std::string* text = kube::FindValue(pod.metadata.annotations, kPortAnnotation)) {
-    const std::string_view trimmed = StripAsciiWhitespace(*text);
-    const int port = std::atoi(std::string(trimmed).c_str());
-    if (trimmed.empty() || trimmed.find_first_not_of("0123456789") != std::string_view::npos ||
-        trimmed.size() > 5 || port < 1 || port > 65535) {
+    const std::optional<int> port = ParsePort(StripAsciiWhitespace(*text));
+    if (!port.has_value()) {
       return absl::InvalidArgumentError(StrCat("annotation ", kPortAnnotation, "=\"", *text,
                                                "\" is not a port number (1-65535)"));
     }
-    return port;
+    return *port;
   }
   for (const auto* containers : {&pod.containers, &pod.init_containers}) {
     for (const kube::Container& container : *containers) {

@@ -11,17 +11,16 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "cpprest/json.h"
+#include "operator/controllers/api.h"
 
 namespace clusterprof::webhook {
 namespace {
 
 using web::json::value;
 
-// The operator's own names for the sidecar (operator/controllers/api.h; repeated here so that this
-// library does not depend on the controllers).
-constexpr std::string_view kSidecarContainerName = "clusterprof-sidecar";
-constexpr std::string_view kSidecarPortName = "clusterprof";
-constexpr std::string_view kPortAnnotation = "clusterprof.io/port";
+using controllers::kPortAnnotation;
+using controllers::kSidecarContainerName;
+using controllers::kSidecarPortName;
 
 bool IsQuantity(const std::string& text) {
   // resource.Quantity's syntax: a decimal number with an optional binary or decimal suffix.
@@ -32,16 +31,9 @@ bool IsQuantity(const std::string& text) {
 
 bool IsPort(int port) { return port >= 1 && port <= 65535; }
 
-// "host:port" or "[v6]:port".
-bool IsHostPort(std::string_view address) {
-  const size_t colon = address.rfind(':');
-  if (colon == std::string_view::npos || colon == 0) return false;
-  const std::string_view port = address.substr(colon + 1);
-  if (port.empty() || port.size() > 5 || port.find_first_not_of("0123456789") != port.npos) {
-    return false;
-  }
-  return IsPort(std::atoi(std::string(port).c_str())) &&
-         address.find_first_of(" \t\n/") == std::string_view::npos;
+// host:port (common/strings.h), and nothing that would split a command-line argument or a path.
+bool IsAddress(std::string_view address) {
+  return IsHostPort(address) && address.find_first_of(" \t\n/") == std::string_view::npos;
 }
 
 // A JSON Pointer reference token (RFC 6901): "~" -> "~0", "/" -> "~1".
@@ -277,9 +269,9 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
                                          : config.image)},
       {"imagePullPolicy", Str(config.image_pull_policy)},
       {"args", Array(args)},
-      {"env", Array({FieldRefEnv("POD_NAME", "metadata.name"),
-                     FieldRefEnv("POD_NAMESPACE", "metadata.namespace"),
-                     EnvVar("CLUSTERPROF_DIR", kShmDir)})},
+      {"env",
+       Array({FieldRefEnv("POD_NAME", "metadata.name"),
+              FieldRefEnv("POD_NAMESPACE", "metadata.namespace"), EnvVar(shm::kDirEnv, kShmDir)})},
       {"ports", Array({Object({{"name", Str(kSidecarPortName)},
                                {"containerPort", value::number(pod.port)},
                                {"protocol", Str("TCP")}}),
@@ -311,21 +303,21 @@ absl::Status ReadPodSettings(const InjectionConfig& config, const value& pod, Po
   out->http_port = config.http_port;
   if (HasMapKey(annotations, kPortAnnotation)) {
     const std::string text(StripAsciiWhitespace(MapString(annotations, kPortAnnotation)));
-    const int port = std::atoi(text.c_str());
-    if (text.empty() || text.size() > 5 || text.find_first_not_of("0123456789") != text.npos ||
-        !IsPort(port) || port == 65535) {
+    // 65535 leaves no next port for the HTTP server.
+    const std::optional<int> port = ParsePort(text);
+    if (!port.has_value() || *port == 65535) {
       return absl::InvalidArgumentError(
           StrCat("annotation ", kPortAnnotation, "=\"", text, "\" is not a port number (1-65534)"));
     }
-    out->port = port;
+    out->port = *port;
     // The HTTP port follows the gRPC one, so that one annotation moves both off a taken pair.
-    if (port != config.port) out->http_port = port + 1;
+    if (*port != config.port) out->http_port = *port + 1;
   }
   out->framework_profiler = config.framework_profiler;
   if (HasMapKey(annotations, kFrameworkProfilerAnnotation)) {
     out->framework_profiler =
         std::string(StripAsciiWhitespace(MapString(annotations, kFrameworkProfilerAnnotation)));
-    if (!out->framework_profiler.empty() && !IsHostPort(out->framework_profiler)) {
+    if (!out->framework_profiler.empty() && !IsAddress(out->framework_profiler)) {
       return absl::InvalidArgumentError(StrCat("annotation ", kFrameworkProfilerAnnotation, "=\"",
                                                out->framework_profiler,
                                                "\" is not host:port (for example localhost:9012)"));
@@ -499,7 +491,7 @@ absl::Status ValidateInjectionConfig(const InjectionConfig& config) {
     return absl::InvalidArgumentError(StrCat("gpu_library '", config.gpu_library,
                                              "' must be an absolute path in the sidecar image"));
   }
-  if (!config.framework_profiler.empty() && !IsHostPort(config.framework_profiler)) {
+  if (!config.framework_profiler.empty() && !IsAddress(config.framework_profiler)) {
     return absl::InvalidArgumentError(
         StrCat("framework_profiler '", config.framework_profiler, "' is not host:port"));
   }
@@ -614,8 +606,8 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
         patch.Append(container, "volumeMounts", path,
                      Object({{"name", Str(kShmVolumeName)}, {"mountPath", Str(kShmDir)}}));
       }
-      if (const value* env = FindEnv(container, "CLUSTERPROF_DIR"); env == nullptr) {
-        patch.Append(container, "env", path, EnvVar("CLUSTERPROF_DIR", kShmDir));
+      if (const value* env = FindEnv(container, shm::kDirEnv); env == nullptr) {
+        patch.Append(container, "env", path, EnvVar(shm::kDirEnv, kShmDir));
       } else if (StringField(*env, "value") != kShmDir) {
         result.warnings.push_back(StrCat("clusterprof: container ", name,
                                          " sets CLUSTERPROF_DIR itself; its annotations reach "

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "sidecar/sdk/shm_format.h"
 
 namespace clusterprof::webhook {
 
@@ -40,10 +41,10 @@ inline constexpr std::string_view kMemoryLimitAnnotation = "clusterprof.io/sidec
 inline constexpr std::string_view kShmVolumeName = "clusterprof-shm";
 inline constexpr std::string_view kSpoolVolumeName = "clusterprof-spool";
 inline constexpr std::string_view kTokenVolumeName = "clusterprof-token";
-inline constexpr std::string_view kShmDir = "/var/run/clusterprof";
+inline constexpr std::string_view kShmDir = shm::kDefaultDir;
 inline constexpr std::string_view kSpoolDir = "/var/lib/clusterprof/spool";
 inline constexpr std::string_view kTokenDir = "/etc/clusterprof/token";
-inline constexpr std::string_view kInjectionLibraryName = "libclusterprof_cupti.so";
+inline constexpr std::string_view kInjectionLibraryName = shm::kInjectionLibraryFileName;
 inline constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 
 // The injection settings (--injection-config, a YAML file with these keys in snake_case; the

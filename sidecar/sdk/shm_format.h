@@ -24,6 +24,9 @@ inline constexpr char kControlFileName[] = "control";
 inline constexpr char kRingPrefix[] = "ring-";
 inline constexpr char kRingSuffix[] = ".shm";
 inline constexpr char kGpuRingPrefix[] = "gpu-";
+// The GPU tracing library as the sidecar installs it in the directory, for the pod's CUDA
+// processes to load (CUDA_INJECTION64_PATH=<dir>/libclusterprof_cupti.so).
+inline constexpr char kInjectionLibraryFileName[] = "libclusterprof_cupti.so";
 
 inline constexpr uint64_t kControlMagic = 0x3130'4C52'5443'5043;  // "CPCTRL01" little-endian
 inline constexpr uint64_t kRingMagic = 0x3130'474E'4952'5043;     // "CPRING01"

@@ -42,6 +42,7 @@
 #include "operator/controllers/api.h"
 #include "operator/kube/resource.h"
 #include "tests/operator/kube/kube_fixture.h"
+#include "tests/operator/local_host.h"
 #include "tests/support/kube_control_plane.h"
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
@@ -185,38 +186,11 @@ void CollectDifferences(const YAML::Node& rendered, const YAML::Node& stored,
 }
 
 // A pod's sidecar (requiring `token_file`'s token) and workload, as local processes.
-// (The Host of tests/operator/operator_e2e_test.cc, with the token.)
-class Host {
+class Host : public testing::LocalHost {
  public:
   Host(const TempDir& root, const std::string& name, const std::string& logs,
        const std::string& token_file)
-      : name_(name) {
-    const std::string shm_dir = root.Join(StrCat("shm-", name));
-    const std::string port_file = root.Join(StrCat("ports-", name));
-    log_ = root.Join(StrCat("sidecar-", name, ".log"));
-    sidecar_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kSidecar, "--port", "0", "--http-port", "0", "--address",
-                                 "127.0.0.1", "--shm-dir", shm_dir, "--port-file", port_file,
-                                 "--allowed-logdir", logs, "--host-name", name, "--auth-token-file",
-                                 token_file},
-        std::map<std::string, std::string>{}, log_);
-    port_ = testing::ReadGrpcPort(port_file);
-    EXPECT_NE(port_, 0) << "sidecar " << name << " did not start:\n" << Log();
-    workload_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kAnnotator, "--seconds", "600"},
-        std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir}}, log_);
-  }
-
-  const std::string& name() const { return name_; }
-  int port() const { return port_; }
-  std::string Log() const { return testing::ReadFileOrDie(log_); }
-
- private:
-  std::string name_;
-  int port_ = 0;
-  std::string log_;
-  std::unique_ptr<Subprocess> sidecar_;
-  std::unique_ptr<Subprocess> workload_;
+      : LocalHost(root, name, logs, kSidecar, kAnnotator, {"--auth-token-file", token_file}) {}
 };
 
 class HelmChartApplyTest : public kube::KubeFixture {

@@ -19,6 +19,7 @@
 #include "operator/controllers/api.h"
 #include "tests/operator/crd_fixture.h"
 #include "tests/operator/kube/kube_fixture.h"
+#include "tests/operator/local_host.h"
 #include "tests/support/kube_fault_proxy.h"
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
@@ -40,47 +41,10 @@ constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
 constexpr char kAnnotator[] = CLUSTERPROF_TEST_ANNOTATOR_PATH;
 
 // A pod's sidecar and workload, as local processes.
-class Host {
+class Host : public testing::LocalHost {
  public:
-  Host(const TempDir& root, const std::string& name, const std::string& logs) : name_(name) {
-    shm_dir_ = root.Join(StrCat("shm-", name));
-    const std::string port_file = root.Join(StrCat("ports-", name));
-    log_ = root.Join(StrCat("sidecar-", name, ".log"));
-    sidecar_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kSidecar, "--port", "0", "--http-port", "0", "--address",
-                                 "127.0.0.1", "--shm-dir", shm_dir_, "--port-file", port_file,
-                                 "--allowed-logdir", logs, "--host-name", name},
-        std::map<std::string, std::string>{}, log_);
-    EXPECT_TRUE(testing::WaitForFile(port_file)) << "sidecar " << name << " did not start";
-    // The port file is written whole once serving; read until both ports are in.
-    for (int i = 0; i < 100 && (port_ == 0 || http_port_ == 0); ++i) {
-      std::map<std::string, int> ports = testing::ReadPortFile(port_file);
-      port_ = ports["grpc"];
-      http_port_ = ports["http"];
-      if (port_ == 0 || http_port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    workload_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kAnnotator, "--seconds", "600"},
-        std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir_}}, log_);
-  }
-
-  const std::string& name() const { return name_; }
-  int port() const { return port_; }
-  // Captures the sidecar finished, by outcome label ("ok", "empty", ...; "" for all).
-  double Captures(const std::string& outcome = "") const {
-    return MetricSum(HttpGet(http_port_, "/metrics"), "clusterprof_sidecar_captures_total",
-                     outcome.empty() ? "" : StrCat("outcome=\"", outcome, "\""));
-  }
-  std::string Log() const { return testing::ReadFileOrDie(log_); }
-
- private:
-  std::string name_;
-  int port_ = 0;
-  int http_port_ = 0;
-  std::string shm_dir_;
-  std::string log_;
-  std::unique_ptr<Subprocess> sidecar_;
-  std::unique_ptr<Subprocess> workload_;
+  Host(const TempDir& root, const std::string& name, const std::string& logs)
+      : LocalHost(root, name, logs, kSidecar, kAnnotator) {}
 };
 
 // A clusterprof-operator process.

@@ -34,7 +34,7 @@ target_compile_definitions(webhook_server_integration_test PRIVATE _TURN_OFF_PLA
 clusterprof_add_test(webhook_e2e_test ONE_PROCESS TIMEOUT 600
   SOURCES operator/webhook/webhook_e2e_test.cc
   DEPS clusterprof_kube clusterprof_kube_test_support clusterprof_tls_test_support
-    clusterprof_test_support cpprestsdk::cpprest yaml-cpp)
+    clusterprof_test_support cpprestsdk::cpprest yaml-cpp absl::strings)
 add_dependencies(webhook_e2e_test clusterprof-operator)
 target_compile_definitions(webhook_e2e_test PRIVATE
   CLUSTERPROF_OPERATOR_PATH="$<TARGET_FILE:clusterprof-operator>")

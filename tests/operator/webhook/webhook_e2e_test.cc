@@ -8,6 +8,7 @@
 
 #include <thread>
 
+#include "absl/strings/escaping.h"
 #include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -137,7 +138,8 @@ allowed_logdirs: ["gs://profiles/runs"]
       hook["reinvocationPolicy"] = value::string("Never");
       hook["clientConfig"]["url"] =
           value::string(StrCat("https://127.0.0.1:", webhook_port_, "/mutate-pods"));
-      hook["clientConfig"]["caBundle"] = value::string(Base64(ca));
+      hook["clientConfig"]["caBundle"] =
+          value::string(std::string(StdView(absl::Base64Escape(ca))));
       hook["rules"][0]["apiGroups"][0] = value::string("");
       hook["rules"][0]["apiVersions"][0] = value::string("v1");
       hook["rules"][0]["resources"][0] = value::string("pods");
@@ -190,22 +192,6 @@ allowed_logdirs: ["gs://profiles/runs"]
         },
         std::chrono::seconds(30));
     ASSERT_TRUE(injected) << "the API server never called the webhook; the last dry run: " << last;
-  }
-
-  static std::string Base64(const std::string& text) {
-    static constexpr char kAlphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    std::string out;
-    for (size_t i = 0; i < text.size(); i += 3) {
-      uint32_t chunk = static_cast<uint8_t>(text[i]) << 16;
-      if (i + 1 < text.size()) chunk |= static_cast<uint8_t>(text[i + 1]) << 8;
-      if (i + 2 < text.size()) chunk |= static_cast<uint8_t>(text[i + 2]);
-      out += kAlphabet[(chunk >> 18) & 63];
-      out += kAlphabet[(chunk >> 12) & 63];
-      out += i + 1 < text.size() ? kAlphabet[(chunk >> 6) & 63] : '=';
-      out += i + 2 < text.size() ? kAlphabet[chunk & 63] : '=';
-    }
-    return out;
   }
 
   void LabelNamespace(const std::string& ns, const std::map<std::string, std::string>& labels) {
