@@ -51,10 +51,11 @@ std::string Escape(std::string_view token) {
   return out;
 }
 
-const value* Field(const value& object, const char* name) {
+// The member `name` of an object (a field, or a key of a string map such as labels), or null.
+const value* Field(const value& object, std::string_view name) {
   if (!object.is_object()) return nullptr;
   const auto& fields = object.as_object();
-  auto it = fields.find(name);
+  auto it = fields.find(std::string(name));
   return it == fields.end() ? nullptr : &it->second;
 }
 
@@ -63,21 +64,14 @@ std::string StringField(const value& object, const char* name) {
   return field != nullptr && field->is_string() ? field->as_string() : "";
 }
 
-const value* MapEntry(const value& map, const std::string& key) {
-  if (!map.is_object()) return nullptr;
-  const auto& fields = map.as_object();
-  auto it = fields.find(key);
-  return it == fields.end() ? nullptr : &it->second;
-}
-
 std::string MapString(const value* map, std::string_view key) {
   if (map == nullptr) return "";
-  const value* entry = MapEntry(*map, std::string(key));
+  const value* entry = Field(*map, key);
   return entry != nullptr && entry->is_string() ? entry->as_string() : "";
 }
 
 bool HasMapKey(const value* map, std::string_view key) {
-  return map != nullptr && MapEntry(*map, std::string(key)) != nullptr;
+  return map != nullptr && Field(*map, key) != nullptr;
 }
 
 value Str(std::string_view s) { return value::string(std::string(s)); }
@@ -130,7 +124,6 @@ class Patch {
       Add(StrCat(parent_path, "/", field, "/", Escape(key)), Str(v));
     }
   }
-  bool empty() const { return ops_.empty(); }
   std::string Serialize() const { return Array(ops_).serialize(); }
 
  private:
@@ -151,7 +144,7 @@ bool RequestsGpu(const value& container) {
   for (const char* kind : {"limits", "requests"}) {
     const value* map = Field(*resources, kind);
     if (map == nullptr) continue;
-    const value* gpus = MapEntry(*map, std::string(kGpuResource));
+    const value* gpus = Field(*map, kGpuResource);
     if (gpus == nullptr) continue;
     // Quantities arrive as strings ("1") or, from some clients, numbers.
     if (gpus->is_string() && gpus->as_string() != "0" && !gpus->as_string().empty()) return true;
