@@ -8,6 +8,10 @@
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
+# Where the binaries come from: "build" compiles them in the build stage below; "prebuilt" takes
+# them, already built on a Debian bookworm machine, from the build context's prebuilt/operator/
+# (scripts/build-images does this: minutes instead of a whole C++ build per image).
+ARG BINARIES=build
 
 FROM ${DEBIAN_IMAGE} AS build
 # The toolchain and library groups of scripts/install-deps. Left out, because a Release build
@@ -39,14 +43,21 @@ RUN set -eux; \
     install -D -m 0755 /build/operator/clusterprof /out/usr/bin/clusterprof; \
     strip --strip-unneeded /out/usr/bin/clusterprof-operator /out/usr/bin/clusterprof
 
+# The same files as the build stage's /out, built elsewhere (BINARIES=prebuilt).
+FROM scratch AS prebuilt
+COPY prebuilt/operator/ /out/
+
+FROM ${BINARIES} AS binaries
+
 FROM ${RUNTIME_IMAGE}
+ARG RUNTIME_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=""
 LABEL org.opencontainers.image.title="clusterprof-operator" \
       org.opencontainers.image.description="clusterprof operator: ProfileJob and ProfileSchedule controllers, the sidecar-injection admission webhook, and the clusterprof CLI" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="debian:bookworm-slim"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 
 # The runtime packages of the -dev packages the build links (apt-cache show <dev> | grep Depends):
 # libgrpc++1.51 brings libgrpc29, libprotobuf32, libabsl20220623, libc-ares2 and libre2-9;
@@ -61,10 +72,11 @@ RUN set -eux; \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 \
       libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libisal2 libssl3 zlib1g \
       ca-certificates tzdata; \
+    apt-get clean; \
     rm -rf /var/lib/apt/lists/*; \
     install -d -o 65532 -g 65532 -m 0755 /etc/clusterprof/webhook
 
-COPY --from=build /out/ /
+COPY --from=binaries /out/ /
 
 # The spool for gs:// run manifests defaults to $TMPDIR/clusterprof-spool-<uid>; with a
 # read-only root filesystem, mount a writable volume at /tmp (the chart does).

@@ -15,6 +15,10 @@
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
+# Where the binaries come from: "build" compiles them in the build stage below; "prebuilt" takes
+# them, already built on a Debian bookworm machine, from the build context's prebuilt/sidecar/
+# (scripts/build-images does this: minutes instead of a whole C++ build per image).
+ARG BINARIES=build
 ARG CUDA_IMAGE=nvidia/cuda:13.0.0-devel-ubuntu24.04
 
 # No CUDA: an empty header directory, and the configure step skips libclusterprof_cupti.
@@ -75,14 +79,21 @@ RUN set -eux; \
         /out/usr/lib/clusterprof/libclusterprof_cupti.so; \
     fi
 
+# The same files as the build stage's /out, built elsewhere (BINARIES=prebuilt).
+FROM scratch AS prebuilt
+COPY prebuilt/sidecar/ /out/
+
+FROM ${BINARIES} AS binaries
+
 FROM ${RUNTIME_IMAGE}
+ARG RUNTIME_IMAGE
 ARG VERSION=0.1.0
 ARG REVISION=""
 LABEL org.opencontainers.image.title="clusterprof-sidecar" \
       org.opencontainers.image.description="clusterprof sidecar: TF/JAX ProfilerService server with annotation, GPU (CUPTI) and framework tracers, plus libclusterprof_cupti.so and libclusterprof_annotate.so for workloads" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.base.name="debian:bookworm-slim"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 
 # The runtime packages of the -dev packages the build links (apt-cache show <dev> | grep Depends):
 # libgrpc++1.51 brings libgrpc29, libprotobuf32, libabsl20220623, libc-ares2 and libre2-9;
@@ -95,10 +106,11 @@ RUN set -eux; \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 \
       libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libisal2 libssl3 zlib1g \
       ca-certificates; \
+    apt-get clean; \
     rm -rf /var/lib/apt/lists/*; \
     install -d -o 65532 -g 65532 -m 0755 /var/run/clusterprof /var/lib/clusterprof/spool
 
-COPY --from=build /out/ /
+COPY --from=binaries /out/ /
 
 USER 65532:65532
 EXPOSE 8466 8467
