@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "absl/strings/str_join.h"
 #include "common/strings.h"
 
 namespace clusterprof::controllers {
@@ -66,6 +67,11 @@ TargetResolution ResolveTargets(const ProfileJobSpec& spec,
       why = StrCat("phase ", pod->phase.empty() ? "unknown" : pod->phase, ", not Running");
     } else if (!pod->ready) {
       why = "not Ready";
+    }
+    // What keeps its containers from running, when the kubelet says (an image missing on the
+    // node, a crash loop): the user's next question.
+    if (!why.empty() && !pod->waiting.empty()) {
+      StrAppend(&why, " (", absl::StrJoin(pod->waiting, "; "), ")");
     } else if (pod->pod_ip.empty()) {
       why = "no pod IP yet";
     } else if (!HasSidecar(*pod)) {

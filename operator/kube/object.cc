@@ -191,6 +191,27 @@ Decoder PodDecoder() {
           }
         }
       }
+      for (const char* field : {"initContainerStatuses", "containerStatuses"}) {
+        const web::json::array* statuses = ArrayField(*status, field);
+        if (statuses == nullptr) continue;
+        for (const web::json::value& container : *statuses) {
+          if (!container.is_object()) continue;
+          const web::json::object* state = ObjectField(container.as_object(), "state");
+          const web::json::object* waiting =
+              state != nullptr ? ObjectField(*state, "waiting") : nullptr;
+          if (waiting == nullptr) continue;
+          std::string name, reason, message;
+          (void)ReadString(container.as_object(), "name", "", &name);
+          (void)ReadString(*waiting, "reason", "", &reason);
+          (void)ReadString(*waiting, "message", "", &message);
+          // Waiting to be created is what every starting pod does: not a reason to report.
+          if (reason.empty() || reason == "ContainerCreating" || reason == "PodInitializing") {
+            continue;
+          }
+          pod->waiting.push_back(
+              StrCat("container ", name, ": ", reason, message.empty() ? "" : ": ", message));
+        }
+      }
     }
     return pod;
   };

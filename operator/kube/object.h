@@ -100,6 +100,10 @@ class Pod : public Object {
   std::string host_ip;
   // status.conditions[type=Ready].status == "True".
   bool ready = false;
+  // Why containers wait to run, from status.containerStatuses and initContainerStatuses:
+  // "container trainer: ErrImageNeverPull: Container image \"...\" is not present with pull
+  // policy of Never". Empty when none waits.
+  std::vector<std::string> waiting;
   std::vector<Container> containers;
   // spec.initContainers: where native sidecars (restartPolicy Always) are.
   std::vector<Container> init_containers;

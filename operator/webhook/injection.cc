@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <functional>
 #include <regex>
@@ -256,15 +258,18 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
          {"failureThreshold", value::number(failures)}});
   };
 
+  std::vector<value> env = {FieldRefEnv("POD_NAME", "metadata.name"),
+                            FieldRefEnv("POD_NAMESPACE", "metadata.namespace"),
+                            EnvVar(shm::kDirEnv, kShmDir)};
+  for (const auto& [name, env_value] : config.env) env.push_back(EnvVar(name, env_value));
+
   value container = Object({
       {"name", Str(kSidecarContainerName)},
       {"image", Str(config.image.empty() ? StrCat("clusterprof/sidecar:", CLUSTERPROF_VERSION)
                                          : config.image)},
       {"imagePullPolicy", Str(config.image_pull_policy)},
       {"args", Array(args)},
-      {"env",
-       Array({FieldRefEnv("POD_NAME", "metadata.name"),
-              FieldRefEnv("POD_NAMESPACE", "metadata.namespace"), EnvVar(shm::kDirEnv, kShmDir)})},
+      {"env", Array(env)},
       {"ports", Array({Object({{"name", Str(kSidecarPortName)},
                                {"containerPort", value::number(pod.port)},
                                {"protocol", Str("TCP")}}),
@@ -410,6 +415,15 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
       {"spool_size_limit", scalar(&config.spool_size_limit)},
       {"log_format", scalar(&config.log_format)},
       {"extra_args", strings(&config.extra_args)},
+      {"env",
+       [&config](const YAML::Node& node) {
+         config.env.clear();
+         if (node.IsNull()) return;
+         if (!node.IsMap()) throw YAML::Exception(node.Mark(), "a map of names to values");
+         for (const auto& entry : node) {
+           config.env[entry.first.as<std::string>()] = entry.second.as<std::string>();
+         }
+       }},
   };
   for (const auto& entry : root) {
     const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
@@ -423,7 +437,7 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
     }
     try {
       if (!entry.second.IsNull() || key == "resources" || key == "allowed_logdirs" ||
-          key == "extra_args") {
+          key == "extra_args" || key == "env") {
         setter->second(entry.second);
       }
     } catch (const YAML::Exception&) {
@@ -491,6 +505,20 @@ absl::Status ValidateInjectionConfig(const InjectionConfig& config) {
   if (config.log_format != "text" && config.log_format != "json") {
     return absl::InvalidArgumentError(
         StrCat("log_format '", config.log_format, "' must be text or json"));
+  }
+  for (const auto& [name, unused] : config.env) {
+    if (name == "POD_NAME" || name == "POD_NAMESPACE" || name == shm::kDirEnv) {
+      return absl::InvalidArgumentError(
+          StrCat("env: '", name, "' is set by the injection itself and cannot be overridden"));
+    }
+    const bool valid =
+        !name.empty() && (std::isalpha(static_cast<unsigned char>(name[0])) || name[0] == '_') &&
+        std::all_of(name.begin(), name.end(),
+                    [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+    if (!valid) {
+      return absl::InvalidArgumentError(
+          StrCat("env: '", name, "' is not an environment variable name (letters, digits, _)"));
+    }
   }
   return absl::OkStatus();
 }

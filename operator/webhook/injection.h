@@ -75,6 +75,10 @@ struct InjectionConfig {
   std::string spool_size_limit = "2Gi";
   std::string log_format = "json";
   std::vector<std::string> extra_args;
+  // More environment variables for the sidecar (name -> value), e.g. STORAGE_EMULATOR_HOST or
+  // an HTTPS proxy for gs:// uploads. The names the sidecar gets anyway (POD_NAME,
+  // POD_NAMESPACE, CLUSTERPROF_DIR) are refused.
+  std::map<std::string, std::string> env;
 };
 
 // Reads an injection config file; unknown keys and bad values are errors that name the key.

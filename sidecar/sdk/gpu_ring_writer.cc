@@ -28,7 +28,8 @@ std::unique_ptr<GpuRingWriter> GpuRingWriter::Create(const std::string& dir, uin
   const int pid = getpid();
   const uint64_t ticks = ProcessStartTicks("/proc", pid);
   const std::string path = dir + "/" + GpuRingFileName(pid, ticks);
-  void* base = CreateTempShmFile(path, file_size, error);
+  int lock_fd = -1;
+  void* base = CreateTempShmFile(path, file_size, error, &lock_fd);
   if (base == nullptr) return nullptr;
   auto* header = new (base) GpuRingHeader();
   header->magic = kGpuRingMagic;
@@ -43,12 +44,16 @@ std::unique_ptr<GpuRingWriter> GpuRingWriter::Create(const std::string& dir, uin
   header->strings_capacity = kDefaultGpuStringsCapacity;
   header->file_size = file_size;
   std::strncpy(header->process_name, process_name.c_str(), sizeof(header->process_name) - 1);
-  if (!PublishShmFile(path, base, file_size, error)) return nullptr;
-  return std::unique_ptr<GpuRingWriter>(new GpuRingWriter(path, base, file_size));
+  if (!PublishShmFile(path, base, file_size, error)) {
+    close(lock_fd);
+    return nullptr;
+  }
+  return std::unique_ptr<GpuRingWriter>(new GpuRingWriter(path, base, file_size, lock_fd));
 }
 
-GpuRingWriter::GpuRingWriter(std::string path, void* base, size_t size)
+GpuRingWriter::GpuRingWriter(std::string path, void* base, size_t size, int lock_fd)
     : path_(std::move(path)),
+      lock_fd_(lock_fd),
       base_(base),
       size_(size),
       header_(static_cast<GpuRingHeader*>(base)),
@@ -57,7 +62,10 @@ GpuRingWriter::GpuRingWriter(std::string path, void* base, size_t size)
                                                 header_->strings_capacity, header_->strings_used,
                                                 header_->dropped_strings)) {}
 
-GpuRingWriter::~GpuRingWriter() { munmap(base_, size_); }
+GpuRingWriter::~GpuRingWriter() {
+  munmap(base_, size_);
+  close(lock_fd_);  // the sidecar may now remove the file
+}
 
 size_t GpuRingWriter::Append(std::span<const GpuRecord> records, std::chrono::microseconds max_wait,
                              const SleepFn& sleep) {

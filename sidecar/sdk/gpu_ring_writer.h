@@ -48,9 +48,11 @@ class GpuRingWriter {
   const std::string& path() const { return path_; }
 
  private:
-  GpuRingWriter(std::string path, void* base, size_t size);
+  GpuRingWriter(std::string path, void* base, size_t size, int lock_fd);
 
   std::string path_;
+  // Open with a shared flock(2) while this writer lives (shm::CreateTempShmFile).
+  int lock_fd_;
   void* base_;
   size_t size_;
   GpuRingHeader* header_;

@@ -48,7 +48,8 @@ std::unique_ptr<RingWriter> RingWriter::Create(const std::string& dir, const Rin
   const int pid = getpid();
   const uint64_t ticks = ProcessStartTicks("/proc", pid);
   const std::string path = dir + "/" + RingFileName(pid, ticks);
-  void* base = CreateTempShmFile(path, file_size, error);
+  int lock_fd = -1;
+  void* base = CreateTempShmFile(path, file_size, error, &lock_fd);
   if (base == nullptr) return nullptr;
   auto* header = new (base) RingHeader();
   header->magic = kRingMagic;
@@ -68,12 +69,16 @@ std::unique_ptr<RingWriter> RingWriter::Create(const std::string& dir, const Rin
                sizeof(header->process_name) - 1);
   auto* slot_array = reinterpret_cast<ThreadSlot*>(static_cast<char*>(base) + slots_offset);
   for (uint32_t i = 0; i < threads; ++i) new (&slot_array[i]) ThreadSlot();
-  if (!PublishShmFile(path, base, file_size, error)) return nullptr;
-  return std::unique_ptr<RingWriter>(new RingWriter(path, base, file_size));
+  if (!PublishShmFile(path, base, file_size, error)) {
+    close(lock_fd);
+    return nullptr;
+  }
+  return std::unique_ptr<RingWriter>(new RingWriter(path, base, file_size, lock_fd));
 }
 
-RingWriter::RingWriter(std::string path, void* base, size_t size)
+RingWriter::RingWriter(std::string path, void* base, size_t size, int lock_fd)
     : path_(std::move(path)),
+      lock_fd_(lock_fd),
       base_(base),
       size_(size),
       header_(static_cast<RingHeader*>(base)),
@@ -82,7 +87,10 @@ RingWriter::RingWriter(std::string path, void* base, size_t size)
                                                 header_->strings_capacity, header_->strings_used,
                                                 header_->dropped_strings)) {}
 
-RingWriter::~RingWriter() { munmap(base_, size_); }
+RingWriter::~RingWriter() {
+  munmap(base_, size_);
+  close(lock_fd_);  // the sidecar may now remove the file
+}
 
 ThreadRing* RingWriter::ClaimThread(uint32_t tid) {
   const uint32_t index = header_->threads_claimed.fetch_add(1, std::memory_order_relaxed);

@@ -78,9 +78,11 @@ class RingWriter {
   const RingHeader& header() const { return *header_; }
 
  private:
-  RingWriter(std::string path, void* base, size_t size);
+  RingWriter(std::string path, void* base, size_t size, int lock_fd);
 
   std::string path_;
+  // Open with a shared flock(2) while this writer lives (shm::CreateTempShmFile).
+  int lock_fd_;
   void* base_;
   size_t size_;
   RingHeader* header_;

@@ -1,6 +1,7 @@
 #include "sidecar/sdk/shm_file.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,7 +10,7 @@
 
 namespace clusterprof::shm {
 
-void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error) {
+void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error, int* lock_fd) {
   const std::string temp = path + ".tmp";
   const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
@@ -25,12 +26,24 @@ void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* err
     unlink(temp.c_str());
     return nullptr;
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) {
-    *error = "cannot map " + temp + ": " + std::strerror(errno);
+  // Locked before the file is published: a reader never sees a live writer's ring unlocked.
+  if (lock_fd != nullptr && flock(fd, LOCK_SH) != 0) {
+    *error = "cannot lock " + temp + ": " + std::strerror(errno);
+    close(fd);
     unlink(temp.c_str());
     return nullptr;
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (base == MAP_FAILED) {
+    *error = "cannot map " + temp + ": " + std::strerror(errno);
+    close(fd);
+    unlink(temp.c_str());
+    return nullptr;
+  }
+  if (lock_fd != nullptr) {
+    *lock_fd = fd;
+  } else {
+    close(fd);
   }
   return base;
 }

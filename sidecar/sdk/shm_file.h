@@ -20,7 +20,13 @@ namespace clusterprof::shm {
 
 // A new file of `size` zero bytes at `<path>.tmp`, mapped shared read-write. On failure returns
 // nullptr, says why in `error` and leaves no file behind.
-void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error);
+//
+// With `lock_fd`, the file stays open there with a shared flock(2) on it, which the writer holds
+// for as long as it writes (ring files): the sidecar's sign that the writer lives, which it can
+// read from another container of the pod, where the writer's pid means nothing (another PID
+// namespace). The kernel drops the lock when the process ends, however it ends.
+void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error,
+                        int* lock_fd = nullptr);
 // Renames `<path>.tmp` to `path`; on failure unmaps `base`, removes the temporary file and says
 // why in `error`.
 bool PublishShmFile(const std::string& path, void* base, uint64_t size, std::string* error);

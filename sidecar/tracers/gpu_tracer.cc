@@ -121,8 +121,8 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
     for (auto& [path, ring] : rings_) {
       const shm::GpuRingStatus status = ring.reader->ReadStatus();
       if (status.armed_seq == seq_ && status.flushed_seq < seq_ &&
-          shm::ProcessAlive(options_.proc_root, ring.reader->pid(),
-                            ring.reader->process_start_ticks())) {
+          shm::WriterAlive(path, options_.proc_root, ring.reader->pid(),
+                           ring.reader->process_start_ticks())) {
         pending.push_back(ring.reader.get());
       }
     }

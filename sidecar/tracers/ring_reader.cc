@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -169,9 +170,20 @@ absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
   return paths;
 }
 
+bool WriterAlive(const std::string& path, const std::string& proc_root, uint32_t pid,
+                 uint64_t start_ticks) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    const bool locked_by_writer = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);  // drops the lock if this took it
+    if (locked_by_writer) return true;
+  }
+  return ProcessAlive(proc_root, pid, start_ticks);
+}
+
 void RemoveRingIfExited(const std::string& proc_root, const std::string& path, uint32_t pid,
                         uint64_t start_ticks, std::string_view what) {
-  if (ProcessAlive(proc_root, pid, start_ticks)) return;
+  if (WriterAlive(path, proc_root, pid, start_ticks)) return;
   if (unlink(path.c_str()) == 0) {
     spdlog::info("removed the {} of exited process {} ({})", what, pid, path);
   }

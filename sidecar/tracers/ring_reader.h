@@ -98,8 +98,15 @@ absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
 // the same start time (a reused pid is not the same process).
 bool ProcessAlive(const std::string& proc_root, uint32_t pid, uint64_t start_ticks);
 
-// Deletes the ring file at `path` once the process that wrote it is gone (its records drained);
-// `what` names the kind of ring in the log line.
+// Whether the process that wrote the ring file at `path` still runs. A writer holds a shared
+// flock(2) on its ring while it lives (shm::CreateTempShmFile), which tells even when the writer
+// runs in another container of the pod, in a PID namespace where its pid means nothing here.
+// Without that lock (a writer that has ended, or one of an SDK before the lock), ProcessAlive.
+bool WriterAlive(const std::string& path, const std::string& proc_root, uint32_t pid,
+                 uint64_t start_ticks);
+
+// Deletes the ring file at `path` once the process that wrote it is gone (WriterAlive false; its
+// records drained); `what` names the kind of ring in the log line.
 void RemoveRingIfExited(const std::string& proc_root, const std::string& path, uint32_t pid,
                         uint64_t start_ticks, std::string_view what);
 

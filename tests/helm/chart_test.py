@@ -88,6 +88,7 @@ DEFAULT_INJECTION_CONFIG = {
     "framework_profiler": "",
     "gpu_library": "/usr/lib/clusterprof/libclusterprof_cupti.so",
     "extra_args": [],
+    "env": {},
 }
 
 # The value sets every structural check runs over.
@@ -585,6 +586,7 @@ class ChartTest(unittest.TestCase):
             "--set", "sidecar.port=9466", "--set", "sidecar.httpPort=9467",
             "--set", "sidecar.allowedLogdirs={gs://bucket/tb,/data/profiles}",
             "--set", "sidecar.extraArgs={--log-level=debug}",
+            "--set", "sidecar.extraEnv.HTTPS_PROXY=http://proxy:3128",
             "--set", "sidecar.resources.requests.cpu=50m",
         ]))
         self.assertEqual(custom["image"], "mirror.example/clusterprof/sidecar:0.1.1")
@@ -592,6 +594,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual((custom["port"], custom["http_port"]), (9466, 9467))
         self.assertEqual(custom["allowed_logdirs"], ["gs://bucket/tb", "/data/profiles"])
         self.assertEqual(custom["extra_args"], ["--log-level=debug"])
+        self.assertEqual(custom["env"], {"HTTPS_PROXY": "http://proxy:3128"})
         self.assertEqual(custom["resources"], {"requests": {"cpu": "50m"}})
         # Every key is one the operator knows.
         self.assertEqual(set(custom), set(DEFAULT_INJECTION_CONFIG))

@@ -1048,14 +1048,17 @@ absl::StatusOr<std::unique_ptr<GcsTestServer>> GcsTestServer::Start(Options opti
   setsockopt(server->listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
   sockaddr_in address{};
   address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (inet_pton(AF_INET, server->options_.address.c_str(), &address.sin_addr) != 1) {
+    return absl::InvalidArgumentError(
+        StrCat("'", server->options_.address, "' is not an IPv4 address to listen on"));
+  }
   address.sin_port = htons(static_cast<uint16_t>(server->port_));
   socklen_t length = sizeof(address);
   if (bind(server->listen_fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 ||
       listen(server->listen_fd_, 128) != 0 ||
       getsockname(server->listen_fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    return absl::UnavailableError(
-        StrCat("cannot listen on 127.0.0.1:", server->port_, ": ", std::strerror(errno)));
+    return absl::UnavailableError(StrCat("cannot listen on ", server->options_.address, ":",
+                                         server->port_, ": ", std::strerror(errno)));
   }
   server->port_ = ntohs(address.sin_port);
   server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
@@ -1092,7 +1095,9 @@ GcsTestServer::~GcsTestServer() {
   if (listen_fd_ >= 0) close(listen_fd_);
 }
 
-std::string GcsTestServer::endpoint() const { return StrCat("http://127.0.0.1:", port_); }
+std::string GcsTestServer::endpoint() const {
+  return StrCat("http://", options_.address, ":", port_);
+}
 
 void GcsTestServer::CreateBucket(std::string_view name) {
   MutexLock lock(&mu_);

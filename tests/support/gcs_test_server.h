@@ -102,7 +102,10 @@ struct GcsRequestRecord {
 
 // GcsTestServer::Options.
 struct GcsTestServerOptions {
-  // The port on 127.0.0.1; 0: a free one (read it back with port()).
+  // The IPv4 address to listen on: loopback, or an address inside a network namespace a test
+  // made (the node tests' pods reach it there).
+  std::string address = "127.0.0.1";
+  // The port; 0: a free one (read it back with port()).
   int port = 0;
   // Empty: object bytes live in memory. Else an existing directory for scratch files.
   std::string data_dir;

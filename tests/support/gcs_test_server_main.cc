@@ -16,11 +16,15 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"A Google Cloud Storage JSON API server on 127.0.0.1 for tests and benchmarks"};
+  std::string address = "127.0.0.1";
   int port = 0;
   std::string port_file;
   std::string data_dir;
   std::vector<std::string> buckets;
   bool no_md5 = false;
+  app.add_option("--address", address,
+                 "IPv4 address to listen on (default 127.0.0.1; the node tests give the node's "
+                 "address inside its network namespace)");
   app.add_option("--port", port, "port to listen on (0: a free one)")->check(CLI::Range(0, 65535));
   app.add_option("--port-file", port_file, "write the port here once listening");
   app.add_option("--data-dir", data_dir, "keep object bytes in files here (default: in memory)")
@@ -43,6 +47,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   clusterprof::testing::GcsTestServer::Options options;
+  options.address = address;
   options.port = port;
   options.data_dir = data_dir;
   options.compute_md5 = !no_md5;

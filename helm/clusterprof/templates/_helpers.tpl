@@ -131,6 +131,8 @@ framework_profiler: {{ $effective.frameworkProfiler | default "" | quote }}
 gpu_library: {{ $effective.gpuLibrary | default "" | quote }}
 extra_args:
   {{- toYaml ($sidecar.extraArgs | default list) | nindent 2 }}
+env:
+  {{- toYaml ($sidecar.extraEnv | default dict) | nindent 2 }}
 {{- end -}}
 
 {{/* Restricted pod security, for every pod the chart runs. */}}

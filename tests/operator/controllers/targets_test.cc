@@ -67,6 +67,20 @@ TEST(TargetsTest, PodsThatCannotBeCapturedAreSkippedWithTheReason) {
                           "unready: not Ready"));
 }
 
+TEST(TargetsTest, ASkippedPodSaysWhatItsContainersWaitFor) {
+  PodBuilder missing("missing");
+  missing.pod->phase = "Pending";
+  missing.pod->ready = false;
+  missing.pod->waiting = {
+      "container trainer: ErrImageNeverPull: Container image \"w:none\" is not present with pull "
+      "policy of Never"};
+  const TargetResolution resolution = ResolveTargets(Spec(), {missing.pod});
+  EXPECT_THAT(resolution.skipped,
+              ElementsAre("missing: phase Pending, not Running (container trainer: "
+                          "ErrImageNeverPull: Container image \"w:none\" is not present with pull "
+                          "policy of Never)"));
+}
+
 TEST(TargetsTest, PortPrecedenceAndSidecarDetection) {
   ProfileJobSpec spec = Spec();
   PodBuilder annotated("annotated");

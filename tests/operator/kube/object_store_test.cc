@@ -11,6 +11,7 @@
 namespace clusterprof::kube {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::UnorderedElementsAre;
 
@@ -119,6 +120,27 @@ TEST(ObjectDecodeTest, BadMetadataIsAnErrorNamingTheField) {
   web::json::value bad_phase =
       web::json::value::parse(R"({"metadata": {"name": "a"}, "status": {"phase": 3}})");
   EXPECT_THAT(PodDecoder()(bad_phase).status().message(), HasSubstr("status.phase"));
+}
+
+TEST(ObjectDecodeTest, PodWaitingContainersSayWhy) {
+  web::json::value json = web::json::value::parse(R"({
+    "metadata": {"name": "p"},
+    "status": {"phase": "Pending",
+      "initContainerStatuses": [{"name": "init", "state": {"terminated": {"exitCode": 0}}}],
+      "containerStatuses": [
+        {"name": "trainer", "state": {"waiting": {"reason": "ErrImageNeverPull",
+          "message": "Container image \"w:none\" is not present with pull policy of Never"}}},
+        {"name": "starting", "state": {"waiting": {"reason": "ContainerCreating"}}},
+        {"name": "looping", "state": {"waiting": {"reason": "CrashLoopBackOff"}}},
+        {"name": "up", "state": {"running": {}}}]}})");
+  absl::StatusOr<std::shared_ptr<Object>> decoded = PodDecoder()(json);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const auto* pod = dynamic_cast<const Pod*>(decoded->get());
+  ASSERT_NE(pod, nullptr);
+  EXPECT_THAT(pod->waiting,
+              ElementsAre("container trainer: ErrImageNeverPull: Container image \"w:none\" is "
+                          "not present with pull policy of Never",
+                          "container looping: CrashLoopBackOff"));
 }
 
 TEST(ApiErrorTest, StatusBodiesBecomeStatusesWithReasonAndCode) {

@@ -293,6 +293,19 @@ TEST(InjectionTest, TokenSecretIsMountedAndRequired) {
   EXPECT_EQ(testing::FindContainer(patched, "jax")->at("volumeMounts").size(), 1u);
 }
 
+TEST(InjectionTest, ConfiguredEnvReachesTheSidecarOnly) {
+  InjectionConfig config;
+  config.env = {{"STORAGE_EMULATOR_HOST", "10.77.0.2:4443"}, {"HTTPS_PROXY", "http://proxy:3128"}};
+  const value pod = testing::ExamplePod(SourcePath("examples/injection/tpu-jax-pod.yaml"));
+  const value patched = Injected(config, pod);
+  const value& sidecar = *testing::FindContainer(patched, "clusterprof-sidecar");
+  EXPECT_EQ(testing::EnvValue(sidecar, "STORAGE_EMULATOR_HOST"), "10.77.0.2:4443");
+  EXPECT_EQ(testing::EnvValue(sidecar, "HTTPS_PROXY"), "http://proxy:3128");
+  EXPECT_EQ(testing::EnvValue(sidecar, "CLUSTERPROF_DIR"), "/var/run/clusterprof");
+  EXPECT_EQ(testing::EnvValue(*testing::FindContainer(patched, "jax"), "STORAGE_EMULATOR_HOST"),
+            "<unset>");
+}
+
 TEST(InjectionTest, LabelKeysWithSlashesAreEscapedInThePatch) {
   const value pod = testing::ExamplePod(SourcePath("examples/injection/gpu-pod.yaml"));
   absl::StatusOr<InjectionResult> result = Inject(InjectionConfig{}, pod.serialize());
@@ -418,6 +431,7 @@ shm_size_limit: 1Gi
 spool_size_limit: ""
 log_format: text
 extra_args: ["--max-events=100"]
+env: {STORAGE_EMULATOR_HOST: "10.0.0.1:4443"}
 )");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->image, "clusterprof/sidecar:9.9.9");
@@ -434,6 +448,7 @@ extra_args: ["--max-events=100"]
   EXPECT_EQ(config->gpu_library, "");
   EXPECT_EQ(config->spool_size_limit, "");
   EXPECT_THAT(config->extra_args, ElementsAre("--max-events=100"));
+  EXPECT_EQ(config->env.at("STORAGE_EMULATOR_HOST"), "10.0.0.1:4443");
 }
 
 TEST(InjectionConfigTest, EmptyFileKeepsTheDefaults) {
@@ -459,6 +474,12 @@ TEST(InjectionConfigTest, BadFilesSayWhatIsWrong) {
   EXPECT_THAT(ParseInjectionConfig("gpu_library: lib.so").status().message(),
               HasSubstr("absolute path"));
   EXPECT_THAT(ParseInjectionConfig("- a\n- b").status().message(), HasSubstr("mapping"));
+  EXPECT_THAT(ParseInjectionConfig("env: [A]").status().message(),
+              HasSubstr("'env' has a value of the wrong type"));
+  EXPECT_THAT(ParseInjectionConfig("env: {CLUSTERPROF_DIR: /x}").status().message(),
+              HasSubstr("set by the injection itself"));
+  EXPECT_THAT(ParseInjectionConfig("env: {\"1-A\": x}").status().message(),
+              HasSubstr("not an environment variable name"));
   EXPECT_THAT(LoadInjectionConfig("/nonexistent/injection.yaml").status().message(),
               HasSubstr("cannot read the injection config /nonexistent/injection.yaml"));
 }

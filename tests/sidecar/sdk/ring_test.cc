@@ -228,6 +228,61 @@ TEST(RingTest, ExitedAndCrashedProcessesLeaveTheirRecords) {
   }
 }
 
+// In a pod the writer runs in another container, another PID namespace: its pid is not (or is
+// another process) under the sidecar's /proc. The ring's lock says whether it lives.
+TEST(RingTest, AWriterInAnotherPidNamespaceIsAliveUntilItEnds) {
+  testing::TempDir dir, empty_proc;
+  int to_child[2], from_child[2];
+  ASSERT_EQ(pipe(to_child), 0);
+  ASSERT_EQ(pipe(from_child), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::string error;
+    auto writer = RingWriter::Create(dir.path(), {.max_threads = 1, .slots_per_thread = 8}, &error);
+    const char ready = writer != nullptr ? 'r' : 'e';
+    if (write(from_child[1], &ready, 1) != 1) _exit(3);
+    char go = 0;
+    if (read(to_child[0], &go, 1) != 1) _exit(4);  // holds the ring until told to end
+    _exit(0);
+  }
+  char ready = 0;
+  ASSERT_EQ(read(from_child[0], &ready, 1), 1);
+  ASSERT_EQ(ready, 'r');
+  auto files = ListRingFiles(dir.path());
+  ASSERT_TRUE(files.ok());
+  ASSERT_EQ(files->size(), 1u);
+  auto reader = RingReader::Open(files->front());
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  const uint32_t pid = (*reader)->pid();
+  const uint64_t ticks = (*reader)->process_start_ticks();
+  // An empty /proc: the pid is nowhere to be seen, as from another container.
+  EXPECT_FALSE(ProcessAlive(empty_proc.path(), pid, ticks));
+  EXPECT_TRUE(WriterAlive(files->front(), empty_proc.path(), pid, ticks));
+  RemoveRingIfExited(empty_proc.path(), files->front(), pid, ticks, "ring");
+  EXPECT_EQ(access(files->front().c_str(), F_OK), 0) << "a live writer's ring was removed";
+
+  ASSERT_EQ(write(to_child[1], "x", 1), 1);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_FALSE(WriterAlive(files->front(), empty_proc.path(), pid, ticks));
+  EXPECT_FALSE(WriterAlive(files->front(), "/proc", pid, ticks));
+  RemoveRingIfExited(empty_proc.path(), files->front(), pid, ticks, "ring");
+  EXPECT_NE(access(files->front().c_str(), F_OK), 0) << "an ended writer's ring was kept";
+  for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) close(fd);
+}
+
+TEST(RingTest, AWriterThatEndsReleasesItsRingInTheSameProcessToo) {
+  testing::TempDir dir, empty_proc;
+  std::string error;
+  auto writer = RingWriter::Create(dir.path(), {.max_threads = 1, .slots_per_thread = 8}, &error);
+  ASSERT_NE(writer, nullptr) << error;
+  const std::string path = writer->path();
+  EXPECT_TRUE(WriterAlive(path, empty_proc.path(), 1, 1));
+  writer.reset();
+  EXPECT_FALSE(WriterAlive(path, empty_proc.path(), 1, 1));
+}
+
 TEST(RingReaderTest, RejectsCorruptFiles) {
   testing::TempDir dir;
   testing::WriteFileOrDie(dir.Join("ring-1-1.shm"), "short");

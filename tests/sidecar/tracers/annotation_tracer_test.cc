@@ -307,7 +307,8 @@ TEST_F(AnnotationTracerTest, FullRingsAndTheEventCapAreCountedAndReported) {
 }
 
 TEST_F(AnnotationTracerTest, RingsOfExitedProcessesAreDrainedThenRemoved) {
-  // A proc root without our pid: the writer looks like a process that has exited.
+  // A proc root without our pid, and a writer that ends (its ring's lock released) before the
+  // stop: a process that has exited.
   TempDir empty_proc;
   auto tracer = NewTracer(empty_proc.path());
   auto process = std::make_unique<FakeProcess>(dir_.path());
@@ -315,14 +316,20 @@ TEST_F(AnnotationTracerTest, RingsOfExitedProcessesAreDrainedThenRemoved) {
   const std::string path = process->path();
   TracerStats stats;
   XSpace space = Capture(
-      *tracer, [&] { thread->Append(process->Complete("last_words", kStart + 10, kStart + 20)); },
+      *tracer,
+      [&] {
+        thread->Append(process->Complete("last_words", kStart + 10, kStart + 20));
+        process.reset();
+      },
       &stats);
   EXPECT_EQ(stats.events, 1u) << "the dead process's events are kept";
   EXPECT_FALSE(FileExists(path)) << "and its ring is removed after the drain";
 }
 
 TEST_F(AnnotationTracerTest, RingsOfLiveProcessesStay) {
-  auto tracer = NewTracer();
+  // Whether or not the writer's pid is visible (another container of the pod sees none).
+  TempDir empty_proc;
+  auto tracer = NewTracer(empty_proc.path());
   FakeProcess process(dir_.path());
   process.Thread(5, "alive")->Append(process.Complete("x", kStart + 1, kStart + 2));
   TracerStats stats;

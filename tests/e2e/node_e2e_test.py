@@ -1,0 +1,614 @@
+#!/usr/bin/env python3
+"""The whole user path on a real node: our images in real pods.
+
+A single-node cluster (tests/support/kube-node: etcd, kube-apiserver, controller-manager,
+scheduler, containerd + runc, kubelet, kube-proxy in a network namespace of its own) runs the
+images scripts/build-images made. The ctest fixture (tests/e2e/node_fixture) builds the images,
+starts the node and imports them; this test then walks what a user does:
+
+ 1. `helm install` the chart with the local images: two operator replicas, one the leader, both
+    Ready; the webhook registered with the chart's certificate.
+ 2. A namespace labelled clusterprof.io/inject=true and a Deployment of 3 example workloads with
+    nothing of clusterprof in it: the pods start with the injected sidecar (a regular container
+    on 1.20) and the shared memory volume.
+ 3. `kubectl apply` of a ProfileJob onto a gs:// logdir (a GCS test server inside the node's
+    namespace): Succeeded 3/3, three XSpaces with the workload's annotations and step numbers
+    and a Task Environment plane, the skew in status.
+ 4. A ProfileSchedule firing every minute makes two runs.
+ 5. The leader's pod deleted mid-capture: the other replica resumes, Succeeded, one capture per
+    sidecar.
+ 6. A workload pod deleted mid-capture: PartiallySucceeded, naming the pod.
+ 7. Security: non-root, read-only root filesystems and no capabilities in the real containers;
+    403 for a call outside the operator's ClusterRole with its own token; a Profile call
+    without the sidecar token refused.
+ 8. Bad input: an image missing on the node; a logdir the sidecars may not write.
+ 9. `helm uninstall`: everything of ours gone but the CRDs; the workloads keep running.
+
+It also measures the figures of bench/RESULTS.md ("Real node") and writes them to
+$CLUSTERPROF_E2E_FIGURES (JSON). Exit 77 (skipped) when the fixture did not start a node.
+"""
+
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+SKIP_CODE = 77
+SOURCE_DIR = os.environ.get(
+    "CLUSTERPROF_SOURCE_DIR",
+    os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..")))
+BINARY_DIR = os.environ.get("CLUSTERPROF_BINARY_DIR", os.path.join(SOURCE_DIR, "build"))
+NODE_DIR = os.environ.get("CLUSTERPROF_NODE_DIR", os.path.join(BINARY_DIR, "e2e", "node"))
+FIGURES = os.environ.get("CLUSTERPROF_E2E_FIGURES",
+                         os.path.join(BINARY_DIR, "e2e", "figures.json"))
+KUBE_NODE = os.path.join(SOURCE_DIR, "tests", "support", "kube-node")
+CHART = os.path.join(SOURCE_DIR, "helm", "clusterprof")
+
+RELEASE = "clusterprof"
+SYSTEM_NS = "clusterprof-system"
+NS = "training"
+BUCKET = "e2e"
+LOGDIR = "gs://%s/tb" % BUCKET
+VERSION = re.search(r'^appVersion:\s*"?([^"\n]+)"?', open(
+    os.path.join(CHART, "Chart.yaml")).read(), re.M).group(1)
+OPERATOR_IMAGE = "localhost/clusterprof/operator"  # as in tests/e2e/local-node-values.yaml
+WORKLOAD_IMAGE = "localhost/clusterprof/example-workload:%s" % VERSION
+
+figures = {}
+
+
+def log(message):
+    sys.stderr.write("node_e2e: %s\n" % message)
+    sys.stderr.flush()
+
+
+def read_env(path):
+    env = {}
+    with open(path) as f:
+        for line in f:
+            key, _, value = line.strip().partition("=")
+            env[key] = value.strip("'\"")
+    return env
+
+
+def find_helm():
+    if os.environ.get("CLUSTERPROF_HELM"):
+        return os.environ["CLUSTERPROF_HELM"]
+    cache = os.environ.get("CLUSTERPROF_HELM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "clusterprof")
+    found = sorted(glob.glob(os.path.join(cache, "helm-*", "helm")))
+    return found[-1] if found else shutil.which("helm")
+
+
+def run(argv, check=True, input=None, timeout=120):
+    result = subprocess.run(argv, input=input, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError("%s failed (%d):\n%s%s" % (" ".join(argv), result.returncode,
+                                                         result.stdout, result.stderr))
+    return result
+
+
+def kubectl(*args, check=True, input=None, timeout=120):
+    return run(["kubectl"] + list(args), check=check, input=input, timeout=timeout)
+
+
+def kjson(*args):
+    return json.loads(kubectl(*(list(args) + ["-o", "json"])).stdout)
+
+
+def apply(manifest, namespace=None):
+    args = ["apply", "-f", "-"] + (["-n", namespace] if namespace else [])
+    kubectl(*args, input=manifest)
+
+
+def wait_until(what, predicate, timeout=120, interval=0.2):
+    """Polls predicate() until it returns something true; returns it. Fails after timeout."""
+    deadline = time.monotonic() + timeout
+    last_error = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except (AssertionError, subprocess.SubprocessError, KeyError, ValueError) as e:
+            last_error = e
+        time.sleep(interval)
+    raise AssertionError("timed out after %ds waiting for %s%s" % (
+        timeout, what, "; last error: %s" % last_error if last_error else ""))
+
+
+def pods(namespace, selector):
+    return kjson("get", "pods", "-n", namespace, "-l", selector)["items"]
+
+
+def ready(pod):
+    return pod.get("status", {}).get("phase") == "Running" and any(
+        c["type"] == "Ready" and c["status"] == "True"
+        for c in pod["status"].get("conditions", []))
+
+
+def pod_events(namespace, name):
+    items = kjson("get", "events", "-n", namespace, "--field-selector",
+                  "involvedObject.name=%s" % name)["items"]
+    return ["%s %s: %s" % (e.get("type"), e.get("reason"), e.get("message")) for e in items]
+
+
+def job(name):
+    return kjson("get", "profilejob", name, "-n", NS)
+
+
+def wait_job_done(name, timeout=120):
+    def done():
+        j = job(name)
+        return j if j.get("status", {}).get("phase") in (
+            "Succeeded", "PartiallySucceeded", "Failed") else None
+    return wait_until("ProfileJob %s to finish" % name, done, timeout=timeout, interval=0.05)
+
+
+def profile_job(name, duration_ms=2000, delay_ms=1000, logdir=LOGDIR, selector="e2e-trainer",
+                extra=""):
+    return """
+apiVersion: clusterprof.io/v1alpha1
+kind: ProfileJob
+metadata: {name: %s}
+spec:
+  targets:
+    selector: {matchLabels: {app: %s}}
+  durationMs: %d
+  delayMs: %d
+  logdir: %s
+  options: {hostTracerLevel: 2, deviceTracerLevel: 0}
+%s""" % (name, selector, duration_ms, delay_ms, logdir, extra)
+
+
+def operator_pods():
+    return pods(SYSTEM_NS, "app.kubernetes.io/instance=%s,app.kubernetes.io/component=operator"
+                % RELEASE)
+
+
+def leader():
+    """The pod holding the operator's Lease (its identity is <hostname>_<pid>), or ""."""
+    lease = kjson("get", "lease", "clusterprof-operator", "-n", SYSTEM_NS)
+    return lease["spec"].get("holderIdentity", "").rpartition("_")[0]
+
+
+def container_id(pod, container):
+    for status in pod["status"].get("containerStatuses", []):
+        if status["name"] == container and status.get("containerID"):
+            return status["containerID"].split("://", 1)[1]
+    return None
+
+
+def memory_cgroup_bytes(pod, container):
+    """The container's memory.usage_in_bytes (cgroup v1), read from the node's cgroup tree."""
+    cid = container_id(pod, container)
+    node_state = read_env(os.path.join(NODE_DIR, "state"))
+    root = node_state["cgroup_root"].lstrip("/")
+    found = glob.glob("/sys/fs/cgroup/memory/%s/kubepods/**/%s/memory.usage_in_bytes"
+                      % (root, cid), recursive=True)
+    if not found:
+        return None
+    with open(found[0]) as f:
+        return int(f.read())
+
+
+class NodeE2E(unittest.TestCase):
+    """The steps share the cluster and run in the order of their names."""
+
+    gcs = None
+
+    @classmethod
+    def setUpClass(cls):
+        env = read_env(os.path.join(NODE_DIR, "env"))
+        os.environ["KUBECONFIG"] = env["KUBECONFIG"]
+        cls.node_ip = env["CLUSTERPROF_NODE_IP"]
+        cls.node_name = env["CLUSTERPROF_NODE_NAME"]
+        cls.helm = find_helm()
+        if not cls.helm:
+            raise unittest.SkipTest("no helm: run scripts/install-helm")
+        cls.work = tempfile.mkdtemp(prefix="node-e2e-")
+        # The GCS test server inside the node's network namespace, where pods reach it.
+        port_file = os.path.join(cls.work, "gcs.port")
+        cls.gcs_log = open(os.path.join(cls.work, "gcs.log"), "w")
+        cls.gcs = subprocess.Popen(
+            [KUBE_NODE, "exec", NODE_DIR, "--",
+             os.path.join(BINARY_DIR, "tests", "gcs-test-server"), "--address", cls.node_ip,
+             "--port", "0", "--port-file", port_file, "--bucket", BUCKET],
+            stdout=subprocess.DEVNULL, stderr=cls.gcs_log)
+        wait_until("the GCS test server", lambda: os.path.exists(port_file), timeout=20)
+        with open(port_file) as f:
+            cls.gcs_host = "%s:%s" % (cls.node_ip, f.read().strip())
+
+    @classmethod
+    def tearDownClass(cls):
+        if cls.gcs:
+            cls.gcs.terminate()
+            cls.gcs.wait(10)
+            cls.gcs_log.close()
+        with open(FIGURES, "w") as f:
+            json.dump(figures, f, indent=2, sort_keys=True)
+        log("figures (%s): %s" % (FIGURES, json.dumps(figures, sort_keys=True)))
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    def in_node(self, *argv, check=True, timeout=60):
+        return run([KUBE_NODE, "exec", NODE_DIR, "--", "env",
+                    "STORAGE_EMULATOR_HOST=%s" % self.gcs_host] + list(argv),
+                   check=check, timeout=timeout)
+
+    def cli(self, *args, check=True):
+        return self.in_node(os.path.join(BINARY_DIR, "operator", "clusterprof"), *args,
+                            check=check)
+
+    # --- 1. helm install ---------------------------------------------------------------------
+
+    def test_01_helm_install(self):
+        # The workload namespace first: the chart renders the sidecar token Secret into it.
+        kubectl("create", "namespace", NS)
+        kubectl("label", "namespace", NS, "clusterprof.io/inject=true")
+        start = time.monotonic()
+        run([self.helm, "install", RELEASE, CHART, "-n", SYSTEM_NS, "--create-namespace",
+             "-f", os.path.join(SOURCE_DIR, "tests", "e2e", "local-node-values.yaml"),
+             "--set", "sidecar.allowedLogdirs={%s}" % LOGDIR,
+             "--set", "sidecar.extraEnv.STORAGE_EMULATOR_HOST=%s" % self.gcs_host,
+             "--set", "operator.extraEnv[0].name=STORAGE_EMULATOR_HOST",
+             "--set", "operator.extraEnv[0].value=%s" % self.gcs_host,
+             "--set", "auth.namespaces={%s}" % NS], timeout=120)
+        both = wait_until("two operator replicas Ready",
+                          lambda: len([p for p in operator_pods() if ready(p)]) == 2 and
+                          operator_pods(), timeout=180)
+        figures["helm_install_to_operator_ready_s"] = round(time.monotonic() - start, 1)
+        names = {p["metadata"]["name"] for p in both}
+        holder = wait_until("a leader", lambda: leader() in names and leader(), timeout=60)
+        log("operator replicas %s, leader %s" % (sorted(names), holder))
+
+        # The webhook, registered with the chart's certificate.
+        hooks = kjson("get", "mutatingwebhookconfigurations")["items"]
+        ours = [h for h in hooks if h["metadata"]["name"].startswith(RELEASE)]
+        self.assertEqual(len(ours), 1, [h["metadata"]["name"] for h in hooks])
+        for hook in ours[0]["webhooks"]:
+            self.assertTrue(hook["clientConfig"].get("caBundle"), hook["name"])
+
+    # --- 2. injected workloads ---------------------------------------------------------------
+
+    def test_02_injected_deployment(self):
+        wait_until("serviceaccount/default in %s" % NS,
+                   lambda: kubectl("get", "serviceaccount", "default", "-n", NS).returncode == 0)
+        apply("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: trainer}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: e2e-trainer}}
+  template:
+    metadata: {labels: {app: e2e-trainer}}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        args: ["/usr/bin/train_loop", "--busy-percent", "5", "--step-ms", "50"]
+        resources: {requests: {cpu: 10m}}
+""" % WORKLOAD_IMAGE, NS)
+        running = wait_until("3 trainer pods Ready",
+                             lambda: len([p for p in pods(NS, "app=e2e-trainer") if ready(p)])
+                             == 3 and pods(NS, "app=e2e-trainer"), timeout=180)
+        for pod in running:
+            name = pod["metadata"]["name"]
+            containers = [c["name"] for c in pod["spec"]["containers"]]
+            # Kubernetes 1.20 has no native sidecars: the operator injects a regular container.
+            self.assertEqual(containers, ["trainer", "clusterprof-sidecar"], name)
+            self.assertNotIn("initContainers", pod["spec"], name)
+            self.assertEqual(pod["metadata"]["labels"].get("clusterprof.io/injected"), "true")
+            volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+            self.assertEqual(volumes["clusterprof-shm"]["emptyDir"].get("medium"), "Memory")
+            for c in pod["spec"]["containers"]:
+                self.assertIn("/var/run/clusterprof",
+                              [m["mountPath"] for m in c.get("volumeMounts", [])], c["name"])
+            statuses = {s["name"]: s for s in pod["status"]["containerStatuses"]}
+            self.assertTrue(statuses["clusterprof-sidecar"]["ready"], name)
+            self.assertEqual(statuses["clusterprof-sidecar"]["restartCount"], 0, name)
+        # One volume across the containers: the trainer container sees the control page the
+        # sidecar container created (the rings go the other way, checked after the capture).
+        first = running[0]["metadata"]["name"]
+        listing = kubectl("exec", "-n", NS, first, "-c", "trainer", "--", "ls", "-l",
+                          "/var/run/clusterprof").stdout
+        self.assertRegex(listing, r"65532 +65532 .* control\n", listing)
+
+    def test_03_pod_start_with_and_without_the_sidecar(self):
+        # The same pod in the injected namespace and in one that is not, one at a time.
+        kubectl("create", "namespace", "plain", check=False)
+        wait_until("serviceaccount/default in plain",
+                   lambda: kubectl("get", "serviceaccount", "default", "-n", "plain")
+                   .returncode == 0)
+        samples = {"with": [], "without": []}
+        for i in range(3):
+            for kind, namespace in (("without", "plain"), ("with", NS)):
+                name = "start-%s-%d" % (kind, i)
+                start = time.monotonic()
+                apply("""
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, labels: {app: start-probe}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: trainer, image: %s, imagePullPolicy: Never,
+     args: ["/usr/bin/train_loop", "--busy-percent", "1"]}
+""" % (name, WORKLOAD_IMAGE), namespace)
+                wait_until("pod %s Ready" % name,
+                           lambda: ready(kjson("get", "pod", name, "-n", namespace)),
+                           timeout=60, interval=0.05)
+                samples[kind].append(time.monotonic() - start)
+                kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+        median = {k: sorted(v)[len(v) // 2] for k, v in samples.items()}
+        figures["pod_ready_without_sidecar_s"] = round(median["without"], 2)
+        figures["pod_ready_with_sidecar_s"] = round(median["with"], 2)
+        figures["pod_ready_samples_s"] = {k: [round(x, 2) for x in v] for k, v in samples.items()}
+        log("pod Ready after create, median of 3: %.2f s without the sidecar, %.2f s with it"
+            % (median["without"], median["with"]))
+
+    # --- 3. a ProfileJob ---------------------------------------------------------------------
+
+    def test_04_profilejob_captures_every_pod(self):
+        trainers = pods(NS, "app=e2e-trainer")
+        sidecar_pod = trainers[0]
+        figures["sidecar_memory_idle_bytes"] = memory_cgroup_bytes(sidecar_pod,
+                                                                   "clusterprof-sidecar")
+        start = time.monotonic()
+        apply(profile_job("e2e-capture"), NS)
+        # The sidecar's memory during the capture (its window starts after delayMs).
+        peak = 0
+        while time.monotonic() - start < 3.5:
+            usage = memory_cgroup_bytes(sidecar_pod, "clusterprof-sidecar") or 0
+            peak = max(peak, usage)
+            time.sleep(0.1)
+        done = wait_job_done("e2e-capture")
+        figures["profilejob_apply_to_succeeded_s"] = round(time.monotonic() - start, 2)
+        figures["sidecar_memory_capture_peak_bytes"] = peak
+        status = done["status"]
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+        self.assertEqual(status["summary"]["succeeded"], 3)
+        self.assertEqual(status["summary"]["targets"], 3)
+        self.assertIn("maxStartSkewNs", status["summary"])
+        self.assertTrue(status["summary"].get("maxStartSkew"))
+        figures["profilejob_max_start_skew"] = status["summary"]["maxStartSkew"]
+        names = sorted(p["metadata"]["name"] for p in trainers)
+        self.assertEqual(sorted(t["name"] for t in status["targets"]), names)
+        for target in status["targets"]:
+            self.assertEqual(target["node"], self.node_name)
+            self.assertGreater(target["events"], 0, target)
+        # The trainer's ring, which it created in the shared volume when the capture armed
+        # annotations, seen by the sidecar container.
+        listing = kubectl("exec", "-n", NS, sidecar_pod["metadata"]["name"], "-c",
+                          "clusterprof-sidecar", "--", "ls", "/var/run/clusterprof").stdout
+        self.assertRegex(listing, r"ring-\d+-\d+\.shm", listing)
+        run_dir = "%s/plugins/profile/%s" % (LOGDIR, status["runName"])
+        table = self.cli("inspect", "--brief", run_dir).stdout
+        for name in names:
+            self.assertIn(name, table)
+            host_file = "%s/%s.xplane.pb" % (run_dir, name)
+            detail = self.cli("inspect", "--top", "20", host_file).stdout
+            self.assertIn("Task Environment", detail, detail)
+            trace = json.loads(self.cli("convert", host_file, "-o", "-").stdout)
+            events = trace["traceEvents"] if isinstance(trace, dict) else trace
+            seen = {e.get("name") for e in events}
+            for annotation in ("train", "forward", "backward", "optimizer", "allreduce"):
+                self.assertIn(annotation, seen, "%s has no %s annotation" % (name, annotation))
+            steps = {int(e["args"]["step_num"]) for e in events
+                     if e.get("name") == "train" and "step_num" in e.get("args", {})}
+            self.assertGreaterEqual(len(steps), 10, "%s: step numbers %s" % (name, steps))
+        log("e2e-capture: %s, skew %s, %.2f s from apply to Succeeded" % (
+            status["targetsSucceeded"], status["summary"]["maxStartSkew"],
+            figures["profilejob_apply_to_succeeded_s"]))
+
+    # --- 4. a ProfileSchedule ----------------------------------------------------------------
+
+    def test_05_schedule_and_security(self):
+        apply("""
+apiVersion: clusterprof.io/v1alpha1
+kind: ProfileSchedule
+metadata: {name: every-minute}
+spec:
+  schedule: "* * * * *"
+  concurrencyPolicy: Forbid
+  jobTemplate:
+    spec:
+      targets:
+        selector: {matchLabels: {app: e2e-trainer}}
+      durationMs: 1000
+      delayMs: 500
+      logdir: %s
+      options: {hostTracerLevel: 2, deviceTracerLevel: 0}
+""" % LOGDIR, NS)
+        # While the schedule waits for its minutes, the security checks (they capture nothing).
+        self.check_security()
+
+        def two_runs():
+            jobs = [j for j in kjson("get", "profilejobs", "-n", NS)["items"]
+                    if any(o.get("kind") == "ProfileSchedule" and o.get("name") == "every-minute"
+                           for o in j["metadata"].get("ownerReferences", []))]
+            done = [j for j in jobs if j.get("status", {}).get("phase") == "Succeeded"]
+            return done if len(done) >= 2 else None
+        runs = wait_until("two scheduled runs", two_runs, timeout=200, interval=1)
+        self.assertEqual(len({j["status"]["runName"] for j in runs}), len(runs))
+        kubectl("delete", "profileschedule", "every-minute", "-n", NS)
+        for j in runs:
+            kubectl("delete", "profilejob", j["metadata"]["name"], "-n", NS, "--wait=false")
+
+    def check_security(self):
+        # Non-root, read-only root filesystem, no capabilities: in the running containers.
+        trainer = pods(NS, "app=e2e-trainer")[0]["metadata"]["name"]
+        operator = operator_pods()[0]["metadata"]["name"]
+        for namespace, pod, container in ((NS, trainer, "clusterprof-sidecar"),
+                                          (SYSTEM_NS, operator, "operator")):
+            def sh(script):
+                return kubectl("exec", "-n", namespace, pod, "-c", container, "--", "/bin/sh",
+                               "-c", script, check=False)
+            self.assertEqual(sh("id -u").stdout.strip(), "65532", container)
+            touch = sh("touch /probe")
+            self.assertNotEqual(touch.returncode, 0, container)
+            self.assertIn("Read-only file system", touch.stderr, container)
+            caps = sh("grep -E '^Cap(Eff|Prm|Bnd):' /proc/self/status").stdout
+            for line in caps.splitlines():
+                self.assertRegex(line, r":\s+0{16}$", "%s: %s" % (container, line))
+            self.assertIn("NoNewPrivs:\t1", sh("cat /proc/self/status").stdout, container)
+
+        # The operator's own token, outside its ClusterRole: 403.
+        sa = kjson("get", "pod", operator, "-n", SYSTEM_NS)["spec"]["serviceAccountName"]
+        secret = kjson("get", "serviceaccount", sa, "-n", SYSTEM_NS)["secrets"][0]["name"]
+        token = run(["bash", "-c", "kubectl get secret %s -n %s -o jsonpath='{.data.token}' | "
+                     "base64 -d" % (secret, SYSTEM_NS)]).stdout
+        allowed = kubectl("--token", token, "get", "pods", "-n", NS, check=False)
+        self.assertEqual(allowed.returncode, 0, allowed.stderr)
+        refused = kubectl("--token", token, "get", "secrets", "-n", "kube-system", check=False)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("Forbidden", refused.stderr)
+        refused = kubectl("--token", token, "delete", "deployment", "trainer", "-n", NS,
+                          check=False)
+        self.assertIn("Forbidden", refused.stderr)
+
+        # A Profile call from another pod without the sidecar token: refused.
+        target = pods(NS, "app=e2e-trainer")[0]["status"]["podIP"]
+        apply("""
+apiVersion: v1
+kind: Pod
+metadata: {name: intruder, labels: {clusterprof.io/inject: "false"}}
+spec:
+  restartPolicy: Never
+  containers:
+  - name: cli
+    image: %s:%s
+    imagePullPolicy: Never
+    command: ["/usr/bin/clusterprof", "capture", "--service-addr", "%s:8466",
+              "--logdir", "%s", "--duration-ms", "500", "--num-tracing-attempts", "1"]
+""" % (OPERATOR_IMAGE, VERSION, target, LOGDIR), NS)
+        phase = wait_until("the intruder pod to end", lambda: kjson(
+            "get", "pod", "intruder", "-n", NS)["status"].get("phase") in ("Succeeded", "Failed")
+            and kjson("get", "pod", "intruder", "-n", NS)["status"]["phase"], timeout=60)
+        output = kubectl("logs", "intruder", "-n", NS).stdout
+        self.assertEqual(phase, "Failed", output)
+        self.assertRegex(output, r"(?i)unauthenticated|token", output)
+        kubectl("delete", "pod", "intruder", "-n", NS, "--wait=false")
+
+    # --- 5. the leader dies mid-capture ------------------------------------------------------
+
+    def test_06_leader_deleted_mid_capture(self):
+        old_leader = leader()
+        apply(profile_job("e2e-failover", duration_ms=6000, delay_ms=1000), NS)
+        wait_until("e2e-failover capturing", lambda: job("e2e-failover").get("status", {})
+                   .get("phase") == "Capturing", timeout=30, interval=0.05)
+        kubectl("delete", "pod", old_leader, "-n", SYSTEM_NS, "--wait=false")
+        new_leader = wait_until("a new leader", lambda: leader() not in ("", old_leader) and
+                                leader(), timeout=90)
+        done = wait_job_done("e2e-failover", timeout=120)
+        self.assertEqual(done["status"]["phase"], "Succeeded",
+                         json.dumps(done["status"], indent=1))
+        self.assertEqual(done["status"]["summary"]["succeeded"], 3)
+        run_name = done["status"]["runName"]
+        # Each sidecar captured the run once: one "capturing" line per session in its log.
+        for pod in pods(NS, "app=e2e-trainer"):
+            name = pod["metadata"]["name"]
+            text = kubectl("logs", name, "-n", NS, "-c", "clusterprof-sidecar").stdout
+            starts = [l for l in text.splitlines()
+                      if ("session %s: capturing" % run_name) in l]
+            self.assertEqual(len(starts), 1, "%s captured %s %d times" % (name, run_name,
+                                                                          len(starts)))
+        log("leader %s deleted mid-capture; %s resumed; %s Succeeded" % (
+            old_leader, new_leader, run_name))
+        wait_until("two operator replicas Ready again",
+                   lambda: len([p for p in operator_pods() if ready(p)]) == 2, timeout=120)
+
+    # --- 6. a workload pod dies mid-capture --------------------------------------------------
+
+    def test_07_workload_pod_deleted_mid_capture(self):
+        victim = pods(NS, "app=e2e-trainer")[0]["metadata"]["name"]
+        apply(profile_job("e2e-pod-lost", duration_ms=5000, delay_ms=1000), NS)
+        wait_until("e2e-pod-lost capturing", lambda: job("e2e-pod-lost").get("status", {})
+                   .get("phase") == "Capturing", timeout=30, interval=0.05)
+        time.sleep(1.5)  # inside the window
+        kubectl("delete", "pod", victim, "-n", NS, "--grace-period=0", "--force")
+        done = wait_job_done("e2e-pod-lost", timeout=120)
+        status = done["status"]
+        self.assertEqual(status["phase"], "PartiallySucceeded", json.dumps(status, indent=1))
+        self.assertEqual(status["summary"]["succeeded"], 2)
+        failed = [t for t in status["targets"] if t["phase"] != "Succeeded"]
+        self.assertEqual([t["name"] for t in failed], [victim])
+        self.assertTrue(failed[0].get("message"), failed[0])
+        self.assertIn(victim, status.get("message", "") + json.dumps(status.get("conditions")))
+        log("%s deleted mid-capture: %s; %s" % (victim, status["phase"], failed[0]["message"]))
+        wait_until("3 trainer pods Ready again",
+                   lambda: len([p for p in pods(NS, "app=e2e-trainer") if ready(p)]) == 3,
+                   timeout=120)
+
+    # --- 8. bad input ------------------------------------------------------------------------
+
+    def test_08_image_missing_on_the_node(self):
+        apply("""
+apiVersion: v1
+kind: Pod
+metadata: {name: missing-image, labels: {app: e2e-missing}}
+spec:
+  containers:
+  - {name: trainer, image: "localhost/clusterprof/example-workload:no-such-tag",
+     imagePullPolicy: Never}
+""", NS)
+        events = wait_until("the missing image's event", lambda: [
+            e for e in pod_events(NS, "missing-image") if "ErrImageNeverPull" in e or
+            "not present" in e], timeout=60)
+        self.assertIn("no-such-tag", " ".join(events))
+        apply(profile_job("e2e-missing", selector="e2e-missing", duration_ms=500, delay_ms=500),
+              NS)
+        status = wait_job_done("e2e-missing", timeout=60)["status"]
+        self.assertEqual(status["phase"], "Failed", json.dumps(status, indent=1))
+        text = status.get("message", "") + json.dumps(status.get("conditions"))
+        self.assertIn("missing-image", text)
+        self.assertRegex(text, r"ErrImageNeverPull|not present|no-such-tag")
+        log("missing image: %s" % status.get("message"))
+        kubectl("delete", "pod", "missing-image", "-n", NS, "--wait=false")
+
+    def test_09_logdir_the_sidecars_may_not_write(self):
+        apply(profile_job("e2e-forbidden-logdir", duration_ms=500, delay_ms=500,
+                          logdir="gs://%s/elsewhere" % BUCKET), NS)
+        status = wait_job_done("e2e-forbidden-logdir", timeout=60)["status"]
+        self.assertEqual(status["phase"], "Failed", json.dumps(status, indent=1))
+        text = status.get("message", "") + json.dumps(status.get("targets"))
+        self.assertIn("gs://%s/elsewhere" % BUCKET, text)
+        self.assertRegex(text, r"(?i)allowed|permission")
+        log("forbidden logdir: %s" % status.get("message"))
+
+    # --- 9. helm uninstall -------------------------------------------------------------------
+
+    def test_10_helm_uninstall(self):
+        run([self.helm, "uninstall", RELEASE, "-n", SYSTEM_NS, "--wait", "--timeout", "120s"],
+            timeout=150)
+        selector = "app.kubernetes.io/instance=%s" % RELEASE
+        for kind in ("deployments", "services", "configmaps", "secrets", "serviceaccounts",
+                     "roles", "rolebindings", "poddisruptionbudgets", "networkpolicies"):
+            left = kjson("get", kind, "-A", "-l", selector)["items"]
+            self.assertEqual([x["metadata"]["name"] for x in left], [], kind)
+        for kind in ("clusterroles", "clusterrolebindings", "mutatingwebhookconfigurations"):
+            left = kjson("get", kind, "-l", selector)["items"]
+            self.assertEqual([x["metadata"]["name"] for x in left], [], kind)
+        wait_until("the operator pods gone", lambda: operator_pods() == [], timeout=90)
+        crds = {c["metadata"]["name"] for c in kjson("get", "crds")["items"]}
+        self.assertIn("profilejobs.clusterprof.io", crds)
+        self.assertIn("profileschedules.clusterprof.io", crds)
+        # The workloads keep running, sidecars and all.
+        running = [p for p in pods(NS, "app=e2e-trainer") if ready(p)]
+        self.assertEqual(len(running), 3)
+
+
+if __name__ == "__main__":
+    if not os.path.exists(os.path.join(NODE_DIR, "env")):
+        sys.stderr.write("node_e2e: no node in %s (the node fixture did not start one; its "
+                         "output says why)\n" % NODE_DIR)
+        sys.exit(SKIP_CODE)
+    unittest.main(verbosity=2)
