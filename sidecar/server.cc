@@ -266,7 +266,7 @@ void SidecarServer::Shutdown() {
   const std::string active = impl_->sessions->ActiveSessionId();
   if (!active.empty()) {
     spdlog::info("shutting down: ending capture {} early; its files are still written", active);
-    impl_->sessions->Terminate(active);
+    impl_->sessions->EndActiveForShutdown();
   }
   // In-flight RPCs get a grace period; the terminated capture answers its clients once its
   // files are written.

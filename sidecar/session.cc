@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <thread>
 
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/check.h"
 #include "common/storage/host_files.h"
 #include "common/storage/storage.h"
@@ -32,7 +34,9 @@ void AddTaskEnvironment(XSpace* space, const tensorflow::ProfileOptions& options
                      options.ShortDebugString());
 }
 
-std::string FormatMs(int64_t ns) { return StrCat(static_cast<double>(ns) / 1e6, " ms"); }
+std::string FormatMs(int64_t ns) {
+  return absl::StrFormat("%.1f ms", static_cast<double>(ns) / 1e6);
+}
 
 }  // namespace
 
@@ -224,6 +228,17 @@ void CaptureSession::Run() {
   spdlog::info("session {}: {} events, {} dropped, {} bytes written{}", request_.session_id,
                stats.events, stats.dropped_events, bytes,
                write_status.ok() ? "" : StrCat("; ", write_status.message()));
+  if (write_status.ok() && !request_.emit_xspace &&
+      shutting_down_.load(std::memory_order_acquire) && stop_ns < window.planned_stop_ns) {
+    // Not the window the client asked for: say so, and where the part recorded went.
+    std::vector<std::string> written;
+    for (const storage::ObjectInfo& file : result.files) written.push_back(file.uri);
+    write_status = absl::AbortedError(StrCat(
+        "the sidecar shut down (SIGTERM: its pod is being deleted, or its container restarted) ",
+        FormatMs(window.planned_stop_ns - stop_ns), " before the end of the window; the ",
+        FormatMs(stop_ns - start_ns), " it recorded (", stats.events, " events) are in ",
+        absl::StrJoin(written, ", ")));
+  }
   if (write_status.ok()) {
     Finish(std::move(result));
   } else {
@@ -253,6 +268,12 @@ void CaptureSession::StopEarly() {
 
 void CaptureSession::Terminate() {
   spdlog::info("session {}: terminated", request_.session_id);
+  StopEarly();
+}
+
+void CaptureSession::EndForShutdown() {
+  spdlog::info("session {}: ending early, the sidecar is shutting down", request_.session_id);
+  shutting_down_.store(true, std::memory_order_release);
   StopEarly();
 }
 
@@ -369,6 +390,11 @@ SessionManager::StartOrJoin(CaptureRequest request, CaptureSession::Done done) {
 void SessionManager::Terminate(std::string_view session_id) {
   MutexLock lock(&mu_);
   if (active_ != nullptr && active_->id() == session_id) active_->Terminate();
+}
+
+void SessionManager::EndActiveForShutdown() {
+  MutexLock lock(&mu_);
+  if (active_ != nullptr && !active_->finished()) active_->EndForShutdown();
 }
 
 std::shared_ptr<CaptureSession> SessionManager::Find(std::string_view session_id) const {

@@ -73,6 +73,11 @@ class CaptureSession {
   void Run();
   // Stops the capture now; what was recorded is kept and written.
   void Terminate();
+  // Stops the capture now because the sidecar is shutting down (SIGTERM: its pod is being
+  // deleted, or its container restarted). What was recorded is written as after Terminate, but
+  // a window cut short this way answers ABORTED, naming what was written: the target did not
+  // capture the window it was asked for.
+  void EndForShutdown();
 
   // A client waiting for the outcome. A client that goes away (cancelled RPC) detaches; when no
   // client is left the capture stops early, and its files are still written.
@@ -97,6 +102,7 @@ class CaptureSession {
   // The storage the files went to (for UploadStatus); set once the files are written.
   std::atomic<storage::Storage*> storage_{nullptr};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> shutting_down_{false};
 
   mutable Mutex mu_;
   clusterprof::v1alpha1::GetSessionResponse status_ ABSL_GUARDED_BY(mu_);
@@ -121,6 +127,8 @@ class SessionManager {
   // Ends the running session `session_id` early. Unknown or finished sessions are not an error
   // (Terminate may race with the natural end).
   void Terminate(std::string_view session_id);
+  // Ends the running session, if any, because the sidecar shuts down (EndForShutdown).
+  void EndActiveForShutdown();
   // The running session, or one of the last finished ones; nullptr if unknown.
   std::shared_ptr<CaptureSession> Find(std::string_view session_id) const;
   // Empty when idle.

@@ -67,17 +67,17 @@ TargetResolution ResolveTargets(const ProfileJobSpec& spec,
       why = StrCat("phase ", pod->phase.empty() ? "unknown" : pod->phase, ", not Running");
     } else if (!pod->ready) {
       why = "not Ready";
-    }
-    // What keeps its containers from running, when the kubelet says (an image missing on the
-    // node, a crash loop): the user's next question.
-    if (!why.empty() && !pod->waiting.empty()) {
-      StrAppend(&why, " (", absl::StrJoin(pod->waiting, "; "), ")");
     } else if (pod->pod_ip.empty()) {
       why = "no pod IP yet";
     } else if (!HasSidecar(*pod)) {
       why = StrCat("no clusterprof sidecar (no ", kSidecarContainerName,
                    " container, no container port named ", kSidecarPortName, ", no ",
                    kPortAnnotation, " annotation)");
+    }
+    // What keeps its containers from running, when the kubelet says (an image missing on the
+    // node, a crash loop): the user's next question.
+    if (!why.empty() && !pod->waiting.empty()) {
+      StrAppend(&why, " (", absl::StrJoin(pod->waiting, "; "), ")");
     }
     absl::StatusOr<int32_t> port = SidecarPort(spec, *pod);
     if (why.empty() && !port.ok()) why = std::string(port.status().message());

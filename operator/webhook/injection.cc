@@ -281,7 +281,10 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
       // A native sidecar holds back the pod's containers until this passes: by then the GPU
       // library is in the volume.
       {"startupProbe", probe("/healthz", 1, 60)},
-      {"readinessProbe", probe("/readyz", 10, 3)},
+      // Probed every second, with the same 30 s of tolerance as 10 s x 3: the sidecar's
+      // readiness is part of the pod's, and kubelets before 1.23 wait a random part of the
+      // period before the first probe, which delayed the pod's Ready by up to 10 s.
+      {"readinessProbe", probe("/readyz", 1, 30)},
       {"securityContext", Object({{"runAsNonRoot", true},
                                   {"runAsUser", value::number(65532)},
                                   {"runAsGroup", value::number(65532)},

@@ -18,6 +18,7 @@ namespace {
 using clusterprof::testing::FileExists;
 using clusterprof::testing::TempDir;
 using tensorflow::profiler::XSpace;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int64_t kMs = 1'000'000;
@@ -230,6 +231,26 @@ TEST_F(SessionTest, TerminateEndsTheCaptureEarlyAndKeepsTheData) {
   EXPECT_FALSE(waiter.result->empty_trace);
   EXPECT_EQ(tracer_.stop_ns(), t0 + 500 * kMs);
   EXPECT_TRUE(FileExists(XPlanePath("term")));
+}
+
+// SIGTERM mid-capture (the pod deleted): the part recorded is written, and the answer says the
+// window was cut short, and where that part is, instead of passing for the window asked for.
+TEST_F(SessionTest, AShutdownMidCaptureWritesWhatItHasAndAnswersAborted) {
+  Waiter waiter;
+  Start(Request("cut", 0, 5000), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(1500 * kMs);
+  sessions_.EndActiveForShutdown();
+  waiter.done.WaitForNotification();
+  ASSERT_FALSE(waiter.result.ok());
+  EXPECT_EQ(waiter.result.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(
+      waiter.result.status().message(),
+      AllOf(HasSubstr("the sidecar shut down"), HasSubstr("3500.0 ms before the end"),
+            HasSubstr("the 1500.0 ms it recorded (3 events)"), HasSubstr(XPlanePath("cut"))));
+  EXPECT_TRUE(FileExists(XPlanePath("cut"))) << "what was recorded is kept";
+  EXPECT_EQ(sessions_.Find("cut")->Snapshot().state(), clusterprof::v1alpha1::SESSION_STATE_FAILED);
+  sessions_.EndActiveForShutdown();  // nothing running: no effect
 }
 
 TEST_F(SessionTest, TerminateWhileWaitingStillAnswers) {

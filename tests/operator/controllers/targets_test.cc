@@ -71,14 +71,19 @@ TEST(TargetsTest, ASkippedPodSaysWhatItsContainersWaitFor) {
   PodBuilder missing("missing");
   missing.pod->phase = "Pending";
   missing.pod->ready = false;
+  missing.pod->pod_ip.clear();
   missing.pod->waiting = {
       "container trainer: ErrImageNeverPull: Container image \"w:none\" is not present with pull "
       "policy of Never"};
-  const TargetResolution resolution = ResolveTargets(Spec(), {missing.pod});
+  PodBuilder starting("starting");
+  starting.pod->phase = "Pending";
+  starting.pod->pod_ip.clear();
+  const TargetResolution resolution = ResolveTargets(Spec(), {missing.pod, starting.pod});
   EXPECT_THAT(resolution.skipped,
               ElementsAre("missing: phase Pending, not Running (container trainer: "
                           "ErrImageNeverPull: Container image \"w:none\" is not present with pull "
-                          "policy of Never)"));
+                          "policy of Never)",
+                          "starting: phase Pending, not Running"));
 }
 
 TEST(TargetsTest, PortPrecedenceAndSidecarDetection) {

@@ -77,6 +77,9 @@ TEST(InjectionTest, GpuPodGetsANativeSidecarTheSharedVolumeAndTheInjectionLibrar
   EXPECT_FALSE(security.at("allowPrivilegeEscalation").as_bool());
   EXPECT_EQ(security.at("capabilities").at("drop").at(0).as_string(), "ALL");
   EXPECT_EQ(sidecar.at("startupProbe").at("httpGet").at("port").as_integer(), 8467);
+  // Every second: a first probe late by up to a period holds the whole pod's Ready back.
+  EXPECT_EQ(sidecar.at("readinessProbe").at("periodSeconds").as_integer(), 1);
+  EXPECT_EQ(sidecar.at("readinessProbe").at("failureThreshold").as_integer(), 30);
 
   // Every container sees the shared directory; only the GPU one loads the library.
   for (const char* name : {"clusterprof-sidecar", "fetch-data", "trainer", "metrics-exporter"}) {
