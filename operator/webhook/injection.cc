@@ -278,9 +278,6 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
                                {"protocol", Str("TCP")}})})},
       {"resources", resources},
       {"volumeMounts", Array(mounts)},
-      // A native sidecar holds back the pod's containers until this passes: by then the GPU
-      // library is in the volume.
-      {"startupProbe", probe("/healthz", 1, 60)},
       // Probed every second, with the same 30 s of tolerance as 10 s x 3: the sidecar's
       // readiness is part of the pod's, and kubelets before 1.23 wait a random part of the
       // period before the first probe, which delayed the pod's Ready by up to 10 s.
@@ -293,7 +290,13 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
                                   {"capabilities", Object({{"drop", Array({Str("ALL")})}})},
                                   {"seccompProfile", Object({{"type", Str("RuntimeDefault")}})}})},
   });
-  if (config.native_sidecar) container["restartPolicy"] = Str("Always");
+  if (config.native_sidecar) {
+    container["restartPolicy"] = Str("Always");
+    // A native sidecar holds back the pod's containers until this passes: by then the GPU
+    // library is in the volume. A regular container holds nothing back, and a startup probe
+    // would only put off its first readiness probe, and so the pod's Ready.
+    container["startupProbe"] = probe("/healthz", 1, 60);
+  }
   return container;
 }
 

@@ -341,7 +341,7 @@ spec:
                    lambda: kubectl("get", "serviceaccount", "default", "-n", "plain")
                    .returncode == 0)
         samples = {"with": [], "without": []}
-        for i in range(3):
+        for i in range(5):
             for kind, namespace in (("without", "plain"), ("with", NS)):
                 name = "start-%s-%d" % (kind, i)
                 start = time.monotonic()
@@ -364,7 +364,7 @@ spec:
         figures["pod_ready_without_sidecar_s"] = round(median["without"], 2)
         figures["pod_ready_with_sidecar_s"] = round(median["with"], 2)
         figures["pod_ready_samples_s"] = {k: [round(x, 2) for x in v] for k, v in samples.items()}
-        log("pod Ready after create, median of 3: %.2f s without the sidecar, %.2f s with it"
+        log("pod Ready after create, median of 5: %.2f s without the sidecar, %.2f s with it"
             % (median["without"], median["with"]))
 
     # --- 3. a ProfileJob ---------------------------------------------------------------------

@@ -135,6 +135,9 @@ TEST(InjectionTest, RegularContainerModeAppendsTheSidecarToTheContainers) {
   ASSERT_EQ(containers.size(), 3u);
   EXPECT_EQ(containers.at(2).at("name").as_string(), "clusterprof-sidecar");
   EXPECT_FALSE(containers.at(2).has_field("restartPolicy"));
+  // Nothing waits for a regular container's start: no startup probe to delay its readiness.
+  EXPECT_FALSE(containers.at(2).has_field("startupProbe"));
+  EXPECT_EQ(containers.at(2).at("readinessProbe").at("periodSeconds").as_integer(), 1);
   EXPECT_EQ(patched.at("spec").at("initContainers").size(), 1u);
 }
 
