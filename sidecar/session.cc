@@ -215,6 +215,18 @@ void CaptureSession::Run() {
     }
   }
 
+  if (write_status.ok() && !request_.emit_xspace &&
+      shutting_down_.load(std::memory_order_acquire) && stop_ns < window.planned_stop_ns) {
+    // Not the window the client asked for: say so, and where the part recorded went.
+    std::vector<std::string> written;
+    for (const storage::ObjectInfo& file : result.files) written.push_back(file.uri);
+    write_status = absl::AbortedError(StrCat(
+        "the sidecar shut down (SIGTERM: its pod is being deleted, or its container restarted) ",
+        FormatMs(window.planned_stop_ns - stop_ns), " before the end of the window; the ",
+        FormatMs(stop_ns - start_ns), " it recorded (", stats.events, " events) are in ",
+        absl::StrJoin(written, ", ")));
+  }
+
   const double latency_s = static_cast<double>(clock_.MonotonicNs() - collect_mono_ns) / 1e9;
   if (observer_ != nullptr) {
     std::string_view outcome = !write_status.ok() ? "failed" : result.empty_trace ? "empty" : "ok";
@@ -228,17 +240,6 @@ void CaptureSession::Run() {
   spdlog::info("session {}: {} events, {} dropped, {} bytes written{}", request_.session_id,
                stats.events, stats.dropped_events, bytes,
                write_status.ok() ? "" : StrCat("; ", write_status.message()));
-  if (write_status.ok() && !request_.emit_xspace &&
-      shutting_down_.load(std::memory_order_acquire) && stop_ns < window.planned_stop_ns) {
-    // Not the window the client asked for: say so, and where the part recorded went.
-    std::vector<std::string> written;
-    for (const storage::ObjectInfo& file : result.files) written.push_back(file.uri);
-    write_status = absl::AbortedError(StrCat(
-        "the sidecar shut down (SIGTERM: its pod is being deleted, or its container restarted) ",
-        FormatMs(window.planned_stop_ns - stop_ns), " before the end of the window; the ",
-        FormatMs(stop_ns - start_ns), " it recorded (", stats.events, " events) are in ",
-        absl::StrJoin(written, ", ")));
-  }
   if (write_status.ok()) {
     Finish(std::move(result));
   } else {

@@ -250,6 +250,7 @@ TEST_F(SessionTest, AShutdownMidCaptureWritesWhatItHasAndAnswersAborted) {
             HasSubstr("the 1500.0 ms it recorded (3 events)"), HasSubstr(XPlanePath("cut"))));
   EXPECT_TRUE(FileExists(XPlanePath("cut"))) << "what was recorded is kept";
   EXPECT_EQ(sessions_.Find("cut")->Snapshot().state(), clusterprof::v1alpha1::SESSION_STATE_FAILED);
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("failed"));
   sessions_.EndActiveForShutdown();  // nothing running: no effect
 }
 
