@@ -24,8 +24,10 @@ starts the node and imports them; this test then walks what a user does:
  8. Bad input: an image missing on the node; a logdir the sidecars may not write.
  9. `helm uninstall`: everything of ours gone but the CRDs; the workloads keep running.
 
-It also measures the figures of bench/RESULTS.md ("Real node") and writes them to
-$CLUSTERPROF_E2E_FIGURES (JSON). Exit 77 (skipped) when the fixture did not start a node.
+It also measures the figures of bench/RESULTS.md ("Real node issue") and writes them to
+$CLUSTERPROF_E2E_FIGURES (JSON), and leaves the cluster's objects, events and container logs in
+build/e2e/diagnostics/ for the reader of a failed run. Exit 77 (skipped) when the fixture did
+not start a node.
 """
 
 import glob
@@ -239,6 +241,7 @@ class NodeE2E(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
+        cls.save_diagnostics()
         if cls.gcs:
             cls.gcs.terminate()
             cls.gcs.wait(10)
@@ -247,6 +250,32 @@ class NodeE2E(unittest.TestCase):
             json.dump(figures, f, indent=2, sort_keys=True)
         log("figures (%s): %s" % (FIGURES, json.dumps(figures, sort_keys=True)))
         shutil.rmtree(cls.work, ignore_errors=True)
+
+    @classmethod
+    def save_diagnostics(cls):
+        """What a reader of a failed run needs once the node is gone: the objects, the events
+        and every container's log, under build/e2e/diagnostics/."""
+        out = os.path.join(os.path.dirname(FIGURES), "diagnostics")
+        shutil.rmtree(out, ignore_errors=True)
+        os.makedirs(out)
+        for name, args in (("objects.txt", ["get", "all,profilejobs,profileschedules,leases",
+                                            "-A", "-o", "wide"]),
+                           ("events.txt", ["get", "events", "-A", "--sort-by",
+                                           ".lastTimestamp"])):
+            with open(os.path.join(out, name), "w") as f:
+                f.write(kubectl(*args, check=False).stdout)
+        try:
+            every_pod = kjson("get", "pods", "-A")["items"]
+        except AssertionError:
+            return
+        for pod in every_pod:
+            namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+            for container in pod["spec"]["containers"]:
+                logs = kubectl("logs", name, "-n", namespace, "-c", container["name"],
+                               check=False)
+                with open(os.path.join(out, "%s_%s_%s.log" % (
+                        namespace, name, container["name"])), "w") as f:
+                    f.write(logs.stdout + logs.stderr)
 
     def in_node(self, *argv, check=True, timeout=60):
         return run([KUBE_NODE, "exec", NODE_DIR, "--", "env",
