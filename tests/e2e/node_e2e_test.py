@@ -227,6 +227,7 @@ class NodeE2E(unittest.TestCase):
         if not cls.helm:
             raise unittest.SkipTest("no helm: run scripts/install-helm")
         cls.work = tempfile.mkdtemp(prefix="node-e2e-")
+        shutil.rmtree(os.path.join(os.path.dirname(FIGURES), "diagnostics"), ignore_errors=True)
         # The GCS test server inside the node's network namespace, where pods reach it.
         port_file = os.path.join(cls.work, "gcs.port")
         cls.gcs_log = open(os.path.join(cls.work, "gcs.log"), "w")
@@ -256,8 +257,7 @@ class NodeE2E(unittest.TestCase):
         """What a reader of a failed run needs once the node is gone: the objects, the events
         and every container's log, under build/e2e/diagnostics/."""
         out = os.path.join(os.path.dirname(FIGURES), "diagnostics")
-        shutil.rmtree(out, ignore_errors=True)
-        os.makedirs(out)
+        os.makedirs(out, exist_ok=True)
         for name, args in (("objects.txt", ["get", "all,profilejobs,profileschedules,leases",
                                             "-A", "-o", "wide"]),
                            ("events.txt", ["get", "events", "-A", "--sort-by",
@@ -649,6 +649,7 @@ spec:
     # --- 9. helm uninstall -------------------------------------------------------------------
 
     def test_10_helm_uninstall(self):
+        self.save_diagnostics()  # the operator's logs go with it
         run([self.helm, "uninstall", RELEASE, "-n", SYSTEM_NS, "--wait", "--timeout", "120s"],
             timeout=150)
         selector = "app.kubernetes.io/instance=%s" % RELEASE
