@@ -508,6 +508,10 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   argv.insert(argv.end(),
               {"--kubeconfig", kubeconfig, "--health-address", "127.0.0.1", "--webhook-address",
                "127.0.0.1", "--port-file", port_file, "--retry-backoff-ms", "300"});
+  // The pod of the capture below, in place before the operator starts: a pod created after
+  // would race the operator's pod watch (the job resolves its targets from the cache at once).
+  Host sidecar(root, "trainer-0", logs, root.Join("sidecar-token"));
+  CreateRunningPod("trainer-0", sidecar.port());
   const std::string operator_log = root.Join("operator.log");
   Subprocess op(
       argv, {{"POD_NAMESPACE", kReleaseNamespace}, {"CLUSTERPROF_SPOOL_DIR", root.Join("spool")}},
@@ -564,10 +568,8 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   EXPECT_EQ(answer.at("response").at("uid").as_string(), "0f6fc6a4-2ad4-4c1e-9c35-2a7b1d0e3b11");
   EXPECT_TRUE(answer.at("response").at("allowed").as_bool()) << posted.out;
 
-  // A capture: a sidecar that requires the chart's token, a pod for it, a ProfileJob that is
-  // deleted after its TTL.
-  Host sidecar(root, "trainer-0", logs, root.Join("sidecar-token"));
-  CreateRunningPod("trainer-0", sidecar.port());
+  // A capture: a sidecar that requires the chart's token, its pod (created before the operator
+  // started, so that its pod cache holds it), a ProfileJob that is deleted after its TTL.
   value job = value::object();
   job["metadata"]["name"] = value::string("chart-rbac");
   job["spec"]["targets"]["selector"]["matchLabels"]["app"] = value::string("trainer");
