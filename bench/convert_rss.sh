@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 
 "$build_dir/bench/make_xspace" --events "$events" --threads 16 -o "$work/big.xplane.pb"
 /usr/bin/time -f "%M %e" -o "$work/time" \
-  "$build_dir/operator/clusterprof" convert "$work/big.xplane.pb" -o "$work/big.trace.json.gz"
+  "$build_dir/cli/clusterprof" convert "$work/big.xplane.pb" -o "$work/big.trace.json.gz"
 read -r rss_kb seconds < "$work/time"
 input_bytes=$(stat -c %s "$work/big.xplane.pb")
 output_bytes=$(stat -c %s "$work/big.trace.json.gz")

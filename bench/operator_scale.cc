@@ -47,7 +47,7 @@
 #include "common/mutex.h"
 #include "common/strings.h"
 #include "cpprest/http_client.h"
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 #include "operator/kube/rest_client.h"
 #include "tests/operator/crd_fixture.h"
 #include "tests/support/kube_control_plane.h"
@@ -61,7 +61,7 @@ namespace {
 using testing::HttpGet;
 using testing::MetricSum;
 
-using controllers::ProfileJobStatus;
+using api::ProfileJobStatus;
 using testing::Subprocess;
 using web::json::value;
 
@@ -383,7 +383,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   job["spec"]["logdir"] = value::string(StrCat(dir, "/logs"));
   std::fprintf(stderr, "creating the ProfileJob over %d targets...\n", options.targets);
   const int64_t created_ns = clock.WallNs();
-  if (absl::Status s = client.Create(controllers::ProfileJobs(), ns, job).status(); !s.ok()) {
+  if (absl::Status s = client.Create(api::ProfileJobs(), ns, job).status(); !s.ok()) {
     return s;
   }
 
@@ -391,21 +391,20 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   ProfileJobStatus status;
   const bool finished = WaitFor(
       [&] {
-        absl::StatusOr<value> got = client.Get(controllers::ProfileJobs(), ns, "fanout");
+        absl::StatusOr<value> got = client.Get(api::ProfileJobs(), ns, "fanout");
         const int64_t now = clock.WallNs() - created_ns;
         if (!got.ok() || !got->has_field("status")) return false;
         figures.job_bytes = got->serialize().size();
-        absl::StatusOr<ProfileJobStatus> parsed =
-            controllers::ParseProfileJobStatus(got->at("status"));
+        absl::StatusOr<ProfileJobStatus> parsed = api::ParseProfileJobStatus(got->at("status"));
         if (!parsed.ok()) return false;
         status = *std::move(parsed);
-        if (status.phase == controllers::JobPhase::kScheduled && figures.scheduled_seen_ns < 0) {
+        if (status.phase == api::JobPhase::kScheduled && figures.scheduled_seen_ns < 0) {
           figures.scheduled_seen_ns = now;
         }
-        if (status.phase == controllers::JobPhase::kCapturing && figures.capturing_seen_ns < 0) {
+        if (status.phase == api::JobPhase::kCapturing && figures.capturing_seen_ns < 0) {
           figures.capturing_seen_ns = now;
         }
-        if (controllers::IsTerminal(status.phase)) {
+        if (api::IsTerminal(status.phase)) {
           figures.finished_seen_ns = now;
           return true;
         }
@@ -423,14 +422,14 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
         MetricSum(metrics, "clusterprof_operator_api_request_duration_seconds_sum", labels);
     if (count > 0) figures.api_requests[method] = {count, sum / count};
   }
-  figures.phase = std::string(controllers::JobPhaseName(status.phase));
+  figures.phase = std::string(api::JobPhaseName(status.phase));
   if (!finished) {
     return absl::DeadlineExceededError(StrCat("the ProfileJob did not finish in 180 s (phase ",
                                               figures.phase, "); ", op.LogTail()));
   }
   op.Terminate();
   int succeeded = 0;
-  for (const controllers::TargetStatus& target : status.targets) {
+  for (const api::TargetStatus& target : status.targets) {
     if (target.phase == "Succeeded") ++succeeded;
     figures.status_errors.push_back(std::llabs(target.start_error_ns));
     if (std::llabs(target.clock_offset_ns) > target.clock_uncertainty_ns) ++figures.offsets_applied;
@@ -473,7 +472,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
       figures.probe_rounds[k].second = std::max(figures.probe_rounds[k].second, at);
     }
   }
-  if (status.phase != controllers::JobPhase::kSucceeded || succeeded != options.targets) {
+  if (status.phase != api::JobPhase::kSucceeded || succeeded != options.targets) {
     return absl::InternalError(StrCat("the ProfileJob ended ", figures.phase, " with ",
                                       figures.targets_succeeded,
                                       " targets succeeded: ", status.message));
@@ -502,13 +501,13 @@ struct MemoryFigures {
 // A finished ProfileJob's status, as the operator writes it, over `targets` of the pods.
 value FinishedJobStatus(int job, int targets, const std::string& logdir) {
   ProfileJobStatus status;
-  status.phase = controllers::JobPhase::kSucceeded;
+  status.phase = api::JobPhase::kSucceeded;
   status.run_name = StrCat("llama_7b_profile_", job);
   status.run_uri = StrCat(logdir, "/plugins/profile/", status.run_name);
   status.manifest_uri = StrCat(status.run_uri, "/clusterprof_run.json");
   status.start_time_ns = 1'795'327'200LL * kNanosPerSecond + job * 60LL * kNanosPerSecond;
-  status.start_time = controllers::FormatTime(status.start_time_ns);
-  status.completion_time = controllers::FormatTime(status.start_time_ns + 5 * kNanosPerSecond);
+  status.start_time = api::FormatTime(status.start_time_ns);
+  status.completion_time = api::FormatTime(status.start_time_ns + 5 * kNanosPerSecond);
   status.attempt = 1;
   status.observed_generation = 1;
   status.message = StrCat("all ", targets, " target(s) captured; max start skew 412us");
@@ -518,7 +517,7 @@ value FinishedJobStatus(int job, int targets, const std::string& logdir) {
   status.conditions.push_back(
       {"Complete", "True", "Succeeded", status.message, 1, status.completion_time});
   for (int i = 0; i < targets; ++i) {
-    controllers::TargetStatus target;
+    api::TargetStatus target;
     target.name = StrCat("llama-trainer-worker-", i);
     target.address = StrCat("10.64.", i / 250 % 250, ".", i % 250, ":8466");
     target.node = StrCat("gke-llama-h100-pool-7f3a-", i / 8);
@@ -532,12 +531,12 @@ value FinishedJobStatus(int job, int targets, const std::string& logdir) {
     target.start_error_ns = 40'000 + i * 97;
     status.targets.push_back(std::move(target));
   }
-  controllers::JobSummary summary;
+  api::JobSummary summary;
   summary.targets = targets;
   summary.succeeded = targets;
   summary.max_start_skew_ns = 412'000;
   status.summary = summary;
-  return controllers::ProfileJobStatusToJson(status);
+  return api::ProfileJobStatusToJson(status);
 }
 
 absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient& client,
@@ -575,10 +574,10 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
     job["spec"]["durationMs"] = value::number(2000);
     job["spec"]["delayMs"] = value::number(1000);
     job["spec"]["logdir"] = value::string(logdir);
-    absl::StatusOr<value> made = client.Create(controllers::ProfileJobs(), ns, job);
+    absl::StatusOr<value> made = client.Create(api::ProfileJobs(), ns, job);
     if (!made.ok() || unmatched) return made.status();
     (*made)["status"] = FinishedJobStatus(j, options.job_targets, logdir);
-    return client.UpdateStatus(controllers::ProfileJobs(), ns, *made).status();
+    return client.UpdateStatus(api::ProfileJobs(), ns, *made).status();
   });
   if (!jobs_created.ok()) return jobs_created;
   for (int j = 0; j < options.jobs; ++j) figures.failed_jobs += j % 10 == 9 ? 1 : 0;

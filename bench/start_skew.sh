@@ -46,7 +46,7 @@ service_addr="$(IFS=,; echo "${addresses[*]}")"
 # The sidecars have no workloads, so every trace is empty and capture exits 1 ("no trace event
 # was collected"); the manifest records each start all the same. One attempt: no retries.
 for c in $(seq 1 "$captures"); do
-  "$build_dir/operator/clusterprof" capture --service-addr "$service_addr" \
+  "$build_dir/cli/clusterprof" capture --service-addr "$service_addr" \
     --logdir "$work/logs" --duration-ms "$duration_ms" --delay-ms "$delay_ms" \
     --num-tracing-attempts 1 --run "skew_$c" --no-progress >/dev/null 2>>"$work/capture.log" ||
     true

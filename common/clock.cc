@@ -183,4 +183,9 @@ int SimulatedClock::sleepers() const {
   return sleepers_;
 }
 
+Clock& SystemClock() {
+  static RealClock* const clock = new RealClock();  // never destroyed: used until exit
+  return *clock;
+}
+
 }  // namespace clusterprof

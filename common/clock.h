@@ -68,6 +68,10 @@ class RealClock final : public Clock {
   uint64_t wakes_ ABSL_GUARDED_BY(wake_mu_) = 0;
 };
 
+// One RealClock for the process: the default of options whose Clock is left null. main() and
+// tests pass their own.
+Clock& SystemClock();
+
 // A clock that moves only when told to. Sleepers block until another thread advances the clock
 // past their deadline; tests use WaitForSleepers() to know a thread reached its sleep before
 // advancing, so no test depends on timing luck. Thread-safe.

@@ -59,6 +59,21 @@ class ABSL_LOCKABLE Mutex {
     return result;
   }
 
+  // As Await, giving up after `timeout` of real time. Returns the condition's final value. For
+  // bounded waits ("news, or look again in a second"); deadlines that tests drive come from a
+  // Clock instead (Clock::SleepUntilMonotonicNsUnless).
+  template <typename Condition>
+  bool AwaitWithTimeout(Condition condition, std::chrono::nanoseconds timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(this) {
+    std::unique_lock<std::mutex> lock(mu_, std::adopt_lock);
+    if (waiters_ > 0 && !condition()) cv_.notify_all();
+    ++waiters_;
+    const bool result = cv_.wait_for(lock, timeout, condition);
+    --waiters_;
+    lock.release();
+    return result;
+  }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;

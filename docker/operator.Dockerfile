@@ -40,7 +40,7 @@ RUN set -eux; \
       -DCLUSTERPROF_CUDA_ROOT=/nonexistent; \
     cmake --build /build --target clusterprof-operator clusterprof; \
     install -D -m 0755 /build/operator/clusterprof-operator /out/usr/bin/clusterprof-operator; \
-    install -D -m 0755 /build/operator/clusterprof /out/usr/bin/clusterprof; \
+    install -D -m 0755 /build/cli/clusterprof /out/usr/bin/clusterprof; \
     strip --strip-unneeded /out/usr/bin/clusterprof-operator /out/usr/bin/clusterprof
 
 # The same files as the build stage's /out, built elsewhere (BINARIES=prebuilt).

@@ -7,10 +7,11 @@
 
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/logging.h"
 #include "common/process.h"
-#include "operator/controllers/manager.h"
 #include "operator/kube/config.h"
+#include "operator/manager/manager.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -22,7 +23,7 @@ int main(int argc, char** argv) {
       "clusterprof-operator: synchronized profiling captures across the pods a ProfileJob "
       "selects, and ProfileSchedules that repeat them"};
   app.set_version_flag("--version", std::string("clusterprof-operator ") + CLUSTERPROF_VERSION);
-  clusterprof::controllers::ManagerOptions options;
+  clusterprof::manager::ManagerOptions options;
   std::string kubeconfig, context, log_format = "auto", log_level = "info";
   double lease_s = 15, renew_s = 10, retry_s = 2, shutdown_grace_s = 25;
   app.add_option("--kubeconfig", kubeconfig,
@@ -106,8 +107,8 @@ int main(int argc, char** argv) {
   options.retry_period_ns = static_cast<int64_t>(retry_s * kNanosPerSecond);
   options.shutdown_grace_ns = static_cast<int64_t>(shutdown_grace_s * kNanosPerSecond);
   if (app.count("--leader-election-namespace") == 0) {
-    if (const char* ns = getenv("POD_NAMESPACE"); ns != nullptr && *ns != '\0') {
-      options.leader_election_namespace = ns;
+    if (std::optional<std::string> ns = clusterprof::GetEnv("POD_NAMESPACE")) {
+      options.leader_election_namespace = *ns;
     }
   }
 
@@ -131,22 +132,23 @@ int main(int argc, char** argv) {
   options.rest_config = *std::move(config);
 
   std::atomic<bool> stop{false};
+  std::atomic<bool> finished{false};
   std::thread signal_thread([&] {
     int signal = 0;
     sigwait(&signals, &signal);
+    if (finished) return;  // woken by main() below
     spdlog::info("received {}; shutting down", signal == SIGTERM ? "SIGTERM" : "SIGINT");
     stop = true;
     clock.Wake();
   });
-  signal_thread.detach();
 
-  absl::Status status = clusterprof::controllers::RunManager(options, clock, stop);
+  // RunManager returns once every thread it started is joined: running captures were given the
+  // shutdown grace, then cancelled (the sidecars finish them; the next operator reads them back).
+  absl::Status status = clusterprof::manager::RunManager(options, clock, stop);
+  finished = true;
+  if (!stop) pthread_kill(signal_thread.native_handle(), SIGTERM);
+  signal_thread.join();
+  if (!status.ok()) spdlog::error("{}", std::string(status.message()));
   spdlog::default_logger()->flush();
-  if (!status.ok()) {
-    spdlog::error("{}", std::string(status.message()));
-    spdlog::default_logger()->flush();
-    // Captures abandoned to the next leader may still run on their threads.
-    std::_Exit(1);
-  }
-  std::_Exit(0);
+  return status.ok() ? 0 : 1;
 }

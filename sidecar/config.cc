@@ -84,9 +84,4 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
   return absl::OkStatus();
 }
 
-std::string DefaultSpoolDir() {
-  const char* dir = std::getenv("CLUSTERPROF_SPOOL_DIR");
-  return dir != nullptr && *dir != '\0' ? dir : "/var/lib/clusterprof/spool";
-}
-
 }  // namespace clusterprof::sidecar

@@ -58,9 +58,6 @@ struct SidecarConfig {
   std::string install_injection_library;
 };
 
-// The sidecar's default spool directory (see SidecarConfig::spool_dir).
-std::string DefaultSpoolDir();
-
 // Reads a YAML mapping into `config`, keeping what the file does not set. Unknown keys and
 // values of the wrong type are errors that name the key and the file.
 absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* config);

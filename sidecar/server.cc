@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/env.h"
+#include "common/grpc_status.h"
 #include "common/http/health_server.h"
 #include "common/status.h"
 #include "common/storage/dirs.h"
@@ -28,16 +30,13 @@ namespace clusterprof::sidecar {
 namespace {
 
 std::string DefaultHostName() {
-  if (const char* pod = std::getenv("POD_NAME"); pod != nullptr && *pod != '\0') return pod;
+  if (std::optional<std::string> pod = GetEnv("POD_NAME")) return *pod;
   char name[256] = {};
   if (gethostname(name, sizeof(name) - 1) == 0 && name[0] != '\0') return name;
   return "localhost";
 }
 
-std::string DefaultShmDir() {
-  if (const char* dir = std::getenv(shm::kDirEnv); dir != nullptr && *dir != '\0') return dir;
-  return shm::kDefaultDir;
-}
+std::string DefaultShmDir() { return GetEnv(shm::kDirEnv).value_or(shm::kDefaultDir); }
 
 absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
   return storage::WriteFileDurably(path, StrCat("grpc=", grpc_port, "\nhttp=", http_port, "\n"),
@@ -174,9 +173,12 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
     return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
   }
   impl->metrics = std::make_unique<SidecarMetrics>();
+  const std::string spool_dir = config.spool_dir.empty()
+                                    ? storage::DefaultSpoolDir(GetEnv, storage::kSidecarSpoolDir)
+                                    : config.spool_dir;
   storage::StorageSetOptions storage_options;
   storage_options.clock = &clock;
-  storage_options.gcs.spool_dir = config.spool_dir.empty() ? DefaultSpoolDir() : config.spool_dir;
+  storage_options.gcs.spool_dir = spool_dir;
   storage_options.gcs.spool_max_bytes = config.spool_max_bytes;
   storage_options.gcs.commit_wait_ns = config.upload_wait_ms * kNanosPerMilli;
   storage_options.gcs.observer = [metrics =
@@ -193,8 +195,7 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   if (!config.framework_profiler.empty()) {
     FrameworkTracer::Options framework_options;
     framework_options.address = config.framework_profiler;
-    framework_options.work_dir =
-        StrCat(config.spool_dir.empty() ? DefaultSpoolDir() : config.spool_dir, "/framework");
+    framework_options.work_dir = StrCat(spool_dir, "/framework");
     framework_options.grace_ms = config.framework_grace_ms;
     CLUSTERPROF_ASSIGN_OR_RETURN(impl->framework, FrameworkTracer::Create(framework_options));
     impl->tracers.push_back(impl->framework.get());
@@ -270,7 +271,7 @@ void SidecarServer::Shutdown() {
   }
   // In-flight RPCs get a grace period; the terminated capture answers its clients once its
   // files are written.
-  impl_->grpc_server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  impl_->grpc_server->Shutdown(GrpcTimeout(10 * kNanosPerSecond));
   impl_->grpc_server->Wait();
   impl_->sessions.reset();  // joins the session thread
   if (impl_->resume_spool.joinable()) impl_->resume_spool.join();

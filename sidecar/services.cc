@@ -143,21 +143,6 @@ grpc::ServerUnaryReactor* RefuseUnauthenticated(TokenAuth* auth,
   return FinishedReactor(context, denied);
 }
 
-const char* CodeName(absl::StatusCode code) {
-  switch (code) {
-    case absl::StatusCode::kInvalidArgument:
-      return "INVALID_ARGUMENT";
-    case absl::StatusCode::kPermissionDenied:
-      return "PERMISSION_DENIED";
-    case absl::StatusCode::kAlreadyExists:
-      return "ALREADY_EXISTS";
-    case absl::StatusCode::kUnimplemented:
-      return "UNIMPLEMENTED";
-    default:
-      return "OTHER";
-  }
-}
-
 }  // namespace
 
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerContext* context,
@@ -183,7 +168,7 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerConte
     status = started.status();
   }
   spdlog::warn("Profile from {} refused: {}", context->peer(), status.ToString());
-  if (metrics_ != nullptr) metrics_->RequestRefused(CodeName(status.code()));
+  if (metrics_ != nullptr) metrics_->RequestRefused(absl::StatusCodeToString(status.code()));
   call->FinishNow(ToGrpcStatus(status));
   return call;
 }

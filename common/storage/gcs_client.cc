@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/crc32c.h"
+#include "common/http/status.h"
 #include "common/json_escape.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -36,66 +37,6 @@ std::string PercentEncode(std::string_view text) {
     }
   }
   return out;
-}
-
-std::string_view ReasonPhrase(int code) {
-  switch (code) {
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 408:
-      return "Request Timeout";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Gone";
-    case 412:
-      return "Precondition Failed";
-    case 416:
-      return "Range Not Satisfiable";
-    case 429:
-      return "Too Many Requests";
-    case 500:
-      return "Internal Server Error";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return "";
-  }
-}
-
-absl::StatusCode CodeForHttp(int code) {
-  if (code == 408) return absl::StatusCode::kDeadlineExceeded;
-  if (code == 429) return absl::StatusCode::kResourceExhausted;
-  if (code >= 500) return absl::StatusCode::kUnavailable;
-  switch (code) {
-    case 400:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 403:
-      return absl::StatusCode::kPermissionDenied;
-    case 404:
-    case 410:
-      return absl::StatusCode::kNotFound;
-    case 409:
-      return absl::StatusCode::kAlreadyExists;
-    case 412:
-      return absl::StatusCode::kFailedPrecondition;
-    case 416:
-      return absl::StatusCode::kOutOfRange;
-    default:
-      return absl::StatusCode::kUnknown;
-  }
 }
 
 // The message of a JSON API error body ({"error": {"message": ...}}), else the body itself,
@@ -296,9 +237,7 @@ struct Client::Impl {
 
   absl::Status HttpError(std::string_view what, const Response& response) {
     std::string message = StrCat(what, ": HTTP ", response.code);
-    if (std::string_view reason = ReasonPhrase(response.code); !reason.empty()) {
-      StrAppend(&message, " ", reason);
-    }
+    StrAppend(&message, " ", clusterprof::http::ReasonPhrase(response.code));
     if (std::string detail = ErrorMessage(response.body); !detail.empty()) {
       StrAppend(&message, ": ", detail);
     }
@@ -307,7 +246,8 @@ struct Client::Impl {
                 "; it needs a role with storage.objects.create, get and list on the bucket, "
                 "such as roles/storage.objectAdmin)");
     }
-    return absl::Status(CodeForHttp(response.code), message);
+    return absl::Status(
+        clusterprof::http::StatusCodeFor(response.code, clusterprof::http::Api::kGcs), message);
   }
 
   // Calls `call` until it succeeds, fails for good, or the deadline passes; sleeps a jittered,

@@ -23,6 +23,8 @@
 #include "absl/strings/escaping.h"
 #include "common/backoff.h"
 #include "common/check.h"
+#include "common/env.h"
+#include "common/http/status.h"
 #include "common/json_escape.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -126,17 +128,6 @@ std::string FormEncode(std::string_view value) {
     }
   }
   return out;
-}
-
-// The status code for an HTTP error answer. Unavailable (5xx) and ResourceExhausted (429) are
-// retried; the others are not.
-absl::StatusCode CodeForHttpStatus(int code) {
-  if (code >= 500) return absl::StatusCode::kUnavailable;
-  if (code == 429) return absl::StatusCode::kResourceExhausted;
-  if (code == 400 || code == 401) return absl::StatusCode::kUnauthenticated;
-  if (code == 403) return absl::StatusCode::kPermissionDenied;
-  if (code == 404) return absl::StatusCode::kNotFound;
-  return absl::StatusCode::kFailedPrecondition;
 }
 
 bool IsRetryable(const absl::Status& status) {
@@ -576,7 +567,9 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
       } else {
         advice = StrCat(". Check the key file ", key_.source);
       }
-      return absl::Status(CodeForHttpStatus(reply->code), StrCat(failed, ": ", described, advice));
+      return absl::Status(
+          clusterprof::http::StatusCodeFor(reply->code, clusterprof::http::Api::kOAuth),
+          StrCat(failed, ": ", described, advice));
     }
     absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
     if (!token.ok()) return Annotate(token.status(), failed);
@@ -719,8 +712,9 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
       advice = ". The metadata server is failing; this is retried";
     }
     const std::string body = reply.body.empty() ? std::string() : StrCat(": ", Excerpt(reply.body));
-    return absl::Status(CodeForHttpStatus(reply.code),
-                        StrCat(failed, ": ", reply.code, body, advice));
+    return absl::Status(
+        clusterprof::http::StatusCodeFor(reply.code, clusterprof::http::Api::kOAuth),
+        StrCat(failed, ": ", reply.code, body, advice));
   }
 
   // GET .../email with the short timeout. Success marks the server reached and learns the email.
@@ -770,17 +764,11 @@ absl::StatusOr<std::string> ReadKeyFile(std::string_view path) {
   return data;
 }
 
-std::optional<std::string> StdGetenv(std::string_view name) {
-  const char* value = std::getenv(std::string(name).c_str());
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Credentials>> DefaultCredentials(const CredentialsOptions& options) {
   CLUSTERPROF_CHECK(options.clock != nullptr) << "CredentialsOptions.clock is required";
-  const auto getenv = options.getenv ? options.getenv : StdGetenv;
+  const GetEnvFn getenv = options.getenv ? options.getenv : GetEnvFn(GetEnv);
   const auto env = [&](std::string_view name) -> std::optional<std::string> {
     std::optional<std::string> value = getenv(name);
     if (value.has_value() && value->empty()) return std::nullopt;

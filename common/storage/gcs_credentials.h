@@ -27,6 +27,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/env.h"
 
 namespace clusterprof::storage::gcs {
 
@@ -37,7 +38,7 @@ inline constexpr char kDefaultMetadataHost[] = "169.254.169.254";
 struct CredentialsOptions {
   Clock* clock = nullptr;  // common/clock.h; required
   // Environment lookup, injectable for tests (default: std::getenv).
-  std::function<std::optional<std::string>(std::string_view name)> getenv;
+  GetEnvFn getenv;
   // The OAuth scope asked for with a service-account key. Tokens from the metadata server carry
   // the scopes of the VM (GCE) or of the Google service account (GKE Workload Identity).
   std::string scope = kDefaultScope;

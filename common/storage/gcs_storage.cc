@@ -280,12 +280,11 @@ struct GcsStorageImpl {
           }
           // Until something is queued, or the first deferred upload is due (on the injected
           // clock, so look again at least once a second).
-          mu.AwaitWithDeadline(
+          mu.AwaitWithTimeout(
               [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
                 return stop->load(std::memory_order_acquire) || !queue.empty();
               },
-              std::chrono::steady_clock::now() +
-                  std::chrono::nanoseconds(std::max<int64_t>(wait_ns, kNanosPerMilli)));
+              std::chrono::nanoseconds(std::max<int64_t>(wait_ns, kNanosPerMilli)));
         }
       }
       Run(next);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include "common/env.h"
 #include "common/status.h"
 #include "common/strings.h"
 
@@ -51,8 +52,7 @@ absl::StatusOr<std::unique_ptr<LocalCopy>> LocalCopy::Fetch(Storage& storage,
     return std::unique_ptr<LocalCopy>(new LocalCopy(std::string(uri), false));
   }
   CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<ObjectReader> reader, storage.NewReader(uri));
-  const char* tmp = std::getenv("TMPDIR");
-  std::string path = StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/clusterprof-XXXXXX");
+  std::string path = StrCat(GetEnv("TMPDIR").value_or("/tmp"), "/clusterprof-XXXXXX");
   const int fd = mkostemp(path.data(), O_CLOEXEC);
   if (fd < 0) return ErrnoToStatus(errno, "cannot create a temporary file", path);
   std::unique_ptr<LocalCopy> copy(new LocalCopy(path, true));

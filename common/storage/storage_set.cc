@@ -14,12 +14,6 @@
 namespace clusterprof::storage {
 namespace {
 
-std::optional<std::string> ProcessEnv(std::string_view name) {
-  const char* value = std::getenv(std::string(name).c_str());
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  return std::string(value);
-}
-
 // Whether `dir` holds spool records.
 bool HasSpoolRecords(const std::string& dir) {
   DIR* directory = opendir(dir.c_str());
@@ -37,15 +31,16 @@ bool HasSpoolRecords(const std::string& dir) {
 
 }  // namespace
 
-std::string DefaultSpoolDir(const GetEnvFn& getenv) {
+std::string DefaultSpoolDir(const GetEnvFn& getenv, std::string_view fallback) {
   if (std::optional<std::string> dir = getenv("CLUSTERPROF_SPOOL_DIR")) return *dir;
+  if (!fallback.empty()) return std::string(fallback);
   std::string tmp = getenv("TMPDIR").value_or("/tmp");
   while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
   return StrCat(tmp, "/clusterprof-spool-", getuid());
 }
 
 StorageSet::StorageSet(StorageSetOptions options) : options_(std::move(options)) {
-  if (!options_.getenv) options_.getenv = ProcessEnv;
+  if (!options_.getenv) options_.getenv = GetEnv;
   spool_dir_ =
       options_.gcs.spool_dir.empty() ? DefaultSpoolDir(options_.getenv) : options_.gcs.spool_dir;
   local_ = NewLocalStorage(options_.local);

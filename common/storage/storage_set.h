@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/env.h"
 #include "common/mutex.h"
 #include "common/storage/gcs_storage.h"
 #include "common/storage/local_storage.h"
@@ -19,8 +20,6 @@
 #include "common/storage/storage.h"
 
 namespace clusterprof::storage {
-
-using GetEnvFn = std::function<std::optional<std::string>(std::string_view name)>;
 
 struct StorageSetOptions {
   Clock* clock = nullptr;  // required
@@ -74,8 +73,13 @@ class StorageSet {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// $CLUSTERPROF_SPOOL_DIR, else $TMPDIR (or /tmp)/clusterprof-spool-<uid>.
-std::string DefaultSpoolDir(const GetEnvFn& getenv);
+// The sidecar's spool: a volume of its pod (the webhook mounts an emptyDir there).
+inline constexpr std::string_view kSidecarSpoolDir = "/var/lib/clusterprof/spool";
+
+// Where files bound for gs:// wait when no spool directory is configured:
+// $CLUSTERPROF_SPOOL_DIR, else `fallback` (the sidecar passes kSidecarSpoolDir), else
+// $TMPDIR (or /tmp)/clusterprof-spool-<uid> (the CLI and the operator).
+std::string DefaultSpoolDir(const GetEnvFn& getenv = GetEnv, std::string_view fallback = "");
 
 }  // namespace clusterprof::storage
 

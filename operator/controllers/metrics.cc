@@ -1,6 +1,6 @@
 #include "operator/controllers/metrics.h"
 
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -79,9 +79,10 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
                         .Help("How long keys wait in a work queue before a worker takes them")
                         .Register(*registry_);
   std::map<std::string, int> zero;
-  for (JobPhase phase : {JobPhase::kPending, JobPhase::kScheduled, JobPhase::kCapturing,
-                         JobPhase::kSucceeded, JobPhase::kPartiallySucceeded, JobPhase::kFailed}) {
-    zero[std::string(JobPhaseName(phase))] = 0;
+  for (api::JobPhase phase :
+       {api::JobPhase::kPending, api::JobPhase::kScheduled, api::JobPhase::kCapturing,
+        api::JobPhase::kSucceeded, api::JobPhase::kPartiallySucceeded, api::JobPhase::kFailed}) {
+    zero[std::string(api::JobPhaseName(phase))] = 0;
   }
   SetJobsByPhase(zero);
   for (const char* outcome : {"succeeded", "empty", "failed"}) {

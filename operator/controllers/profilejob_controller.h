@@ -1,5 +1,5 @@
 // The ProfileJob controller: drives a ProfileJob from Pending to Succeeded, PartiallySucceeded or
-// Failed with the capture coordinator (operator/coordinator/coordinator.h).
+// Failed with the capture coordinator (coordinator/coordinator.h).
 //
 //   Pending    spec checked (an invalid one -> Failed, naming the field), targets resolved from
 //              the pod cache (fewer than minReady -> Failed), run name and T0 chosen
@@ -7,7 +7,8 @@
 //   Capturing  written before each attempt's Profile requests go out (attempt, T0)
 //   Succeeded / PartiallySucceeded / Failed, with per-target results, a summary and conditions
 //
-// Captures run on threads of their own, so a worker is never held for a capture's duration.
+// Captures run on threads of their own, so a worker is never held for a capture's duration; the
+// controller owns them, and Stop cancels the ones still running and joins them all.
 // A job found in Scheduled or Capturing with no capture running in this process (the operator
 // restarted, or another replica led before) is resumed: each sidecar is asked for the run's
 // session first, so a finished capture is read back and a running one joined, never repeated.
@@ -29,24 +30,31 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/cancel.h"
 #include "common/clock.h"
 #include "common/mutex.h"
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
+#include "operator/controllers/status_writer.h"
+#include "operator/kube/api_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
-#include "operator/kube/rest_client.h"
 #include "operator/kube/workqueue.h"
 
 namespace clusterprof::storage {
 class StorageSet;
 }  // namespace clusterprof::storage
 
+namespace clusterprof::coordinator {
+class ProfilerConnector;
+struct RunResult;
+}  // namespace clusterprof::coordinator
+
 namespace clusterprof::controllers {
 
 struct ProfileJobControllerOptions {
   int workers = 4;
-  // The coordinator's timing (operator/coordinator/coordinator.h, CaptureOptions).
+  // The coordinator's timing (coordinator/coordinator.h, CaptureOptions).
   int64_t fan_out_lead_ms = 200;
   int64_t retry_backoff_ms = 1000;
   int64_t grace_ms = 30'000;
@@ -59,6 +67,9 @@ struct ProfileJobControllerOptions {
   int64_t final_status_retry_ns = 5 * 60 * kNanosPerSecond;
   // Where run manifests are written (common/storage/storage_set.h); nullptr: a set per capture.
   storage::StorageSet* storages = nullptr;
+  // How sidecars are reached (coordinator/connector.h); nullptr: gRPC, with the token file's
+  // token.
+  coordinator::ProfilerConnector* connector = nullptr;
 };
 
 class ProfileJobController : public kube::ResourceEventHandler {
@@ -66,7 +77,7 @@ class ProfileJobController : public kube::ResourceEventHandler {
   // Everything must outlive the controller. `jobs` is a ProfileJob informer (JsonDecoder),
   // `pods` a Pod informer (PodDecoder) over the same namespaces; both should have synced before
   // Start. `events` and `metrics` may be null.
-  ProfileJobController(kube::RestClient* client, Clock* clock, kube::Informer* jobs,
+  ProfileJobController(kube::ApiClient* client, Clock* clock, kube::Informer* jobs,
                        kube::Informer* pods, kube::EventRecorder* events, OperatorMetrics* metrics,
                        ProfileJobControllerOptions options = {});
   ~ProfileJobController() override;
@@ -75,8 +86,9 @@ class ProfileJobController : public kube::ResourceEventHandler {
 
   // Registers with the job informer and starts the workers.
   void Start();
-  // Stops the workers, then waits up to `capture_grace_ns` for running captures to finish.
-  // Returns whether none is left running (those left are abandoned to a future operator).
+  // Stops the workers, waits up to `capture_grace_ns` for running captures to finish, cancels
+  // the rest and joins them all. Returns whether every capture finished on its own (a cancelled
+  // one is left to the sidecars, which finish it, and to a future operator, which resumes it).
   bool Stop(int64_t capture_grace_ns);
 
   // One reconcile of the job `key` ("namespace/name"); public for tests. An error requeues it.
@@ -96,47 +108,42 @@ class ProfileJobController : public kube::ResourceEventHandler {
   struct Capture {
     std::string uid;
     std::thread thread;
+    CancelToken cancel;
     std::atomic<bool> finished{false};
     // The final status was written (the job is terminal as far as this process knows).
     std::atomic<bool> wrote_final{false};
   };
-  struct JobRef {
-    std::string namespace_;
-    std::string name;
-    std::string uid;
-  };
 
   void Worker();
   absl::Status Schedule(const kube::ObjectMeta& meta, const web::json::value& job,
-                        const ProfileJobSpec& spec, ProfileJobStatus status);
+                        const api::ProfileJobSpec& spec, api::ProfileJobStatus status);
   absl::Status Fail(const kube::ObjectMeta& meta, const web::json::value& job,
-                    ProfileJobStatus status, std::string_view reason, std::string_view message);
+                    api::ProfileJobStatus status, std::string_view reason,
+                    std::string_view message);
   absl::Status HandleFinished(const std::string& key, const kube::ObjectMeta& meta,
-                              const web::json::value& job, const ProfileJobStatus& status);
-  void StartCapture(const std::string& key, const JobRef& job, const ProfileJobSpec& spec,
-                    const ProfileJobStatus& status, bool resume);
-  void RunCapture(const std::string& key, const JobRef& job, const ProfileJobSpec& spec,
-                  const ProfileJobStatus& status, bool resume, Capture* capture);
+                              const web::json::value& job, const api::ProfileJobStatus& status);
+  void StartCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
+                    const api::ProfileJobStatus& status, bool resume);
+  void RunCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
+                  const api::ProfileJobStatus& status, bool resume, Capture* capture);
+  // Writes the finished run's status, then its events and metrics; whether it was written.
+  bool FinishCapture(const std::string& key, const JobRef& job, const std::string& run,
+                     const coordinator::RunResult& result, Capture* capture);
   // Writes phase Capturing with the attempt and its T0, if the job is still in `expected_phase`
   // of `run`; FailedPrecondition when it moved on, NotFound when it is gone.
   absl::Status MarkCapturing(const JobRef& job, const std::string& run,
                              const std::string& expected_phase, int attempt, int64_t t0);
-  // Read-modify-write of the job's status from the server's latest copy, retried on conflicts.
-  // NotFound when the job is gone or is another object (uid); `mutate`'s error aborts.
-  absl::Status WriteStatus(const JobRef& job,
-                           const std::function<absl::Status(ProfileJobStatus&)>& mutate);
-  // Writes `status` over the cached object `job` (optimistic: a Conflict requeues).
-  absl::Status UpdateStatus(const web::json::value& job, const ProfileJobStatus& status);
   void Event(const JobRef& job, std::string_view type, std::string_view reason,
              std::string_view message);
 
-  kube::RestClient* const client_;
+  kube::ApiClient* const client_;
   Clock* const clock_;
   kube::Informer* const jobs_;
   kube::Informer* const pods_;
   kube::EventRecorder* const events_;
   OperatorMetrics* const metrics_;
   const ProfileJobControllerOptions options_;
+  StatusWriter status_writer_;
   kube::RateLimitingQueue queue_;
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};

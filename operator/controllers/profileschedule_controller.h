@@ -23,19 +23,26 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "common/clock.h"
+#include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
+#include "operator/kube/api_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
-#include "operator/kube/rest_client.h"
 #include "operator/kube/workqueue.h"
 
 namespace clusterprof::controllers {
+
+// A schedule whose spec, cron expression and time zone are valid (defined in the .cc).
+struct ValidSchedule;
 
 struct ProfileScheduleControllerOptions {
   int workers = 1;
@@ -45,7 +52,7 @@ class ProfileScheduleController : public kube::ResourceEventHandler {
  public:
   // `schedules` and `jobs` are informers (JsonDecoder) over the same namespaces. `events` and
   // `metrics` may be null. Everything must outlive the controller.
-  ProfileScheduleController(kube::RestClient* client, Clock* clock, kube::Informer* schedules,
+  ProfileScheduleController(kube::ApiClient* client, Clock* clock, kube::Informer* schedules,
                             kube::Informer* jobs, kube::EventRecorder* events,
                             OperatorMetrics* metrics,
                             ProfileScheduleControllerOptions options = {});
@@ -64,16 +71,48 @@ class ProfileScheduleController : public kube::ResourceEventHandler {
   void OnUpdate(const kube::ObjectPtr& old_object, const kube::ObjectPtr& new_object) override;
   void OnDelete(const kube::ObjectPtr& object, bool final_state_unknown) override;
 
+  // A child ProfileJob as the controller sees it.
+  struct Child {
+    std::string name;
+    std::string uid;
+    api::JobPhase phase = api::JobPhase::kPending;
+    // For ordering the history: completion, else creation.
+    std::string finished_or_created;
+    std::string completion_time;
+  };
+  struct Children {
+    std::vector<Child> active, succeeded, failed;
+    std::set<std::string> names;
+  };
+
  private:
   // Queues the owning schedule when a child job changes.
   class JobHandler;
+
+  // The schedule's children in the job cache (owned by it, not being deleted).
+  Children ListChildren(const kube::ObjectMeta& meta);
+  // Creates the job for the most recent time that is due, as the concurrency policy allows,
+  // recording it in `status` and `children`; returns the next time to look again.
+  absl::StatusOr<std::optional<absl::Time>> StartDueJob(const kube::ObjectMeta& meta,
+                                                        const ValidSchedule& valid, absl::Time now,
+                                                        Children& children,
+                                                        api::ProfileScheduleStatus& status);
+  absl::Status DeleteChild(const kube::ObjectMeta& meta, const Child& child, std::string_view what,
+                           std::string_view why);
+  // Deletes the oldest of `children` beyond `limit`.
+  absl::Status PruneHistory(const kube::ObjectMeta& meta, std::vector<Child> children,
+                            int32_t limit);
+  // Writes `status` over the cached schedule when it differs from `current`.
+  absl::Status WriteStatus(const kube::JsonObject& schedule,
+                           const absl::StatusOr<api::ProfileScheduleStatus>& current,
+                           const api::ProfileScheduleStatus& status);
 
   void Worker();
   void EnqueueOwner(const kube::ObjectPtr& job);
   void Event(const kube::ObjectMeta& meta, std::string_view type, std::string_view reason,
              std::string_view message);
 
-  kube::RestClient* const client_;
+  kube::ApiClient* const client_;
   Clock* const clock_;
   kube::Informer* const schedules_;
   kube::Informer* const jobs_;

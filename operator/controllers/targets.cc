@@ -10,9 +10,10 @@ namespace clusterprof::controllers {
 namespace {
 
 bool IsSidecarContainer(const kube::Container& container) {
-  if (container.name == kSidecarContainerName) return true;
-  return std::any_of(container.ports.begin(), container.ports.end(),
-                     [](const kube::ContainerPort& port) { return port.name == kSidecarPortName; });
+  if (container.name == api::kSidecarContainerName) return true;
+  return std::any_of(
+      container.ports.begin(), container.ports.end(),
+      [](const kube::ContainerPort& port) { return port.name == api::kSidecarPortName; });
 }
 
 std::string JoinHostPort(const std::string& host, int32_t port) {
@@ -23,17 +24,17 @@ std::string JoinHostPort(const std::string& host, int32_t port) {
 }  // namespace
 
 bool HasSidecar(const kube::Pod& pod) {
-  if (kube::FindValue(pod.metadata.annotations, kPortAnnotation) != nullptr) return true;
+  if (kube::FindValue(pod.metadata.annotations, api::kPortAnnotation) != nullptr) return true;
   return std::any_of(pod.containers.begin(), pod.containers.end(), IsSidecarContainer) ||
          std::any_of(pod.init_containers.begin(), pod.init_containers.end(), IsSidecarContainer);
 }
 
-absl::StatusOr<int32_t> SidecarPort(const ProfileJobSpec& spec, const kube::Pod& pod) {
+absl::StatusOr<int32_t> SidecarPort(const api::ProfileJobSpec& spec, const kube::Pod& pod) {
   if (spec.port != 0) return spec.port;
-  if (const std::string* text = kube::FindValue(pod.metadata.annotations, kPortAnnotation)) {
+  if (const std::string* text = kube::FindValue(pod.metadata.annotations, api::kPortAnnotation)) {
     const std::optional<int> port = ParsePort(StripAsciiWhitespace(*text));
     if (!port.has_value()) {
-      return absl::InvalidArgumentError(StrCat("annotation ", kPortAnnotation, "=\"", *text,
+      return absl::InvalidArgumentError(StrCat("annotation ", api::kPortAnnotation, "=\"", *text,
                                                "\" is not a port number (1-65535)"));
     }
     return *port;
@@ -41,14 +42,15 @@ absl::StatusOr<int32_t> SidecarPort(const ProfileJobSpec& spec, const kube::Pod&
   for (const auto* containers : {&pod.containers, &pod.init_containers}) {
     for (const kube::Container& container : *containers) {
       for (const kube::ContainerPort& port : container.ports) {
-        if (port.name == kSidecarPortName && port.container_port > 0) return port.container_port;
+        if (port.name == api::kSidecarPortName && port.container_port > 0)
+          return port.container_port;
       }
     }
   }
-  return kDefaultSidecarPort;
+  return api::kDefaultSidecarPort;
 }
 
-TargetResolution ResolveTargets(const ProfileJobSpec& spec,
+TargetResolution ResolveTargets(const api::ProfileJobSpec& spec,
                                 const std::vector<kube::ObjectPtr>& pods) {
   TargetResolution resolution;
   std::vector<const kube::Pod*> sorted;
@@ -70,9 +72,9 @@ TargetResolution ResolveTargets(const ProfileJobSpec& spec,
     } else if (pod->pod_ip.empty()) {
       why = "no pod IP yet";
     } else if (!HasSidecar(*pod)) {
-      why = StrCat("no clusterprof sidecar (no ", kSidecarContainerName,
-                   " container, no container port named ", kSidecarPortName, ", no ",
-                   kPortAnnotation, " annotation)");
+      why = StrCat("no clusterprof sidecar (no ", api::kSidecarContainerName,
+                   " container, no container port named ", api::kSidecarPortName, ", no ",
+                   api::kPortAnnotation, " annotation)");
     }
     // What keeps its containers from running, when the kubelet says (an image missing on the
     // node, a crash loop): the user's next question.

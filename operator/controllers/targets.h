@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 #include "operator/kube/object.h"
 
 namespace clusterprof::controllers {
@@ -34,11 +34,11 @@ bool HasSidecar(const kube::Pod& pod);
 // The sidecar's port on `pod`: spec.targets.port when set, else the clusterprof.io/port
 // annotation, else the port named "clusterprof", else 8466. InvalidArgument for an annotation
 // that is not a port number.
-absl::StatusOr<int32_t> SidecarPort(const ProfileJobSpec& spec, const kube::Pod& pod);
+absl::StatusOr<int32_t> SidecarPort(const api::ProfileJobSpec& spec, const kube::Pod& pod);
 
 // `pods` are the pods of the job's namespace that its selector matches (any other kind of object
 // is ignored).
-TargetResolution ResolveTargets(const ProfileJobSpec& spec,
+TargetResolution ResolveTargets(const api::ProfileJobSpec& spec,
                                 const std::vector<kube::ObjectPtr>& pods);
 
 }  // namespace clusterprof::controllers

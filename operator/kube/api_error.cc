@@ -3,6 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/cord.h"
+#include "common/http/status.h"
 #include "common/strings.h"
 #include "cpprest/json.h"
 
@@ -14,30 +15,8 @@ namespace {
 constexpr char kPayloadUrl[] = "type.clusterprof.io/kube.ApiError";
 
 absl::StatusCode CodeFor(int http_code, std::string_view reason) {
-  switch (http_code) {
-    case 400:
-    case 422:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 403:
-      return absl::StatusCode::kPermissionDenied;
-    case 404:
-      return absl::StatusCode::kNotFound;
-    case 409:
-      return reason == "AlreadyExists" ? absl::StatusCode::kAlreadyExists
-                                       : absl::StatusCode::kAborted;
-    case 410:
-      return absl::StatusCode::kOutOfRange;
-    case 429:
-      return absl::StatusCode::kResourceExhausted;
-    case 500:
-      return absl::StatusCode::kInternal;
-    default:
-      break;
-  }
-  if (http_code > 500 && http_code < 600) return absl::StatusCode::kUnavailable;
-  return absl::StatusCode::kUnknown;
+  if (http_code == 409 && reason == "AlreadyExists") return absl::StatusCode::kAlreadyExists;
+  return http::StatusCodeFor(http_code, http::Api::kKubernetes);
 }
 
 // The reason the API server would give for a bare HTTP code (a proxy's answer has no Status).

@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/escaping.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -23,9 +24,7 @@
 namespace clusterprof::kube {
 
 std::optional<std::string> ProcessEnvironment::Get(std::string_view name) const {
-  const char* value = std::getenv(std::string(name).c_str());
-  if (value == nullptr) return std::nullopt;
-  return std::string(value);
+  return GetEnv(name);
 }
 
 std::optional<std::string> MapEnvironment::Get(std::string_view name) const {

@@ -52,7 +52,7 @@ std::string Key(const Fields&... fields) {
 
 }  // namespace
 
-EventRecorder::EventRecorder(RestClient* client, Clock* clock, std::string component,
+EventRecorder::EventRecorder(ApiClient* client, Clock* clock, std::string component,
                              std::string host, EventRecorderOptions options)
     : client_(client),
       clock_(clock),

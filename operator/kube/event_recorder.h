@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/mutex.h"
-#include "operator/kube/rest_client.h"
+#include "operator/kube/api_client.h"
 
 namespace clusterprof::kube {
 
@@ -72,7 +72,7 @@ class EventRecorder {
  public:
   // `component` is source.component and reportingComponent ("clusterprof-operator"); `host`
   // is source.host and reportingInstance. `client` and `clock` must outlive the recorder.
-  EventRecorder(RestClient* client, Clock* clock, std::string component, std::string host,
+  EventRecorder(ApiClient* client, Clock* clock, std::string component, std::string host,
                 EventRecorderOptions options = {});
   // Drains the queue (waiting up to options.flush_timeout_ns), then stops the writer; what is
   // left is dropped. A request in flight delays this by up to the client's request timeout.
@@ -130,7 +130,7 @@ class EventRecorder {
   template <typename Map>
   void Trim(Map& map, int64_t now_mono_ns);
 
-  RestClient* const client_;
+  ApiClient* const client_;
   Clock* const clock_;
   const std::string component_;
   const std::string host_;

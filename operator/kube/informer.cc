@@ -158,7 +158,7 @@ std::vector<ObjectStore::Change> ObjectStore::Replace(std::vector<ObjectPtr> obj
 
 // Informer
 
-Informer::Informer(RestClient* client, Clock* clock, InformerOptions options)
+Informer::Informer(ApiClient* client, Clock* clock, InformerOptions options)
     : client_(client),
       clock_(clock),
       options_(std::move(options)),

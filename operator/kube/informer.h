@@ -25,9 +25,9 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "operator/kube/api_client.h"
 #include "operator/kube/object.h"
 #include "operator/kube/resource.h"
-#include "operator/kube/rest_client.h"
 #include "operator/kube/selector.h"
 
 namespace clusterprof::kube {
@@ -122,7 +122,7 @@ struct InformerStats {
 // a resync period is set); Stop() or destruction ends them promptly, cancelling an open watch.
 class Informer {
  public:
-  Informer(RestClient* client, Clock* clock, InformerOptions options);
+  Informer(ApiClient* client, Clock* clock, InformerOptions options);
   ~Informer();
   Informer(const Informer&) = delete;
   Informer& operator=(const Informer&) = delete;
@@ -163,7 +163,7 @@ class Informer {
   bool Backoff(int64_t at_least_ns);
   void SetError(const absl::Status& status);
 
-  RestClient* const client_;
+  ApiClient* const client_;
   Clock* const clock_;
   const InformerOptions options_;
   ObjectStore store_;

@@ -73,7 +73,7 @@ std::string Seconds(int64_t ns) { return StrCat(static_cast<double>(ns) / kNanos
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<LeaderElector>> LeaderElector::Create(RestClient* client,
+absl::StatusOr<std::unique_ptr<LeaderElector>> LeaderElector::Create(ApiClient* client,
                                                                      Clock* clock,
                                                                      LeaderElectionConfig config) {
   CLUSTERPROF_CHECK(client != nullptr);
@@ -99,7 +99,7 @@ absl::StatusOr<std::unique_ptr<LeaderElector>> LeaderElector::Create(RestClient*
   return std::unique_ptr<LeaderElector>(new LeaderElector(client, clock, std::move(config)));
 }
 
-LeaderElector::LeaderElector(RestClient* client, Clock* clock, LeaderElectionConfig config)
+LeaderElector::LeaderElector(ApiClient* client, Clock* clock, LeaderElectionConfig config)
     : client_(client), clock_(clock), config_(std::move(config)) {}
 
 absl::Status LeaderElector::Run() { return Run(stop_); }

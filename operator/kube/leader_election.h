@@ -18,7 +18,7 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "cpprest/json.h"
-#include "operator/kube/rest_client.h"
+#include "operator/kube/api_client.h"
 
 namespace clusterprof::kube {
 
@@ -72,7 +72,7 @@ class LeaderElector {
  public:
   // InvalidArgument when the config is incomplete, or its durations do not satisfy
   // lease duration > renew deadline > 1.2 * retry period (client-go's rule).
-  static absl::StatusOr<std::unique_ptr<LeaderElector>> Create(RestClient* client, Clock* clock,
+  static absl::StatusOr<std::unique_ptr<LeaderElector>> Create(ApiClient* client, Clock* clock,
                                                                LeaderElectionConfig config);
 
   LeaderElector(const LeaderElector&) = delete;
@@ -100,7 +100,7 @@ class LeaderElector {
   const LeaderElectionConfig& config() const { return config_; }
 
  private:
-  LeaderElector(RestClient* client, Clock* clock, LeaderElectionConfig config);
+  LeaderElector(ApiClient* client, Clock* clock, LeaderElectionConfig config);
 
   // One round of client-go's tryAcquireOrRenew: OK when this candidate holds the Lease after it.
   absl::Status TryAcquireOrRenew();
@@ -111,7 +111,7 @@ class LeaderElector {
   void RecordAttempt(const absl::Status& status);
   void ObserveHolder(const std::string& holder);
 
-  RestClient* const client_;
+  ApiClient* const client_;
   Clock* const clock_;
   const LeaderElectionConfig config_;
   std::atomic<bool> stop_{false};

@@ -114,22 +114,6 @@ absl::StatusOr<web::json::value> ParseJsonBody(std::string_view request, const s
 
 }  // namespace
 
-std::string_view WatchEventTypeName(WatchEvent::Type type) {
-  switch (type) {
-    case WatchEvent::Type::kAdded:
-      return "ADDED";
-    case WatchEvent::Type::kModified:
-      return "MODIFIED";
-    case WatchEvent::Type::kDeleted:
-      return "DELETED";
-    case WatchEvent::Type::kBookmark:
-      return "BOOKMARK";
-    case WatchEvent::Type::kError:
-      return "ERROR";
-  }
-  return "UNKNOWN";
-}
-
 std::string EncodeListOptions(const ListOptions& options, bool watch) {
   std::vector<std::string> params;
   if (watch) params.push_back("watch=true");
@@ -451,26 +435,6 @@ absl::StatusOr<ObjectList> RestClient::List(const ResourceType& type, std::strin
     for (web::json::value& item : items) list.items.push_back(std::move(item));
   }
   return list;
-}
-
-absl::StatusOr<ObjectList> RestClient::ListAll(const ResourceType& type, std::string_view ns,
-                                               ListOptions options) {
-  ObjectList all;
-  while (true) {
-    CLUSTERPROF_ASSIGN_OR_RETURN(ObjectList page, List(type, ns, options));
-    // Every page of a paged list is a snapshot at the first page's resourceVersion.
-    if (all.resource_version.empty()) all.resource_version = page.resource_version;
-    if (all.items.empty()) {
-      all.items = std::move(page.items);
-    } else {
-      all.items.insert(all.items.end(), std::make_move_iterator(page.items.begin()),
-                       std::make_move_iterator(page.items.end()));
-    }
-    if (page.continue_token.empty()) return all;
-    options.continue_token = std::move(page.continue_token);
-    // The continue token carries the snapshot; a resourceVersion beside it is an error.
-    options.resource_version.clear();
-  }
 }
 
 absl::StatusOr<web::json::value> RestClient::Create(const ResourceType& type, std::string_view ns,

@@ -23,13 +23,13 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "cpprest/json.h"
+#include "operator/kube/api_client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/resource.h"
 
 namespace clusterprof::kube {
 
 class TokenBucket;
-class WatchStream;
 
 struct RestClientOptions {
   // Client-side rate limit over every request but watches' streaming (client-go's QPS and
@@ -50,64 +50,15 @@ struct RestClientOptions {
   std::function<void(std::string_view method, int code, int64_t latency_ns)> observe_request;
 };
 
-// The parameters of a list or a watch (metav1.ListOptions).
-struct ListOptions {
-  std::string label_selector;
-  std::string field_selector;
-  // Page size; 0 asks for everything at once.
-  int64_t limit = 0;
-  std::string continue_token;
-  // "" reads the latest state (a quorum read); "0" accepts any cached state; for a watch, where
-  // to start.
-  std::string resource_version;
-  // Watch only: the server ends the watch after this many seconds (0 = its default).
-  int timeout_seconds = 0;
-  bool allow_watch_bookmarks = false;
-};
-
-// One page of a list.
-struct ObjectList {
-  std::string resource_version;
-  // Set when more pages follow: pass it as ListOptions::continue_token.
-  std::string continue_token;
-  std::vector<web::json::value> items;
-};
-
-enum class PatchType {
-  kMerge,           // application/merge-patch+json (RFC 7386)
-  kJson,            // application/json-patch+json (RFC 6902)
-  kStrategicMerge,  // application/strategic-merge-patch+json (built-in kinds only)
-};
-
-struct DeleteOptions {
-  // Preconditions: the delete fails with 409 unless the object still has this uid /
-  // resourceVersion.
-  std::string uid;
-  std::string resource_version;
-  // "Orphan", "Background" or "Foreground"; "" leaves the server's default.
-  std::string propagation_policy;
-  int64_t grace_period_seconds = -1;
-};
-
-// A watch event, as the server sent it (watch.Event).
-struct WatchEvent {
-  enum class Type { kAdded, kModified, kDeleted, kBookmark, kError };
-  Type type = Type::kAdded;
-  // The object; for kError a meta/v1 Status; for kBookmark an object with only
-  // metadata.resourceVersion.
-  web::json::value object;
-};
-
-std::string_view WatchEventTypeName(WatchEvent::Type type);
-
 // A raw response, for callers that need more than the JSON body.
 struct RestResponse {
   int http_code = 0;
   std::string body;
 };
 
-// Thread-safe: any number of threads may issue requests at once (connections are pooled).
-class RestClient {
+// The ApiClient over HTTP. Thread-safe: any number of threads may issue requests at once
+// (connections are pooled).
+class RestClient final : public ApiClient {
  public:
   // InvalidArgument when the config cannot work (no server, a bad URL, a certificate that does
   // not load); no request is made.
@@ -119,38 +70,29 @@ class RestClient {
 
   const RestConfig& config() const;
 
+  using ApiClient::Delete;
+  using ApiClient::Get;
+  using ApiClient::List;
+  using ApiClient::Patch;
+  using ApiClient::Update;
   absl::StatusOr<web::json::value> Get(const ResourceType& type, std::string_view ns,
-                                       std::string_view name, std::string_view subresource = "");
-  // One page of the collection (all of it when options.limit is 0).
+                                       std::string_view name,
+                                       std::string_view subresource) override;
   absl::StatusOr<ObjectList> List(const ResourceType& type, std::string_view ns,
-                                  const ListOptions& options = {});
-  // Every page, following continue tokens; `options.limit` is the page size.
-  absl::StatusOr<ObjectList> ListAll(const ResourceType& type, std::string_view ns,
-                                     ListOptions options = {});
-  // Creates `object` (apiVersion and kind are filled in from `type` when missing).
+                                  const ListOptions& options) override;
   absl::StatusOr<web::json::value> Create(const ResourceType& type, std::string_view ns,
-                                          const web::json::value& object);
-  // Replaces the object (PUT) named in object.metadata.name; 409 Conflict when its
-  // metadata.resourceVersion is stale. With subresource "status", writes only the status.
+                                          const web::json::value& object) override;
   absl::StatusOr<web::json::value> Update(const ResourceType& type, std::string_view ns,
                                           const web::json::value& object,
-                                          std::string_view subresource = "");
-  absl::StatusOr<web::json::value> UpdateStatus(const ResourceType& type, std::string_view ns,
-                                                const web::json::value& object) {
-    return Update(type, ns, object, "status");
-  }
+                                          std::string_view subresource) override;
   absl::StatusOr<web::json::value> Patch(const ResourceType& type, std::string_view ns,
                                          std::string_view name, PatchType patch_type,
                                          const web::json::value& patch,
-                                         std::string_view subresource = "");
-  // OK when the object is gone or going; NotFound when it was not there.
+                                         std::string_view subresource) override;
   absl::Status Delete(const ResourceType& type, std::string_view ns, std::string_view name,
-                      const DeleteOptions& options = {});
-
-  // Starts a watch (options.resource_version says from where). The stream is open when this
-  // returns; a 410 Gone (too old a resourceVersion) comes back here or as a kError event.
+                      const DeleteOptions& options) override;
   absl::StatusOr<std::unique_ptr<WatchStream>> Watch(const ResourceType& type, std::string_view ns,
-                                                     const ListOptions& options);
+                                                     const ListOptions& options) override;
 
   // Any request: `path_and_query` starts with "/". `body` may be empty. For tests and the odd
   // endpoint the typed calls do not cover (/version, /readyz).
@@ -179,18 +121,6 @@ class RestClient {
   std::unique_ptr<TokenBucket> limiter_;
   std::atomic<int64_t> requests_{0};
   std::atomic<int64_t> throttled_ns_{0};
-};
-
-// An open watch. Next() is called from one thread at a time; Cancel() from any thread, and
-// makes a blocked Next() return. The stream closes when destroyed.
-class WatchStream {
- public:
-  virtual ~WatchStream() = default;
-  // The next event. nullopt when the server ended the stream cleanly (its timeoutSeconds ran
-  // out); Unavailable when the connection broke or the stream was cancelled; InvalidArgument
-  // (naming the line) when the server sent something that is not a watch event.
-  virtual absl::StatusOr<std::optional<WatchEvent>> Next() = 0;
-  virtual void Cancel() = 0;
 };
 
 // Builds a query string ("?a=b&c=d", "" when empty) from `options`, with `watch` set for

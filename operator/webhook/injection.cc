@@ -13,16 +13,16 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "cpprest/json.h"
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 
 namespace clusterprof::webhook {
 namespace {
 
 using web::json::value;
 
-using controllers::kPortAnnotation;
-using controllers::kSidecarContainerName;
-using controllers::kSidecarPortName;
+using api::kPortAnnotation;
+using api::kSidecarContainerName;
+using api::kSidecarPortName;
 
 bool IsQuantity(const std::string& text) {
   // resource.Quantity's syntax: a decimal number with an optional binary or decimal suffix.

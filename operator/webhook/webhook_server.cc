@@ -110,6 +110,7 @@ class WebhookServer::Impl {
  public:
   explicit Impl(WebhookServerOptions options)
       : options_(std::move(options)),
+        clock_(options_.clock != nullptr ? *options_.clock : SystemClock()),
         cert_path_(StrCat(options_.cert_dir, "/tls.crt")),
         key_path_(StrCat(options_.cert_dir, "/tls.key")) {
     if (options_.registry != nullptr) {
@@ -128,6 +129,8 @@ class WebhookServer::Impl {
     }
   }
 
+  Clock& clock() { return clock_; }
+
   absl::Status LoadInitial() {
     std::lock_guard lock(mu_);
     stamps_ = {Stamp(cert_path_), Stamp(key_path_)};
@@ -139,9 +142,9 @@ class WebhookServer::Impl {
   // once a second. A pair that fails to load leaves the old one in place.
   std::shared_ptr<KeyPair> Current() {
     std::lock_guard lock(mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_check_ >= std::chrono::seconds(1)) {
-      last_check_ = now;
+    const int64_t now_ns = clock_.MonotonicNs();
+    if (now_ns - last_check_ns_ >= kNanosPerSecond) {
+      last_check_ns_ = now_ns;
       const std::pair<FileStamp, FileStamp> stamps = {Stamp(cert_path_), Stamp(key_path_)};
       if (stamps != stamps_) {
         absl::StatusOr<std::shared_ptr<KeyPair>> pair = ReadKeyPair(cert_path_, key_path_);
@@ -172,12 +175,13 @@ class WebhookServer::Impl {
 
  private:
   const WebhookServerOptions options_;
+  Clock& clock_;
   const std::string cert_path_;
   const std::string key_path_;
   std::mutex mu_;
   std::pair<FileStamp, FileStamp> stamps_;
   std::shared_ptr<KeyPair> current_;
-  std::chrono::steady_clock::time_point last_check_ = std::chrono::steady_clock::now();
+  int64_t last_check_ns_ = clock_.MonotonicNs();
   bool warned_ = false;
   prometheus::Family<prometheus::Counter>* admissions_ = nullptr;
   prometheus::Histogram* latency_ = nullptr;
@@ -203,7 +207,7 @@ struct Reply {
 };
 
 Reply HandleRequest(WebhookServer::Impl& impl, const http::request<http::string_body>& request) {
-  const auto start = std::chrono::steady_clock::now();
+  const int64_t start_ns = impl.clock().MonotonicNs();
   const std::string_view target(request.target().data(), request.target().size());
   if (target != "/mutate-pods" && !target.starts_with("/mutate-pods?")) {
     return {http::status::not_found, "text/plain; charset=utf-8",
@@ -215,7 +219,7 @@ Reply HandleRequest(WebhookServer::Impl& impl, const http::request<http::string_
   }
   absl::StatusOr<ReviewAnswer> answer = Review(impl.options().injection, request.body());
   const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      static_cast<double>(impl.clock().MonotonicNs() - start_ns) / kNanosPerSecond;
   if (!answer.ok()) {
     spdlog::warn("webhook: bad request: {}", std::string(answer.status().message()));
     impl.Count("bad-request", seconds);

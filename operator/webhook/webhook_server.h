@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "operator/webhook/injection.h"
 
 namespace prometheus {
@@ -26,6 +27,8 @@ struct WebhookServerOptions {
   InjectionConfig injection;
   // clusterprof_webhook_admissions_total{outcome} and the latency histogram go here; may be null.
   std::shared_ptr<prometheus::Registry> registry;
+  // Times requests and the certificate re-reads; nullptr: the system clocks.
+  Clock* clock = nullptr;
 };
 
 class WebhookServer {

@@ -211,9 +211,8 @@ void AnnotationTracer::DrainLoop() {
     if (shutting_down_) return;
     // The first drain waits one interval: at the start instant the CPU belongs to the sessions
     // (of every sidecar on the machine) taking their start times.
-    mu_.AwaitWithDeadline(
-        [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+    mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
+                         std::chrono::milliseconds(options_.drain_interval_ms));
     int drains = 0;
     timespec dir_mtime{};
     while (draining_) {
@@ -226,9 +225,8 @@ void AnnotationTracer::DrainLoop() {
       if (changed) dir_mtime = st.st_mtim;
       if (changed || ++drains % kRefreshEveryDrains == 0) RefreshRingsLocked(/*skip=*/false);
       DrainLocked();
-      mu_.AwaitWithDeadline(
-          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+      mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
+                           std::chrono::milliseconds(options_.drain_interval_ms));
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "common/clock.h"
 #include "common/grpc_status.h"
 #include "common/strings.h"
 #include "common/xspace/merge.h"
@@ -155,7 +156,7 @@ absl::Status FrameworkTracer::Stop(int64_t stop_ns) {
   request.set_session_id(session);
   tensorflow::TerminateResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  context.set_deadline(GrpcTimeout(5 * kNanosPerSecond));
   (void)tensorflow::ProfilerService::NewStub(channel_)->Terminate(&context, request, &response);
   return absl::OkStatus();
 }

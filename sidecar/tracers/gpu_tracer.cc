@@ -33,7 +33,10 @@ absl::StatusOr<std::unique_ptr<GpuTracer>> GpuTracer::Create(
 
 GpuTracer::GpuTracer(Options options, shm::ControlWriter* control,
                      std::unique_ptr<GpuMetricsSampler> metrics)
-    : options_(std::move(options)), control_(control), metrics_(std::move(metrics)) {
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? options_.clock : &SystemClock()),
+      control_(control),
+      metrics_(std::move(metrics)) {
   drainer_ = std::thread([this] { DrainLoop(); });
 }
 
@@ -111,8 +114,7 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
   stop_ns_ = stop_ns;
   // Each process that armed for this capture flushes CUPTI and says so; wait for that, draining
   // meanwhile (a full ring would hold a flush up). A process that exited has nothing more.
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.flush_timeout_ms);
+  const int64_t deadline_ns = clock_->MonotonicNs() + options_.flush_timeout_ms * kNanosPerMilli;
   while (true) {
     // A process that saw the arming just before the disarm may create its ring only now.
     RefreshRingsLocked();
@@ -127,7 +129,7 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
       }
     }
     if (pending.empty()) break;
-    if (std::chrono::steady_clock::now() >= deadline) {
+    if (clock_->MonotonicNs() >= deadline_ns) {
       for (const shm::GpuRingReader* reader : pending) {
         warnings_.push_back(StrCat(
             "gpu: ", ProcessLabel(*reader), " did not hand over its last GPU records within ",
@@ -135,8 +137,8 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
       }
       break;
     }
-    mu_.AwaitWithDeadline([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return shutting_down_; },
-                          std::chrono::steady_clock::now() + std::chrono::milliseconds(2));
+    mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return shutting_down_; },
+                         std::chrono::milliseconds(2));
   }
   draining_ = false;
   armed_ = false;
@@ -157,9 +159,9 @@ void GpuTracer::DrainLoop() {
         RefreshRingsLocked();
       }
       DrainLocked();
-      mu_.AwaitWithDeadline(
+      mu_.AwaitWithTimeout(
           [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_ || shutting_down_; },
-          std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.drain_interval_ms));
+          std::chrono::milliseconds(options_.drain_interval_ms));
     }
   }
 }

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "sidecar/sdk/control_page.h"
 #include "sidecar/sdk/shm_format.h"
@@ -37,6 +38,8 @@ class GpuTracer final : public Tracer {
     int64_t flush_timeout_ms = 3000;
     // Records kept per capture in the sidecar, all processes together (64 bytes each).
     uint64_t max_records = 8'000'000;
+    // Times the flush wait; nullptr: the system clocks.
+    Clock* clock = nullptr;
   };
 
   // `control` is the pod's control page (the annotation tracer's); it must outlive the tracer.
@@ -75,6 +78,7 @@ class GpuTracer final : public Tracer {
   void ReleaseRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
+  Clock* const clock_;
   shm::ControlWriter* const control_;
   const std::unique_ptr<GpuMetricsSampler> metrics_;
 

@@ -39,7 +39,7 @@
 #include "cpprest/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/controllers/api.h"
+#include "operator/api/types.h"
 #include "operator/kube/resource.h"
 #include "tests/operator/kube/kube_fixture.h"
 #include "tests/operator/local_host.h"
@@ -578,12 +578,12 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   job["spec"]["logdir"] = value::string(logs);
   job["spec"]["runName"] = value::string("chart_rbac");
   job["spec"]["ttlSecondsAfterFinished"] = value::number(4);
-  ASSERT_TRUE(admin_->Create(controllers::ProfileJobs(), kWorkloadNamespace, job).ok());
+  ASSERT_TRUE(admin_->Create(api::ProfileJobs(), kWorkloadNamespace, job).ok());
   value got;
   ASSERT_TRUE(Eventually(
       [&] {
         absl::StatusOr<value> current =
-            admin_->Get(controllers::ProfileJobs(), kWorkloadNamespace, "chart-rbac");
+            admin_->Get(api::ProfileJobs(), kWorkloadNamespace, "chart-rbac");
         if (!current.ok()) return false;
         got = *current;
         return got.has_object_field("status") && got.at("status").has_string_field("phase") &&
@@ -611,7 +611,7 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   EXPECT_TRUE(Eventually(
       [&] {
         return absl::IsNotFound(
-            admin_->Get(controllers::ProfileJobs(), kWorkloadNamespace, "chart-rbac").status());
+            admin_->Get(api::ProfileJobs(), kWorkloadNamespace, "chart-rbac").status());
       },
       std::chrono::seconds(30)))
       << fail_with_log();
@@ -621,10 +621,10 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   schedule["metadata"]["name"] = value::string("badcron");
   schedule["spec"]["schedule"] = value::string("61 * * * *");
   schedule["spec"]["jobTemplate"]["spec"] = job.at("spec");
-  ASSERT_TRUE(admin_->Create(controllers::ProfileSchedules(), kWorkloadNamespace, schedule).ok());
+  ASSERT_TRUE(admin_->Create(api::ProfileSchedules(), kWorkloadNamespace, schedule).ok());
   EXPECT_TRUE(Eventually([&] {
     absl::StatusOr<value> current =
-        admin_->Get(controllers::ProfileSchedules(), kWorkloadNamespace, "badcron");
+        admin_->Get(api::ProfileSchedules(), kWorkloadNamespace, "badcron");
     return current.ok() && current->has_object_field("status") &&
            current->at("status").has_array_field("conditions") &&
            current->at("status").at("conditions").at(0).at("status").as_string() == "False";

@@ -44,7 +44,7 @@ SKIP_CODE = 77
 #   (apiGroup, resource): verbs
 EXPECTED_CLUSTER_ROLE_RULES = {
     # list, watch: the ProfileJob informer (operator/kube/informer.cc, started in
-    #   operator/controllers/manager.cc) and CheckApiAccess's list at start (manager.cc);
+    #   operator/manager/manager.cc) and CheckApiAccess's list at start (manager.cc);
     # get: ProfileJobController::WriteStatus reads the latest copy (profilejob_controller.cc);
     # create: ProfileScheduleController creates a schedule's jobs (profileschedule_controller.cc);
     # delete: ttlSecondsAfterFinished (profilejob_controller.cc), history limits and

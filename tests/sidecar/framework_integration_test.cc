@@ -8,9 +8,9 @@
 #include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/xspace_io.h"
+#include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "operator/coordinator/coordinator.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 

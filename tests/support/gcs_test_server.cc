@@ -23,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "common/check.h"
 #include "common/crc32c.h"
+#include "common/http/status.h"
 #include "common/json_escape.h"
 #include "common/strings.h"
 #include "cpprest/json.h"
@@ -150,55 +151,6 @@ std::string JsonString(std::string_view text) {
 std::string Rfc3339(int64_t wall_ns) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::FromUnixNanos(wall_ns),
                           absl::UTCTimeZone());
-}
-
-const char* ReasonPhrase(int code) {
-  switch (code) {
-    case 100:
-      return "Continue";
-    case 200:
-      return "OK";
-    case 204:
-      return "No Content";
-    case 206:
-      return "Partial Content";
-    case 304:
-      return "Not Modified";
-    case 308:
-      return "Resume Incomplete";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
-    case 410:
-      return "Gone";
-    case 412:
-      return "Precondition Failed";
-    case 416:
-      return "Requested Range Not Satisfiable";
-    case 429:
-      return "Too Many Requests";
-    case 499:
-      return "Client Closed Request";
-    case 500:
-      return "Internal Server Error";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return code >= 500 ? "Server Error" : code >= 400 ? "Client Error" : "Status";
-  }
 }
 
 // Writes all of `data`; false when the peer is gone.
@@ -1458,7 +1410,7 @@ bool GcsTestServer::HandleRequest(Connection* connection, Request& request, bool
   }
   const bool keep_alive = request.keep_alive && !reply.close;
 
-  std::string head = StrCat("HTTP/1.1 ", reply.code, " ", ReasonPhrase(reply.code), "\r\n");
+  std::string head = StrCat("HTTP/1.1 ", reply.code, " ", http::ReasonPhrase(reply.code), "\r\n");
   const bool has_content = reply.media != nullptr || !reply.body.empty();
   if (has_content) StrAppend(&head, "Content-Type: ", reply.content_type, "\r\n");
   for (const auto& [name, value] : reply.headers) StrAppend(&head, name, ": ", value, "\r\n");

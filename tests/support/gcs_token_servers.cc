@@ -26,6 +26,7 @@
 
 #include "absl/strings/escaping.h"
 #include "common/check.h"
+#include "common/http/status.h"
 #include "common/json_escape.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -181,7 +182,7 @@ class LocalHttpServer {
     if (!ReadRequest(fd, &request)) return;
     const HttpReply reply = handler_(request);
     std::string out =
-        StrCat("HTTP/1.1 ", reply.code, " ", ReasonPhrase(reply.code),
+        StrCat("HTTP/1.1 ", reply.code, " ", http::ReasonPhrase(reply.code),
                "\r\nContent-Type: ", reply.content_type, "\r\nContent-Length: ", reply.body.size(),
                "\r\nConnection: close\r\n");
     for (const auto& [name, value] : reply.headers) StrAppend(&out, name, ": ", value, "\r\n");
@@ -193,31 +194,6 @@ class LocalHttpServer {
       sent += static_cast<size_t>(n);
     }
     shutdown(fd, SHUT_WR);
-  }
-
-  static const char* ReasonPhrase(int code) {
-    switch (code) {
-      case 200:
-        return "OK";
-      case 400:
-        return "Bad Request";
-      case 401:
-        return "Unauthorized";
-      case 403:
-        return "Forbidden";
-      case 404:
-        return "Not Found";
-      case 405:
-        return "Method Not Allowed";
-      case 429:
-        return "Too Many Requests";
-      case 500:
-        return "Internal Server Error";
-      case 503:
-        return "Service Unavailable";
-      default:
-        return "Status";
-    }
   }
 
   const Handler handler_;

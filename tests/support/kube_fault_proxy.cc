@@ -22,6 +22,7 @@
 #include <optional>
 #include <utility>
 
+#include "common/http/status.h"
 #include "common/json_escape.h"
 #include "common/strings.h"
 
@@ -89,49 +90,6 @@ bool ParseHeaders(std::string_view head, Headers* headers) {
   return true;
 }
 
-const char* ReasonPhrase(int status) {
-  switch (status) {
-    case 200:
-      return "OK";
-    case 201:
-      return "Created";
-    case 202:
-      return "Accepted";
-    case 204:
-      return "No Content";
-    case 304:
-      return "Not Modified";
-    case 400:
-      return "Bad Request";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "Not Found";
-    case 405:
-      return "Method Not Allowed";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Gone";
-    case 422:
-      return "Unprocessable Entity";
-    case 429:
-      return "Too Many Requests";
-    case 500:
-      return "Internal Server Error";
-    case 502:
-      return "Bad Gateway";
-    case 503:
-      return "Service Unavailable";
-    case 504:
-      return "Gateway Timeout";
-    default:
-      return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : "Status";
-  }
-}
-
 // The Kubernetes StatusReason (k8s.io/apimachinery/pkg/apis/meta/v1) for an HTTP status.
 const char* KubeReason(int status) {
   switch (status) {
@@ -172,7 +130,7 @@ std::string StatusResponse(int status, std::string_view message, int retry_after
   if (retry_after_s >= 0)
     StrAppend(&body, R"(,"details":{"retryAfterSeconds":)", retry_after_s, "}");
   StrAppend(&body, R"(,"code":)", status, "}\n");
-  std::string response = StrCat("HTTP/1.1 ", status, " ", ReasonPhrase(status),
+  std::string response = StrCat("HTTP/1.1 ", status, " ", http::ReasonPhrase(status),
                                 "\r\nContent-Type: application/json\r\n"
                                 "Cache-Control: no-cache, private\r\nContent-Length: ",
                                 body.size(), "\r\n");
@@ -914,7 +872,8 @@ bool KubeFaultProxy::StreamResponse(Connection* connection, const Request& reque
 
   // Downstream, a body of known length keeps it; any other body goes chunked.
   const bool chunked_downstream = framing == Framing::kChunked || framing == Framing::kUntilClose;
-  std::string downstream_head = StrCat("HTTP/1.1 ", status, " ", ReasonPhrase(status), "\r\n");
+  std::string downstream_head =
+      StrCat("HTTP/1.1 ", status, " ", http::ReasonPhrase(status), "\r\n");
   for (const auto& [name, value] : headers) {
     if (!IsHopByHop(name)) StrAppend(&downstream_head, name, ": ", value, "\r\n");
   }

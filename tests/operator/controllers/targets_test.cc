@@ -27,8 +27,8 @@ struct PodBuilder {
   }
 };
 
-ProfileJobSpec Spec() {
-  ProfileJobSpec spec;
+api::ProfileJobSpec Spec() {
+  api::ProfileJobSpec spec;
   spec.selector = kube::LabelSelector();
   return spec;
 }
@@ -87,7 +87,7 @@ TEST(TargetsTest, ASkippedPodSaysWhatItsContainersWaitFor) {
 }
 
 TEST(TargetsTest, PortPrecedenceAndSidecarDetection) {
-  ProfileJobSpec spec = Spec();
+  api::ProfileJobSpec spec = Spec();
   PodBuilder annotated("annotated");
   annotated.Annotation("clusterprof.io/port", "9001");
   annotated.pod->containers.pop_back();  // the annotation alone marks a sidecar

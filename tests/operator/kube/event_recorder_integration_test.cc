@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/event_recorder.h"
+#include "operator/kube/rest_client.h"
 #include "tests/operator/kube/kube_fixture.h"
 
 namespace clusterprof::kube {

@@ -16,6 +16,7 @@
 #include "operator/kube/api_error.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/object.h"
+#include "operator/kube/rest_client.h"
 #include "spdlog/spdlog.h"
 #include "tests/operator/kube/kube_fixture.h"
 #include "tests/support/kube_fault_proxy.h"

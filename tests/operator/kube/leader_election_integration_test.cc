@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/leader_election.h"
+#include "operator/kube/rest_client.h"
 #include "tests/operator/kube/kube_fixture.h"
 
 namespace clusterprof::kube {

@@ -1,0 +1,194 @@
+// clusterprof capture: a synchronized capture across profiler servers, with a live progress
+// line per host on a terminal and a summary table at the end.
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/storage/logdir.h"
+#include "common/strings.h"
+#include "common/token_file.h"
+#include "fmt/format.h"
+#include "cli/commands.h"
+#include "coordinator/coordinator.h"
+
+namespace clusterprof::cli {
+namespace {
+
+using coordinator::Outcome;
+using coordinator::Phase;
+using coordinator::RunResult;
+using coordinator::TargetResult;
+
+std::string FormatBytes(uint64_t bytes) {
+  if (bytes < 1024) return fmt::format("{} B", bytes);
+  if (bytes < 1024 * 1024) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+}
+
+std::string FormatMicros(int64_t ns) { return fmt::format("{:+.0f} us", ns / 1000.0); }
+
+std::string ProgressText(const TargetResult& target, const RunResult& state, int64_t now_ns,
+                         int64_t duration_ms) {
+  switch (target.phase) {
+    case Phase::kProbing:
+      return "connecting";
+    case Phase::kWaiting:
+      return fmt::format("starts in {:.1f} s", (state.t0_ns - now_ns) / 1e9);
+    case Phase::kCapturing: {
+      const double elapsed = (now_ns - state.t0_ns) / 1e9;
+      const int width = 20;
+      const int filled =
+          std::clamp(static_cast<int>(elapsed * 1000 / duration_ms * width), 0, width);
+      return fmt::format("capturing [{}{}] {:.1f}/{:.1f} s", std::string(filled, '#'),
+                         std::string(width - filled, '.'), elapsed, duration_ms / 1000.0);
+    }
+    case Phase::kCollecting:
+      return "collecting and writing";
+    case Phase::kDone:
+      if (target.outcome == Outcome::kFailed) return fmt::format("failed: {}", target.message);
+      if (target.outcome == Outcome::kEmpty) return "done, empty trace";
+      return target.stats_known ? fmt::format("done, {} events", target.events) : "done";
+  }
+  return "";
+}
+
+// Redraws one line per host in place on a terminal; elsewhere prints each host's end once.
+class ProgressPrinter {
+ public:
+  ProgressPrinter(std::ostream& err, bool terminal, int64_t duration_ms)
+      : err_(err), terminal_(terminal), duration_ms_(duration_ms) {}
+
+  void Update(const RunResult& state, int64_t now_ns) {
+    if (terminal_) {
+      if (lines_ > 0) err_ << "\x1b[" << lines_ << "A";
+      for (const TargetResult& target : state.targets) {
+        err_ << "\r\x1b[2K"
+             << fmt::format("  {:<24} {}",
+                            target.host_name.empty() ? target.address : target.host_name,
+                            ProgressText(target, state, now_ns, duration_ms_))
+             << "\n";
+      }
+      lines_ = static_cast<int>(state.targets.size());
+      err_.flush();
+      return;
+    }
+    for (const TargetResult& target : state.targets) {
+      if (target.phase != Phase::kDone) continue;
+      const std::string key = fmt::format("{}#{}", target.address, target.attempts);
+      if (!printed_.emplace(key, true).second) continue;
+      err_ << fmt::format("  {:<24} attempt {}: {}\n", target.host_name, target.attempts,
+                          ProgressText(target, state, now_ns, duration_ms_));
+    }
+  }
+
+ private:
+  std::ostream& err_;
+  const bool terminal_;
+  const int64_t duration_ms_;
+  int lines_ = 0;
+  std::map<std::string, bool> printed_;
+};
+
+void PrintSummary(const RunResult& result, std::ostream& out) {
+  out << fmt::format("\n  {:<24} {:<8} {:>9} {:>8} {:>11} {:>12}  {}\n", "host", "outcome",
+                     "events", "dropped", "bytes", "start error", "note");
+  for (const TargetResult& t : result.targets) {
+    const std::string events = t.stats_known ? fmt::format("{}", t.events) : "-";
+    const std::string dropped = t.stats_known ? fmt::format("{}", t.dropped_events) : "-";
+    const std::string bytes = t.stats_known ? FormatBytes(t.bytes) : "-";
+    const std::string start = t.start_known ? FormatMicros(t.start_error_ns) : "-";
+    std::string note = t.message;
+    if (note.empty() && !t.warnings.empty()) note = t.warnings.front();
+    if (note.empty() && t.attempts > 1) note = fmt::format("{} attempts", t.attempts);
+    if (note.empty() && !t.is_sidecar && t.outcome != Outcome::kFailed) {
+      note = "not a clusterprof sidecar: clock not probed";
+    }
+    out << fmt::format("  {:<24} {:<8} {:>9} {:>8} {:>11} {:>12}  {}\n", t.host_name,
+                       coordinator::OutcomeName(t.outcome), events, dropped, bytes, start, note);
+  }
+  out << fmt::format("\n  {} of {} hosts returned data ({} empty, {} failed); max start skew {}\n",
+                     result.succeeded, result.targets.size(), result.empty, result.failed,
+                     result.max_start_skew_ns > 0
+                         ? fmt::format("{:.0f} us", result.max_start_skew_ns / 1000.0)
+                         : std::string("unknown"));
+}
+
+}  // namespace
+
+int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err) {
+  coordinator::CaptureOptions capture;
+  if (!options.token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(options.token_file);
+    if (!token.ok()) {
+      err << "clusterprof capture: --token-file: " << token.status().message() << "\n";
+      return 2;
+    }
+    capture.auth_token = *token;
+  }
+  absl::StatusOr<std::vector<coordinator::Target>> targets =
+      coordinator::ParseServiceAddresses(options.service_addr);
+  if (!targets.ok()) {
+    err << "clusterprof capture: --service-addr: " << targets.status().message() << "\n";
+    return kExitUsage;
+  }
+  capture.targets = std::move(*targets);
+  if (!options.host_names.empty()) {
+    const std::vector<std::string_view> names = SplitSkipEmpty(options.host_names, ',');
+    if (names.size() != capture.targets.size()) {
+      err << "clusterprof capture: --host-names has " << names.size() << " names for "
+          << capture.targets.size() << " addresses; give one per address\n";
+      return kExitUsage;
+    }
+    for (size_t i = 0; i < names.size(); ++i) capture.targets[i].host_name = names[i];
+  }
+  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(options.logdir);
+  if (!logdir.ok()) {
+    err << "clusterprof capture: --logdir: " << logdir.status().message() << "\n";
+    return kExitUsage;
+  }
+  capture.logdir = std::move(*logdir);
+  capture.run = options.run;
+  capture.duration_ms = options.duration_ms;
+  capture.delay_ms = options.delay_ms;
+  capture.num_tracing_attempts = options.num_tracing_attempts;
+  capture.host_tracer_level = options.host_tracer_level;
+  capture.device_tracer_level = options.device_tracer_level;
+  capture.python_tracer_level = options.python_tracer_level;
+
+  err << fmt::format("Capturing {} ms from {} host{}{} into {}\n", capture.duration_ms,
+                     capture.targets.size(), capture.targets.size() == 1 ? "" : "s",
+                     capture.delay_ms > 0 ? fmt::format(" after {} ms", capture.delay_ms) : "",
+                     capture.logdir.uri);
+  ProgressPrinter printer(err, options.progress && isatty(STDERR_FILENO) == 1, capture.duration_ms);
+  RunResult last;
+  RealClock clock;
+  absl::StatusOr<RunResult> result =
+      coordinator::Capture(capture, clock, [&](const RunResult& state, int64_t now_ns) {
+        last = state;
+        printer.Update(state, now_ns);
+      });
+  if (!result.ok() && last.targets.empty()) {
+    err << "clusterprof capture: " << result.status().message() << "\n";
+    return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
+  }
+  const RunResult& final_result = result.ok() ? *result : last;
+  PrintSummary(final_result, out);
+  if (!result.ok()) {
+    err << "clusterprof capture: " << result.status().message() << "\n";
+    return kExitFailure;
+  }
+  out << "\n  run directory  " << final_result.run_dir << "\n";
+  if (!final_result.manifest_uri.empty()) {
+    out << "  manifest       " << final_result.manifest_uri << "\n";
+  }
+  out << "  open it with   xprof --logdir " << capture.logdir.uri << "   (or tensorboard --logdir "
+      << capture.logdir.uri << ")\n";
+  out << "  in Perfetto    load a <host>.trace.json.gz from the run directory at "
+         "https://ui.perfetto.dev\n";
+  return kExitOk;
+}
+
+}  // namespace clusterprof::cli

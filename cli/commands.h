@@ -1,0 +1,68 @@
+// The `clusterprof` subcommands as plain functions: main.cc parses flags into these options and
+// calls them; tests call them directly. Each returns the process exit code and writes its
+// results to `out` and its errors to `err`.
+#ifndef CLUSTERPROF_CLI_COMMANDS_H_
+#define CLUSTERPROF_CLI_COMMANDS_H_
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+
+namespace clusterprof::cli {
+
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+
+struct ConvertOptions {
+  // An .xplane.pb file.
+  std::string input;
+  // Output path; default: the input with .xplane.pb replaced by .trace.json.gz. A name ending
+  // in .json (not .gz) is written uncompressed; "-" writes uncompressed JSON to `out`.
+  std::string output;
+  // Leave out the top-level "metadata" key (the perfetto_trace.json.gz shape).
+  bool perfetto = false;
+  int gzip_level = 1;
+};
+
+// clusterprof convert <file.xplane.pb> [-o out.trace.json.gz]
+int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err);
+
+struct InspectOptions {
+  // A run directory (<logdir>/plugins/profile/<run>), a logdir, or an .xplane.pb file.
+  std::string path;
+  int top = 10;
+  int max_lines = 20;
+  // Only the per-host table for a run directory; no per-host details.
+  bool brief = false;
+};
+
+// clusterprof inspect <run dir or file>
+int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err);
+
+struct CaptureOptions {
+  // host:port[,host:port...]; grpc:// prefixes are accepted.
+  std::string service_addr;
+  std::string logdir;
+  int64_t duration_ms = 2000;
+  int64_t delay_ms = 0;
+  int num_tracing_attempts = 3;
+  uint32_t host_tracer_level = 2;
+  uint32_t device_tracer_level = 1;
+  uint32_t python_tracer_level = 0;
+  // Empty: YYYY_MM_DD_HH_MM_SS (UTC) of the capture.
+  std::string run;
+  // Comma list, one per address: the hosts' names in the run.
+  std::string host_names;
+  // Live progress lines (only on a terminal).
+  bool progress = true;
+  // A file with the bearer token of sidecars started with --auth-token-file.
+  std::string token_file;
+};
+
+// clusterprof capture --service-addr a:8466,b:8466 --logdir DIR [--duration-ms N] ...
+int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace clusterprof::cli
+
+#endif  // CLUSTERPROF_CLI_COMMANDS_H_

@@ -1,0 +1,109 @@
+// clusterprof: the command line tool. Parses flags and runs a subcommand from commands.h.
+#include <iostream>
+
+#include "CLI/CLI.hpp"
+#include "common/logging.h"
+#include "common/process.h"
+#include "google/protobuf/stubs/logging.h"
+#include "cli/commands.h"
+#include "pplx/threadpool.h"
+#include "spdlog/spdlog.h"
+
+int main(int argc, char** argv) {
+  clusterprof::ApplyProcessSettings();
+  // cpprestsdk's HTTP clients (gs:// uploads) run on its thread pool, 40 threads by default; our
+  // callers block on them from threads of their own, so 2 do: a 1 GiB upload then holds half the
+  // memory, with fewer handoffs between threads (bench/RESULTS.md).
+  crossplat::threadpool::initialize_with_threads(2);
+  CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("clusterprof 0.1.0"));
+
+  clusterprof::cli::ConvertOptions convert;
+  CLI::App* convert_cmd =
+      app.add_subcommand("convert", "Convert an .xplane.pb into Chrome trace JSON for Perfetto");
+  convert_cmd->add_option("input", convert.input, "The .xplane.pb file")->required();
+  convert_cmd->add_option("-o,--output", convert.output,
+                          "Output file (default: <input>.trace.json.gz; *.json is written "
+                          "uncompressed; - writes JSON to stdout)");
+  convert_cmd->add_flag("--perfetto", convert.perfetto,
+                        "Leave out the top-level metadata key (perfetto_trace.json.gz shape)");
+  convert_cmd->add_option("--gzip-level", convert.gzip_level, "gzip level, 0-9")
+      ->check(CLI::Range(0, 9))
+      ->capture_default_str();
+
+  clusterprof::cli::InspectOptions inspect;
+  CLI::App* inspect_cmd =
+      app.add_subcommand("inspect", "Summarize a run directory, a logdir or an .xplane.pb file");
+  inspect_cmd->add_option("path", inspect.path, "Run directory, logdir or .xplane.pb file")
+      ->required();
+  inspect_cmd->add_option("--top", inspect.top, "How many top events to list")
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
+  inspect_cmd->add_flag("--brief", inspect.brief, "For a run directory, only the table of hosts");
+  inspect_cmd->add_option("--max-lines", inspect.max_lines, "Lines listed per plane")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+
+  clusterprof::cli::CaptureOptions capture;
+  CLI::App* capture_cmd = app.add_subcommand(
+      "capture",
+      "Capture one synchronized trace from profiler servers (clusterprof sidecars, or TF/JAX "
+      "profiler servers), as tf.profiler.experimental.client.trace does");
+  capture_cmd
+      ->add_option("--service-addr", capture.service_addr,
+                   "host:port[,host:port...] (grpc:// prefixes are accepted)")
+      ->required();
+  capture_cmd
+      ->add_option("--logdir", capture.logdir,
+                   "TensorBoard/XProf logdir: the run goes to <logdir>/plugins/profile/<run>")
+      ->required();
+  capture_cmd->add_option("--duration-ms", capture.duration_ms, "Capture length")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  capture_cmd->add_option("--delay-ms", capture.delay_ms, "Start this long from now")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--num-tracing-attempts", capture.num_tracing_attempts,
+                   "Attempts per host for retryable failures")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--host-tracer-level", capture.host_tracer_level,
+                   "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  capture_cmd->add_option("--token-file", capture.token_file,
+                          "File with the bearer token of sidecars started with --auth-token-file");
+  capture_cmd
+      ->add_option("--device-tracer-level", capture.device_tracer_level,
+                   "GPU activity: 0 off, 1 on")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  capture_cmd
+      ->add_option("--python-tracer-level", capture.python_tracer_level,
+                   "Python function tracing in framework servers: 0 off, 1 on")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  capture_cmd->add_option("--run", capture.run,
+                          "Run name (default: the capture's UTC time, YYYY_MM_DD_HH_MM_SS)");
+  capture_cmd->add_option("--host-names", capture.host_names,
+                          "Comma list of host names, one per address (default: each sidecar's "
+                          "own name, else the address)");
+  capture_cmd->add_flag("!--no-progress", capture.progress, "No live progress lines");
+
+  CLI11_PARSE(app, argc, argv);
+  (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
+  // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;
+  // show that as a warning next to our own error instead of a raw "[libprotobuf ERROR ...]".
+  google::protobuf::SetLogHandler(
+      +[](google::protobuf::LogLevel level, const char* file, int line, const std::string& msg) {
+        spdlog::warn("protobuf: {}", msg);
+      });
+
+  if (*capture_cmd) return clusterprof::cli::RunCapture(capture, std::cout, std::cerr);
+  if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
+  if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
+  return clusterprof::cli::kExitUsage;
+}

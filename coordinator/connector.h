@@ -1,0 +1,60 @@
+// The coordinator's view of a profiler server: three asynchronous calls, behind an interface so
+// that the coordinator (and the operator's controller above it) can be tested against in-process
+// fakes (tests/support/fake_profilers.h) on a SimulatedClock. GrpcConnector speaks the real
+// protocol: tensorflow.ProfilerService and clusterprof.v1alpha1.Sidecar, one channel per server.
+#ifndef CLUSTERPROF_COORDINATOR_CONNECTOR_H_
+#define CLUSTERPROF_COORDINATOR_CONNECTOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "tsl/profiler/protos/profiler_service.pb.h"
+
+namespace clusterprof::coordinator {
+
+template <typename Response>
+using Done = std::function<void(absl::StatusOr<Response> response)>;
+
+// One server. Every call returns at once; `done` runs exactly once, on any thread, with the
+// answer or the call's error: DEADLINE_EXCEEDED after `timeout_ns`, CANCELLED after
+// CancelCalls(), UNIMPLEMENTED from a TF/JAX server asked a Sidecar method. Thread-safe.
+class ProfilerConnection {
+ public:
+  virtual ~ProfilerConnection() = default;
+
+  virtual void GetInfo(int64_t timeout_ns, Done<v1alpha1::GetInfoResponse> done) = 0;
+  virtual void GetSession(const std::string& session_id, int64_t timeout_ns,
+                          Done<v1alpha1::GetSessionResponse> done) = 0;
+  virtual void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
+                       Done<tensorflow::ProfileResponse> done) = 0;
+  // Ends the calls in flight, and any made later, with CANCELLED. Their `done` still runs.
+  virtual void CancelCalls() = 0;
+};
+
+class ProfilerConnector {
+ public:
+  virtual ~ProfilerConnector() = default;
+  // `address` is host:port. Connecting does not fail: an unreachable server fails its calls
+  // (UNAVAILABLE).
+  virtual std::unique_ptr<ProfilerConnection> Connect(const std::string& address) = 0;
+};
+
+// gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent
+// as "authorization: Bearer <token>" on every call (sidecars started with --auth-token-file
+// refuse calls without it; TF/JAX servers ignore it).
+class GrpcConnector final : public ProfilerConnector {
+ public:
+  explicit GrpcConnector(std::string auth_token = "") : auth_token_(std::move(auth_token)) {}
+  std::unique_ptr<ProfilerConnection> Connect(const std::string& address) override;
+
+ private:
+  const std::string auth_token_;
+};
+
+}  // namespace clusterprof::coordinator
+
+#endif  // CLUSTERPROF_COORDINATOR_CONNECTOR_H_

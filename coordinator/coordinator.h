@@ -1,0 +1,211 @@
+// The capture coordinator: one synchronized capture across profiler servers (clusterprof
+// sidecars, or TF/JAX profiler servers), shared by `clusterprof capture` and the operator.
+// docs/architecture.md, "Capture semantics", steps 2 to 6:
+//
+//   probe clocks (Sidecar.GetInfo, the sample with the smallest round trip)
+//   T0 = now + max(delay, fan-out lead); target i starts at T0 + offset_i on its own clock
+//   Profile RPCs to every target at once (gRPC callback API, one channel per target)
+//   retry what came back UNAVAILABLE / ALREADY_EXISTS / "Stream removed", with a fresh T0
+//   per-target results (Sidecar.GetSession), and the run manifest clusterprof_run.json
+#ifndef CLUSTERPROF_COORDINATOR_COORDINATOR_H_
+#define CLUSTERPROF_COORDINATOR_COORDINATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/storage/logdir.h"
+
+namespace clusterprof {
+class CancelToken;
+}  // namespace clusterprof
+
+namespace clusterprof::storage {
+class StorageSet;
+}  // namespace clusterprof::storage
+
+namespace clusterprof::coordinator {
+
+class ProfilerConnector;
+
+struct Target {
+  // host:port (a grpc:// prefix is accepted and stripped).
+  std::string address;
+  // The host's name in the run (its file stem). Empty: the name a clusterprof sidecar reports,
+  // when the sidecars' names are distinct; else the address, as upstream clients do.
+  std::string host_name;
+};
+
+struct CaptureOptions {
+  std::vector<Target> targets;
+  storage::Logdir logdir;
+  // Empty: the UTC time of the capture, YYYY_MM_DD_HH_MM_SS.
+  std::string run;
+  int64_t duration_ms = 2000;
+  int64_t delay_ms = 0;
+  // The least time between sending the requests and the start, so every target has its
+  // request before T0 (a delay larger than this replaces it). 0.2 ms per target is added for
+  // sending the requests; when before_attempt leaves less than half the lead, T0 is picked again
+  // with the time it took added.
+  int64_t fan_out_lead_ms = 200;
+  int num_tracing_attempts = 3;
+  // Pause before a retry, doubled each time: a busy server (ALREADY_EXISTS) needs its running
+  // capture to end, a restarting one a moment to come back.
+  int64_t retry_backoff_ms = 1000;
+  uint32_t host_tracer_level = 2;
+  uint32_t device_tracer_level = 1;
+  uint32_t python_tracer_level = 0;
+  // ProfileOptions.advanced_configuration: options for the server's tracers
+  // ("gpu_max_activity_api_events", "tpu_trace_mode", ...).
+  std::map<std::string, std::variant<std::string, bool, int64_t>> advanced_configuration;
+  // Ask clusterprof sidecars to capture to the planned end even if this coordinator goes away
+  // (advanced_configuration "clusterprof_outlive_client"), so that a restarted one can rejoin or
+  // read the results back (see `resume`). TF/JAX servers ignore it and stop as before.
+  bool outlive_client = false;
+  // GetInfo round trips per target; the one with the smallest RTT sets the offset.
+  int clock_probes = 5;
+  // Extra time allowed after the capture's end for collecting and writing.
+  int64_t grace_ms = 30'000;
+  bool write_manifest = true;
+  // Sent as "authorization: Bearer <token>" on every call, for sidecars started with
+  // --auth-token-file; empty: none. Only for the default connector.
+  std::string auth_token;
+  // How the servers are reached (connector.h); nullptr: gRPC (GrpcConnector with auth_token).
+  ProfilerConnector* connector = nullptr;
+  // Cancel() ends the capture early: calls in flight are cancelled and Capture returns
+  // CANCELLED, writing no manifest. nullptr: not cancellable.
+  CancelToken* cancel = nullptr;
+  // Where the manifest is written (storage_set.h); nullptr: a set made for this capture.
+  storage::StorageSet* storages = nullptr;
+
+  // For a caller that persists its progress and may be restarted mid-capture (the operator).
+  //
+  // T0 of the first attempt (wall clock, ns since the epoch, our clock), used when it is still
+  // at least fan_out_lead_ms ahead; otherwise a fresh T0 is picked. 0: pick one.
+  int64_t start_at_ns = 0;
+  // Attempts an earlier coordinator already made for this run: attempts are numbered from
+  // attempts_used + 1, and at least one is made even when that exceeds num_tracing_attempts.
+  int attempts_used = 0;
+  // Resume the run `run` that an earlier coordinator began: before any Profile request, ask
+  // every clusterprof sidecar for the session (Sidecar.GetSession). A finished session gives its
+  // results and is not captured again; a running one is joined (same session id, so the sidecar
+  // does not start a second capture), its start judged against start_at_ns; a sidecar that never
+  // heard of the run is captured as in a fresh attempt. TF/JAX servers cannot be asked and are
+  // captured again.
+  bool resume = false;
+  // Called before each attempt's requests are sent, with its number and T0. An error aborts the
+  // capture there (returned by Capture; no request of that attempt is sent), so a caller can
+  // refuse to start what it could not record.
+  std::function<absl::Status(int attempt, int64_t t0_ns)> before_attempt;
+};
+
+enum class Outcome { kPending, kOk, kEmpty, kFailed };
+std::string_view OutcomeName(Outcome outcome);
+
+// Where a target is, for progress displays.
+enum class Phase { kProbing, kWaiting, kCapturing, kCollecting, kDone };
+
+struct TargetResult {
+  std::string address;
+  std::string host_name;
+  Outcome outcome = Outcome::kPending;
+  Phase phase = Phase::kProbing;
+  int attempts = 0;
+  // Found finished on the sidecar when resuming: its results come from that earlier capture.
+  bool recovered = false;
+  // A clusterprof sidecar (answers Sidecar.GetInfo); TF/JAX servers are not.
+  bool is_sidecar = false;
+  // Target wall clock minus ours, and half the probe's round trip; unknown (-1) for servers
+  // that are not clusterprof sidecars, which get offset 0.
+  int64_t clock_offset_ns = 0;
+  int64_t clock_uncertainty_ns = -1;
+  // Whether start times were corrected by the offset: only when |offset| > uncertainty (below
+  // that the clocks agree better than the probe can tell, and the target's own clock is used).
+  bool clock_offset_applied = false;
+  // The start sent (on the target's clock) and the start it achieved, mapped onto our clock
+  // (assuming the clocks agree when the offset was not applied);
+  // start_error_ns = achieved - T0 (0 and unknown for non-sidecars).
+  int64_t requested_start_ns = 0;
+  int64_t achieved_start_ns = 0;
+  int64_t start_error_ns = 0;
+  bool start_known = false;
+  uint64_t events = 0;
+  uint64_t dropped_events = 0;
+  uint64_t bytes = 0;
+  bool stats_known = false;  // events/dropped/bytes came from the sidecar
+  std::vector<std::string> files;
+  // Where each file's upload stands, as the sidecar reported it (GetSession).
+  struct Upload {
+    std::string uri;
+    uint64_t bytes = 0;
+    std::string state;  // "committed", "spooled", "uploading", "failed"
+    uint64_t bytes_committed = 0;
+    std::string crc32c;
+    std::string error;
+  };
+  std::vector<Upload> uploads;
+  std::vector<std::string> warnings;
+  // The last error, with its gRPC code name ("UNAVAILABLE: ...").
+  std::string message;
+};
+
+struct RunResult {
+  std::string run;
+  std::string run_dir;
+  std::string manifest_uri;  // empty when not written
+  // T0 of the last attempt (wall clock, ns since the epoch, our clock), and its number.
+  int64_t t0_ns = 0;
+  int attempt = 0;
+  std::vector<TargetResult> targets;
+  // The largest |start_error_ns| among targets with a known start.
+  int64_t max_start_skew_ns = 0;
+  int succeeded = 0;
+  int empty = 0;
+  int failed = 0;
+};
+
+// Called (from the coordinating thread) whenever a target's state changes, and about every
+// 100 ms while waiting, with the current state of every target.
+using ProgressFn = std::function<void(const RunResult& state, int64_t now_ns)>;
+
+// Runs one capture. Fails (UNAVAILABLE, with upstream's message) when no target returned data;
+// the RunResult is then still reported through `progress` and written to the manifest. Bad
+// options are INVALID_ARGUMENT; a cancelled capture is CANCELLED. Every deadline and pause is
+// taken from `clock`.
+absl::StatusOr<RunResult> Capture(const CaptureOptions& options, Clock& clock,
+                                  const ProgressFn& progress = nullptr);
+
+// Upstream's retry rule: UNAVAILABLE, ALREADY_EXISTS, and UNKNOWN "Stream removed".
+bool IsRetryable(const absl::Status& status);
+
+// Parses "grpc://a:8466,b:8466" into targets (an empty entry is an error).
+absl::StatusOr<std::vector<Target>> ParseServiceAddresses(std::string_view text);
+
+// The manifest as JSON (docs/cli.md shows it).
+std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
+                         int64_t created_ns);
+
+// One clock sample: our wall clock when sending, the round trip (monotonic) and the target's
+// wall clock in its reply.
+struct ClockSample {
+  int64_t local_send_wall_ns = 0;
+  int64_t rtt_ns = 0;
+  int64_t remote_wall_ns = 0;
+};
+struct ClockEstimate {
+  int64_t offset_ns = 0;
+  int64_t uncertainty_ns = 0;
+};
+// The sample with the smallest round trip: offset = remote - (send + rtt/2), uncertainty =
+// rtt/2. `samples` must not be empty.
+ClockEstimate EstimateClockOffset(const std::vector<ClockSample>& samples);
+
+}  // namespace clusterprof::coordinator
+
+#endif  // CLUSTERPROF_COORDINATOR_COORDINATOR_H_

@@ -1,0 +1,170 @@
+// The run manifest, clusterprof_run.json: what was asked, and what each target did.
+#include <string>
+
+#include "common/json_escape.h"
+#include "common/strings.h"
+#include "coordinator/coordinator.h"
+
+namespace clusterprof::coordinator {
+namespace {
+
+class JsonWriter {
+ public:
+  explicit JsonWriter(std::string* out) : out_(out) {}
+  void Key(std::string_view key) {
+    String(key);
+    out_->push_back(':');
+    need_comma_ = false;
+  }
+  void String(std::string_view value) {
+    Comma();
+    out_->push_back('"');
+    AppendJsonEscaped(value, out_);
+    out_->push_back('"');
+  }
+  void Int(int64_t value) {
+    Comma();
+    StrAppend(out_, value);
+  }
+  void Uint(uint64_t value) {
+    Comma();
+    StrAppend(out_, value);
+  }
+  void Bool(bool value) {
+    Comma();
+    out_->append(value ? "true" : "false");
+  }
+  void Null() {
+    Comma();
+    out_->append("null");
+  }
+  void Open(char bracket) {
+    Comma();
+    out_->push_back(bracket);
+    need_comma_ = false;
+  }
+  void Close(char bracket) {
+    out_->push_back(bracket);
+    need_comma_ = true;
+  }
+  template <typename T>
+  void Field(std::string_view key, const T& value) {
+    Key(key);
+    if constexpr (std::is_same_v<T, bool>) {
+      Bool(value);
+    } else if constexpr (std::is_signed_v<T>) {
+      Int(value);
+    } else if constexpr (std::is_unsigned_v<T>) {
+      Uint(value);
+    } else {
+      String(value);
+    }
+  }
+
+ private:
+  // Writes the separator a value needs, and notes that the next one needs it too.
+  void Comma() {
+    if (need_comma_) out_->push_back(',');
+    need_comma_ = true;
+  }
+  std::string* out_;
+  bool need_comma_ = false;
+};
+
+}  // namespace
+
+std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
+                         int64_t created_ns) {
+  std::string out;
+  JsonWriter json(&out);
+  json.Open('{');
+  json.Field("kind", std::string_view("clusterprof.io/v1alpha1/CaptureRun"));
+  json.Field("run", result.run);
+  json.Field("logdir", options.logdir.uri);
+  json.Field("created_ns", created_ns);
+  json.Field("t0_ns", result.t0_ns);
+  json.Field("duration_ms", options.duration_ms);
+  json.Field("delay_ms", options.delay_ms);
+  json.Key("options");
+  json.Open('{');
+  json.Field("host_tracer_level", options.host_tracer_level);
+  json.Field("device_tracer_level", options.device_tracer_level);
+  json.Field("python_tracer_level", options.python_tracer_level);
+  json.Field("num_tracing_attempts", options.num_tracing_attempts);
+  json.Close('}');
+  json.Key("summary");
+  json.Open('{');
+  json.Field("targets", static_cast<int64_t>(result.targets.size()));
+  json.Field("succeeded", result.succeeded);
+  json.Field("empty", result.empty);
+  json.Field("failed", result.failed);
+  json.Field("max_start_skew_ns", result.max_start_skew_ns);
+  json.Close('}');
+  json.Key("targets");
+  json.Open('[');
+  for (const TargetResult& target : result.targets) {
+    json.Open('{');
+    json.Field("address", target.address);
+    json.Field("host", target.host_name);
+    json.Field("outcome", OutcomeName(target.outcome));
+    json.Field("attempts", target.attempts);
+    json.Field("clusterprof_sidecar", target.is_sidecar);
+    json.Field("clock_offset_ns", target.clock_offset_ns);
+    json.Key("clock_uncertainty_ns");
+    if (target.clock_uncertainty_ns >= 0) {
+      json.Int(target.clock_uncertainty_ns);
+    } else {
+      json.Null();
+    }
+    json.Field("clock_offset_applied", target.clock_offset_applied);
+    json.Field("requested_start_ns", target.requested_start_ns);
+    json.Key("achieved_start_ns");
+    if (target.start_known) {
+      json.Int(target.achieved_start_ns);
+    } else {
+      json.Null();
+    }
+    json.Key("start_error_ns");
+    if (target.start_known) {
+      json.Int(target.start_error_ns);
+    } else {
+      json.Null();
+    }
+    if (target.stats_known) {
+      json.Field("events", target.events);
+      json.Field("dropped_events", target.dropped_events);
+      json.Field("bytes", target.bytes);
+    }
+    json.Key("files");
+    json.Open('[');
+    for (const std::string& file : target.files) json.String(file);
+    json.Close(']');
+    if (!target.uploads.empty()) {
+      json.Key("uploads");
+      json.Open('[');
+      for (const TargetResult::Upload& upload : target.uploads) {
+        json.Open('{');
+        json.Field("uri", upload.uri);
+        json.Field("bytes", upload.bytes);
+        json.Field("state", upload.state);
+        json.Field("bytes_committed", upload.bytes_committed);
+        if (!upload.crc32c.empty()) json.Field("crc32c", upload.crc32c);
+        if (!upload.error.empty()) json.Field("error", upload.error);
+        json.Close('}');
+      }
+      json.Close(']');
+    }
+    json.Key("warnings");
+    json.Open('[');
+    for (const std::string& warning : target.warnings) json.String(warning);
+    json.Close(']');
+    if (!target.message.empty()) json.Field("message", target.message);
+    json.Close('}');
+  }
+  json.Close(']');
+  json.Close('}');
+  out.push_back('\n');
+  return out;
+}
+
+}  // namespace clusterprof::coordinator

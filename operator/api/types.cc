@@ -1,0 +1,604 @@
+#include "operator/api/types.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "common/storage/logdir.h"
+#include "common/strings.h"
+
+namespace clusterprof::api {
+namespace {
+
+using web::json::value;
+
+// Reads typed fields of one JSON object; errors name the field by its path.
+class Fields {
+ public:
+  Fields(const value& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  static absl::StatusOr<Fields> Of(const value& object, std::string where) {
+    if (!object.is_object()) {
+      return absl::InvalidArgumentError(StrCat(where, ": must be an object"));
+    }
+    return Fields(object, std::move(where));
+  }
+
+  std::string Path(std::string_view key) const { return StrCat(where_, ".", key); }
+
+  // nullptr when absent or null.
+  const value* Find(std::string_view key) const {
+    const auto& object = object_.as_object();
+    auto it = object.find(std::string(key));
+    if (it == object.end() || it->second.is_null()) return nullptr;
+    return &it->second;
+  }
+
+  absl::Status Int(std::string_view key, int64_t* out) const {
+    const value* field = Find(key);
+    if (field == nullptr) return absl::OkStatus();
+    if (!field->is_number() || !field->as_number().is_int64()) {
+      return absl::InvalidArgumentError(
+          StrCat(Path(key), ": must be an integer, got ", field->serialize()));
+    }
+    *out = field->as_number().to_int64();
+    return absl::OkStatus();
+  }
+  template <typename T>
+  absl::Status Int(std::string_view key, T* out) const {
+    int64_t wide = *out;
+    CLUSTERPROF_RETURN_IF_ERROR(Int(key, &wide));
+    if (wide < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+        wide > static_cast<int64_t>(std::numeric_limits<T>::max())) {
+      return absl::InvalidArgumentError(StrCat(Path(key), ": ", wide, " is out of range"));
+    }
+    *out = static_cast<T>(wide);
+    return absl::OkStatus();
+  }
+  absl::Status OptionalInt(std::string_view key, std::optional<int64_t>* out) const {
+    if (Find(key) == nullptr) return absl::OkStatus();
+    int64_t v = 0;
+    CLUSTERPROF_RETURN_IF_ERROR(Int(key, &v));
+    *out = v;
+    return absl::OkStatus();
+  }
+  absl::Status String(std::string_view key, std::string* out) const {
+    const value* field = Find(key);
+    if (field == nullptr) return absl::OkStatus();
+    if (!field->is_string()) {
+      return absl::InvalidArgumentError(
+          StrCat(Path(key), ": must be a string, got ", field->serialize()));
+    }
+    *out = field->as_string();
+    return absl::OkStatus();
+  }
+  absl::Status Bool(std::string_view key, bool* out) const {
+    const value* field = Find(key);
+    if (field == nullptr) return absl::OkStatus();
+    if (!field->is_boolean()) {
+      return absl::InvalidArgumentError(
+          StrCat(Path(key), ": must be true or false, got ", field->serialize()));
+    }
+    *out = field->as_bool();
+    return absl::OkStatus();
+  }
+  absl::Status StringMap(std::string_view key, std::map<std::string, std::string>* out) const {
+    const value* field = Find(key);
+    if (field == nullptr) return absl::OkStatus();
+    if (!field->is_object())
+      return absl::InvalidArgumentError(StrCat(Path(key), ": must be a map"));
+    for (const auto& [k, v] : field->as_object()) {
+      if (!v.is_string()) {
+        return absl::InvalidArgumentError(StrCat(Path(key), ".", k, ": must be a string"));
+      }
+      (*out)[k] = v.as_string();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  const value& object_;
+  std::string where_;
+};
+
+absl::Status Range(std::string_view path, int64_t v, int64_t lo, int64_t hi,
+                   std::string_view unit = "") {
+  if (v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(StrCat(path, ": must be between ", lo, " and ", hi,
+                                           unit.empty() ? "" : StrCat(" (", unit, ")"), ", got ",
+                                           v));
+}
+
+value Str(std::string_view s) { return value::string(std::string(s)); }
+
+}  // namespace
+
+kube::ResourceType ProfileJobs() {
+  return {std::string(kGroup), "v1alpha1", "profilejobs", "ProfileJob", true};
+}
+kube::ResourceType ProfileSchedules() {
+  return {std::string(kGroup), "v1alpha1", "profileschedules", "ProfileSchedule", true};
+}
+
+kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, std::string_view name,
+                                  std::string_view uid) {
+  kube::ObjectReference ref;
+  ref.api_version = std::string(kApiVersion);
+  ref.kind = std::string(kind);
+  ref.namespace_ = std::string(ns);
+  ref.name = std::string(name);
+  ref.uid = std::string(uid);
+  return ref;
+}
+
+absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::string_view where) {
+  if (spec_json.is_null()) {
+    return absl::InvalidArgumentError(StrCat(where, ": missing; a ProfileJob needs a spec"));
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields spec, Fields::Of(spec_json, std::string(where)));
+  ProfileJobSpec out;
+
+  // targets
+  if (const value* targets_json = spec.Find("targets")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields targets, Fields::Of(*targets_json, spec.Path("targets")));
+    if (const value* selector = targets.Find("selector")) {
+      absl::StatusOr<kube::LabelSelector> parsed = kube::LabelSelector::FromJson(*selector);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            StrCat(targets.Path("selector"), ": ", parsed.status().message()));
+      }
+      out.selector = *std::move(parsed);
+    }
+    if (const value* addresses = targets.Find("addresses")) {
+      if (!addresses->is_array()) {
+        return absl::InvalidArgumentError(
+            StrCat(targets.Path("addresses"), ": must be a list of host:port strings"));
+      }
+      int index = 0;
+      for (const value& address : addresses->as_array()) {
+        const std::string path = StrCat(targets.Path("addresses"), "[", index++, "]");
+        if (!address.is_string() || !IsHostPort(address.as_string())) {
+          return absl::InvalidArgumentError(StrCat(
+              path, ": must be host:port with a port from 1 to 65535, got ", address.serialize()));
+        }
+        out.addresses.push_back(address.as_string());
+      }
+      if (out.addresses.size() > kMaxAddresses) {
+        return absl::InvalidArgumentError(StrCat(targets.Path("addresses"), ": at most ",
+                                                 kMaxAddresses, " addresses, got ",
+                                                 out.addresses.size()));
+      }
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("port", &out.port));
+    if (out.port != 0) {
+      CLUSTERPROF_RETURN_IF_ERROR(Range(targets.Path("port"), out.port, 1, 65535));
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("minReady", &out.min_ready));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(targets.Path("minReady"), out.min_ready, 0, std::numeric_limits<int32_t>::max()));
+  }
+  if (!out.selector.has_value() && out.addresses.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat(spec.Path("targets"),
+               ": needs a selector (targets.selector.matchLabels) or at least one address "
+               "(targets.addresses)"));
+  }
+
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("durationMs", &out.duration_ms));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      Range(spec.Path("durationMs"), out.duration_ms, 1, kMaxDurationMs, "milliseconds"));
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("delayMs", &out.delay_ms));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      Range(spec.Path("delayMs"), out.delay_ms, 0, kMaxDelayMs, "milliseconds"));
+
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("logdir", &out.logdir));
+  if (out.logdir.empty()) {
+    return absl::InvalidArgumentError(
+        StrCat(spec.Path("logdir"),
+               ": required: gs://bucket/prefix or an absolute path such as /data/tensorboard"));
+  }
+  if (!StartsWith(out.logdir, "gs://") && !StartsWith(out.logdir, "/") &&
+      !StartsWith(out.logdir, "file:///")) {
+    return absl::InvalidArgumentError(
+        StrCat(spec.Path("logdir"), ": \"", out.logdir,
+               "\" is neither gs://bucket/prefix nor an absolute path (/... or file:///...)"));
+  }
+  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(out.logdir);
+  if (!logdir.ok()) {
+    return absl::InvalidArgumentError(StrCat(spec.Path("logdir"), ": ", logdir.status().message()));
+  }
+  out.parsed_logdir = *std::move(logdir);
+
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("runName", &out.run_name));
+  if (!out.run_name.empty()) {
+    if (absl::Status valid = storage::ValidatePathComponent("run name", out.run_name);
+        !valid.ok()) {
+      return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": ", valid.message()));
+    }
+    if (out.run_name.size() > 128) {
+      return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": at most 128 characters"));
+    }
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("tracingAttempts", &out.tracing_attempts));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      Range(spec.Path("tracingAttempts"), out.tracing_attempts, 1, kMaxTracingAttempts));
+
+  if (const value* options_json = spec.Find("options")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields options, Fields::Of(*options_json, spec.Path("options")));
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("hostTracerLevel", &out.host_tracer_level));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(options.Path("hostTracerLevel"), out.host_tracer_level, 0, 3));
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("deviceTracerLevel", &out.device_tracer_level));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(options.Path("deviceTracerLevel"), out.device_tracer_level, 0, 2));
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("pythonTracerLevel", &out.python_tracer_level));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(options.Path("pythonTracerLevel"), out.python_tracer_level, 0, 1));
+    if (const value* advanced = options.Find("advancedConfiguration")) {
+      const std::string path = options.Path("advancedConfiguration");
+      if (!advanced->is_object()) {
+        return absl::InvalidArgumentError(
+            StrCat(path, ": must be a map of option names to values"));
+      }
+      if (advanced->as_object().size() > 64) {
+        return absl::InvalidArgumentError(
+            StrCat(path, ": at most 64 options, got ", advanced->as_object().size()));
+      }
+      for (const auto& [key, v] : advanced->as_object()) {
+        if (v.is_string()) {
+          out.advanced_configuration[key] = v.as_string();
+        } else if (v.is_boolean()) {
+          out.advanced_configuration[key] = v.as_bool();
+        } else if (v.is_number() && v.as_number().is_int64()) {
+          out.advanced_configuration[key] = v.as_number().to_int64();
+        } else {
+          return absl::InvalidArgumentError(StrCat(
+              path, ".", key, ": must be a string, a boolean or an integer, got ", v.serialize()));
+        }
+      }
+    }
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(
+      spec.OptionalInt("ttlSecondsAfterFinished", &out.ttl_seconds_after_finished));
+  if (out.ttl_seconds_after_finished.has_value()) {
+    CLUSTERPROF_RETURN_IF_ERROR(Range(spec.Path("ttlSecondsAfterFinished"),
+                                      *out.ttl_seconds_after_finished, 0,
+                                      std::numeric_limits<int32_t>::max(), "seconds"));
+  }
+  return out;
+}
+
+std::string_view JobPhaseName(JobPhase phase) {
+  switch (phase) {
+    case JobPhase::kPending:
+      return "Pending";
+    case JobPhase::kScheduled:
+      return "Scheduled";
+    case JobPhase::kCapturing:
+      return "Capturing";
+    case JobPhase::kSucceeded:
+      return "Succeeded";
+    case JobPhase::kPartiallySucceeded:
+      return "PartiallySucceeded";
+    case JobPhase::kFailed:
+      return "Failed";
+  }
+  return "Pending";
+}
+
+JobPhase ParseJobPhase(std::string_view name) {
+  for (JobPhase phase : {JobPhase::kScheduled, JobPhase::kCapturing, JobPhase::kSucceeded,
+                         JobPhase::kPartiallySucceeded, JobPhase::kFailed}) {
+    if (name == JobPhaseName(phase)) return phase;
+  }
+  return JobPhase::kPending;
+}
+
+bool IsTerminal(JobPhase phase) {
+  return phase == JobPhase::kSucceeded || phase == JobPhase::kPartiallySucceeded ||
+         phase == JobPhase::kFailed;
+}
+
+void SetCondition(std::vector<Condition>& conditions, Condition condition,
+                  std::string_view now_rfc3339) {
+  for (Condition& existing : conditions) {
+    if (existing.type != condition.type) continue;
+    condition.last_transition_time = existing.status == condition.status
+                                         ? existing.last_transition_time
+                                         : std::string(now_rfc3339);
+    existing = std::move(condition);
+    return;
+  }
+  condition.last_transition_time = std::string(now_rfc3339);
+  conditions.push_back(std::move(condition));
+}
+
+absl::StatusOr<std::vector<Condition>> ParseConditions(const value& list, std::string_view where) {
+  if (!list.is_array()) return absl::InvalidArgumentError(StrCat(where, ": must be a list"));
+  std::vector<Condition> out;
+  for (const value& item : list.as_array()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields c, Fields::Of(item, StrCat(where, "[]")));
+    Condition condition;
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("type", &condition.type));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("status", &condition.status));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("reason", &condition.reason));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("message", &condition.message));
+    CLUSTERPROF_RETURN_IF_ERROR(c.Int("observedGeneration", &condition.observed_generation));
+    CLUSTERPROF_RETURN_IF_ERROR(c.String("lastTransitionTime", &condition.last_transition_time));
+    out.push_back(std::move(condition));
+  }
+  return out;
+}
+
+value ConditionsToJson(const std::vector<Condition>& conditions) {
+  value out = value::array();
+  size_t i = 0;
+  for (const Condition& condition : conditions) {
+    value c = value::object();
+    c["type"] = Str(condition.type);
+    c["status"] = Str(condition.status);
+    // The CRD (metav1.Condition) requires both; never send "" (some servers take it for null).
+    c["reason"] = Str(condition.reason.empty() ? "Unknown" : condition.reason);
+    c["message"] = Str(condition.message.empty() ? condition.reason : condition.message);
+    c["observedGeneration"] = value::number(condition.observed_generation);
+    c["lastTransitionTime"] = Str(condition.last_transition_time);
+    out[i++] = std::move(c);
+  }
+  return out;
+}
+
+absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json) {
+  ProfileJobStatus out;
+  if (status_json.is_null()) return out;
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields status, Fields::Of(status_json, "status"));
+  std::string phase;
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("phase", &phase));
+  out.phase = ParseJobPhase(phase);
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("message", &out.message));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("runName", &out.run_name));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("runURI", &out.run_uri));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("manifestURI", &out.manifest_uri));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("startTime", &out.start_time));
+  CLUSTERPROF_RETURN_IF_ERROR(status.Int("startTimeNs", &out.start_time_ns));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("completionTime", &out.completion_time));
+  CLUSTERPROF_RETURN_IF_ERROR(status.Int("attempt", &out.attempt));
+  CLUSTERPROF_RETURN_IF_ERROR(status.Int("observedGeneration", &out.observed_generation));
+  if (const value* conditions = status.Find("conditions")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(out.conditions, ParseConditions(*conditions, "status.conditions"));
+  }
+  if (const value* targets = status.Find("targets")) {
+    if (!targets->is_array()) return absl::InvalidArgumentError("status.targets: must be a list");
+    for (const value& item : targets->as_array()) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(Fields t, Fields::Of(item, "status.targets[]"));
+      TargetStatus target;
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("name", &target.name));
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("address", &target.address));
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("node", &target.node));
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("phase", &target.phase));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("attempts", &target.attempts));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("events", &target.events));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("droppedEvents", &target.dropped_events));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("bytes", &target.bytes));
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("file", &target.file));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("clockOffsetNs", &target.clock_offset_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("clockUncertaintyNs", &target.clock_uncertainty_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("startErrorNs", &target.start_error_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(t.String("message", &target.message));
+      out.targets.push_back(std::move(target));
+    }
+  }
+  if (const value* summary_json = status.Find("summary")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields s, Fields::Of(*summary_json, "status.summary"));
+    JobSummary summary;
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("targets", &summary.targets));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("succeeded", &summary.succeeded));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("empty", &summary.empty));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("failed", &summary.failed));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("maxStartSkewNs", &summary.max_start_skew_ns));
+    out.summary = summary;
+  }
+  return out;
+}
+
+value ProfileJobStatusToJson(const ProfileJobStatus& status) {
+  value out = value::object();
+  out["phase"] = Str(JobPhaseName(status.phase));
+  if (!status.message.empty()) out["message"] = Str(status.message);
+  if (!status.run_name.empty()) out["runName"] = Str(status.run_name);
+  if (!status.run_uri.empty()) out["runURI"] = Str(status.run_uri);
+  if (!status.manifest_uri.empty()) out["manifestURI"] = Str(status.manifest_uri);
+  if (!status.start_time.empty()) out["startTime"] = Str(status.start_time);
+  if (status.start_time_ns != 0) out["startTimeNs"] = value::number(status.start_time_ns);
+  if (!status.completion_time.empty()) out["completionTime"] = Str(status.completion_time);
+  out["attempt"] = value::number(status.attempt);
+  out["observedGeneration"] = value::number(status.observed_generation);
+  if (!status.conditions.empty()) out["conditions"] = ConditionsToJson(status.conditions);
+  if (!status.targets.empty()) {
+    value targets = value::array();
+    size_t i = 0;
+    for (const TargetStatus& target : status.targets) {
+      value t = value::object();
+      if (!target.name.empty()) t["name"] = Str(target.name);
+      if (!target.address.empty()) t["address"] = Str(target.address);
+      if (!target.node.empty()) t["node"] = Str(target.node);
+      t["phase"] = Str(target.phase);
+      t["attempts"] = value::number(target.attempts);
+      t["events"] = value::number(target.events);
+      t["droppedEvents"] = value::number(target.dropped_events);
+      t["bytes"] = value::number(target.bytes);
+      if (!target.file.empty()) t["file"] = Str(target.file);
+      t["clockOffsetNs"] = value::number(target.clock_offset_ns);
+      // Absent: unknown (a server that is not a clusterprof sidecar cannot be probed).
+      if (target.clock_uncertainty_ns >= 0) {
+        t["clockUncertaintyNs"] = value::number(target.clock_uncertainty_ns);
+      }
+      t["startErrorNs"] = value::number(target.start_error_ns);
+      if (!target.message.empty()) t["message"] = Str(target.message);
+      targets[i++] = std::move(t);
+    }
+    out["targets"] = std::move(targets);
+  }
+  if (status.summary.has_value()) {
+    const JobSummary& summary = *status.summary;
+    value s = value::object();
+    s["targets"] = value::number(summary.targets);
+    s["succeeded"] = value::number(summary.succeeded);
+    s["empty"] = value::number(summary.empty);
+    s["failed"] = value::number(summary.failed);
+    s["maxStartSkewNs"] = value::number(summary.max_start_skew_ns);
+    s["maxStartSkew"] = Str(FormatDuration(summary.max_start_skew_ns));
+    out["summary"] = std::move(s);
+    out["targetsSucceeded"] = Str(StrCat(summary.succeeded, "/", summary.targets));
+  } else if (!status.targets.empty()) {
+    out["targetsSucceeded"] = Str(StrCat(0, "/", status.targets.size()));
+  }
+  return out;
+}
+
+std::string FormatDuration(int64_t ns) {
+  const int64_t magnitude = ns < 0 ? -ns : ns;
+  const char* sign = ns < 0 ? "-" : "";
+  char buffer[64];
+  if (magnitude < 1000) {
+    snprintf(buffer, sizeof(buffer), "%s%ldns", sign, static_cast<long>(magnitude));
+  } else if (magnitude < 1'000'000) {
+    snprintf(buffer, sizeof(buffer), "%s%.3gus", sign, magnitude / 1e3);
+  } else if (magnitude < 1'000'000'000) {
+    snprintf(buffer, sizeof(buffer), "%s%.3gms", sign, magnitude / 1e6);
+  } else {
+    snprintf(buffer, sizeof(buffer), "%s%.3gs", sign, magnitude / 1e9);
+  }
+  return buffer;
+}
+
+std::string FormatTime(int64_t wall_ns) {
+  return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixNanos(wall_ns), absl::UTCTimeZone());
+}
+
+absl::StatusOr<int64_t> ParseTime(std::string_view rfc3339) {
+  absl::Time time;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, AbslView(rfc3339), &time, &error)) {
+    return absl::InvalidArgumentError(
+        StrCat("\"", rfc3339, "\" is not an RFC 3339 time (", error, ")"));
+  }
+  return absl::ToUnixNanos(time);
+}
+
+absl::StatusOr<ProfileScheduleSpec> ParseProfileScheduleSpec(const value& spec_json) {
+  if (spec_json.is_null()) {
+    return absl::InvalidArgumentError("spec: missing; a ProfileSchedule needs a spec");
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields spec, Fields::Of(spec_json, "spec"));
+  ProfileScheduleSpec out;
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("schedule", &out.schedule));
+  if (StripAsciiWhitespace(out.schedule).empty()) {
+    return absl::InvalidArgumentError(
+        "spec.schedule: required: a cron expression such as \"*/30 * * * *\" or \"@hourly\"");
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("timeZone", &out.time_zone));
+  std::string policy = "Forbid";
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("concurrencyPolicy", &policy));
+  if (policy == "Allow") {
+    out.concurrency_policy = ConcurrencyPolicy::kAllow;
+  } else if (policy == "Forbid") {
+    out.concurrency_policy = ConcurrencyPolicy::kForbid;
+  } else if (policy == "Replace") {
+    out.concurrency_policy = ConcurrencyPolicy::kReplace;
+  } else {
+    return absl::InvalidArgumentError(
+        StrCat("spec.concurrencyPolicy: must be Allow, Forbid or "
+               "Replace, got \"",
+               policy, "\""));
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(
+      spec.OptionalInt("startingDeadlineSeconds", &out.starting_deadline_seconds));
+  if (out.starting_deadline_seconds.has_value() && *out.starting_deadline_seconds < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("spec.startingDeadlineSeconds: must not be negative, got ",
+               *out.starting_deadline_seconds));
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Bool("suspend", &out.suspend));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      spec.Int("successfulJobsHistoryLimit", &out.successful_jobs_history_limit));
+  CLUSTERPROF_RETURN_IF_ERROR(Range("spec.successfulJobsHistoryLimit",
+                                    out.successful_jobs_history_limit, 0,
+                                    std::numeric_limits<int32_t>::max()));
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("failedJobsHistoryLimit", &out.failed_jobs_history_limit));
+  CLUSTERPROF_RETURN_IF_ERROR(Range("spec.failedJobsHistoryLimit", out.failed_jobs_history_limit, 0,
+                                    std::numeric_limits<int32_t>::max()));
+  const value* template_json = spec.Find("jobTemplate");
+  if (template_json == nullptr) {
+    return absl::InvalidArgumentError(
+        "spec.jobTemplate: required: the ProfileJob to create at each scheduled time");
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields job_template, Fields::Of(*template_json, "spec.jobTemplate"));
+  if (const value* metadata_json = job_template.Find("metadata")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields metadata,
+                                 Fields::Of(*metadata_json, "spec.jobTemplate.metadata"));
+    CLUSTERPROF_RETURN_IF_ERROR(metadata.StringMap("labels", &out.job_labels));
+    CLUSTERPROF_RETURN_IF_ERROR(metadata.StringMap("annotations", &out.job_annotations));
+  }
+  const value* job_spec = job_template.Find("spec");
+  CLUSTERPROF_RETURN_IF_ERROR(
+      ParseProfileJobSpec(job_spec == nullptr ? value::null() : *job_spec, "spec.jobTemplate.spec")
+          .status());
+  out.job_spec = *job_spec;
+  return out;
+}
+
+absl::StatusOr<ProfileScheduleStatus> ParseProfileScheduleStatus(const value& status_json) {
+  ProfileScheduleStatus out;
+  if (status_json.is_null()) return out;
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields status, Fields::Of(status_json, "status"));
+  if (const value* active = status.Find("active")) {
+    if (!active->is_array()) return absl::InvalidArgumentError("status.active: must be a list");
+    for (const value& item : active->as_array()) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(Fields ref, Fields::Of(item, "status.active[]"));
+      JobReference job;
+      CLUSTERPROF_RETURN_IF_ERROR(ref.String("name", &job.name));
+      CLUSTERPROF_RETURN_IF_ERROR(ref.String("namespace", &job.namespace_));
+      CLUSTERPROF_RETURN_IF_ERROR(ref.String("uid", &job.uid));
+      out.active.push_back(std::move(job));
+    }
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("lastScheduleTime", &out.last_schedule_time));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("lastSuccessfulTime", &out.last_successful_time));
+  CLUSTERPROF_RETURN_IF_ERROR(status.String("message", &out.message));
+  CLUSTERPROF_RETURN_IF_ERROR(status.Int("observedGeneration", &out.observed_generation));
+  if (const value* conditions = status.Find("conditions")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(out.conditions, ParseConditions(*conditions, "status.conditions"));
+  }
+  return out;
+}
+
+value ProfileScheduleStatusToJson(const ProfileScheduleStatus& status) {
+  value out = value::object();
+  if (!status.active.empty()) {
+    value active = value::array();
+    size_t i = 0;
+    for (const JobReference& job : status.active) {
+      value ref = value::object();
+      ref["apiVersion"] = Str(kApiVersion);
+      ref["kind"] = Str("ProfileJob");
+      ref["name"] = Str(job.name);
+      ref["namespace"] = Str(job.namespace_);
+      ref["uid"] = Str(job.uid);
+      active[i++] = std::move(ref);
+    }
+    out["active"] = std::move(active);
+  }
+  out["activeCount"] = value::number(static_cast<int32_t>(status.active.size()));
+  if (!status.last_schedule_time.empty()) out["lastScheduleTime"] = Str(status.last_schedule_time);
+  if (!status.last_successful_time.empty()) {
+    out["lastSuccessfulTime"] = Str(status.last_successful_time);
+  }
+  if (!status.message.empty()) out["message"] = Str(status.message);
+  out["observedGeneration"] = value::number(status.observed_generation);
+  if (!status.conditions.empty()) out["conditions"] = ConditionsToJson(status.conditions);
+  return out;
+}
+
+}  // namespace clusterprof::api

@@ -1,0 +1,214 @@
+// The clusterprof.io/v1alpha1 API as the controllers read and write it: ProfileJob and
+// ProfileSchedule specs (parsed and validated: the CRD's OpenAPI schema and CEL rules, checked
+// again here because older API servers ignore CEL and a spec may predate a schema change) and
+// the ProfileJob status. crds/ holds the schema; docs/operator.md is the reference.
+#ifndef CLUSTERPROF_OPERATOR_API_TYPES_H_
+#define CLUSTERPROF_OPERATOR_API_TYPES_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/storage/logdir.h"
+#include "cpprest/json.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/resource.h"
+#include "operator/kube/selector.h"
+
+namespace clusterprof::api {
+
+inline constexpr std::string_view kGroup = "clusterprof.io";
+inline constexpr std::string_view kApiVersion = "clusterprof.io/v1alpha1";
+// The pod annotation that names the sidecar's port.
+inline constexpr std::string_view kPortAnnotation = "clusterprof.io/port";
+// The sidecar's container name (a regular or a native sidecar container), and the name of the
+// container port it listens on.
+inline constexpr std::string_view kSidecarContainerName = "clusterprof-sidecar";
+inline constexpr std::string_view kSidecarPortName = "clusterprof";
+inline constexpr int32_t kDefaultSidecarPort = 8466;
+// Label on the ProfileJobs a ProfileSchedule creates: the schedule's name.
+inline constexpr std::string_view kScheduleLabel = "clusterprof.io/schedule";
+// Annotation on those ProfileJobs: the scheduled time they were created for (RFC 3339).
+inline constexpr std::string_view kScheduledAtAnnotation = "clusterprof.io/scheduled-at";
+
+kube::ResourceType ProfileJobs();
+kube::ResourceType ProfileSchedules();
+// The object of an Event about one of ours: `kind` is "ProfileJob" or "ProfileSchedule".
+kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, std::string_view name,
+                                  std::string_view uid);
+
+// Bounds the CRD schema states, and that the controllers enforce.
+inline constexpr int64_t kMaxDurationMs = 600'000;
+inline constexpr int64_t kMaxDelayMs = 3'600'000;
+inline constexpr int32_t kMaxTracingAttempts = 10;
+inline constexpr size_t kMaxAddresses = 1000;
+
+using AdvancedValue = std::variant<std::string, bool, int64_t>;
+
+struct ProfileJobSpec {
+  // Pods in the job's namespace; nullopt: only `addresses`.
+  std::optional<kube::LabelSelector> selector;
+  std::vector<std::string> addresses;
+  // 0: the pod's clusterprof.io/port annotation, else its "clusterprof" container port, else
+  // 8466.
+  int32_t port = 0;
+  int32_t min_ready = 1;
+  int64_t duration_ms = 2000;
+  int64_t delay_ms = 1000;
+  // As written, and parsed (ParseProfileJobSpec checked that it parses).
+  std::string logdir;
+  storage::Logdir parsed_logdir;
+  // "": the UTC start time, YYYY_MM_DD_HH_MM_SS.
+  std::string run_name;
+  int32_t tracing_attempts = 3;
+  uint32_t host_tracer_level = 2;
+  uint32_t device_tracer_level = 1;
+  uint32_t python_tracer_level = 0;
+  std::map<std::string, AdvancedValue> advanced_configuration;
+  std::optional<int64_t> ttl_seconds_after_finished;
+};
+
+// Reads and validates a ProfileJob's spec (absent fields take the schema's defaults). The error
+// names the field and says what to fix: `spec.durationMs: must be between 1 and 600000
+// (milliseconds), got -5`. `where` prefixes field paths ("spec", "spec.jobTemplate.spec").
+absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const web::json::value& spec,
+                                                   std::string_view where = "spec");
+
+enum class JobPhase { kPending, kScheduled, kCapturing, kSucceeded, kPartiallySucceeded, kFailed };
+std::string_view JobPhaseName(JobPhase phase);
+// Unknown or empty names are kPending.
+JobPhase ParseJobPhase(std::string_view name);
+bool IsTerminal(JobPhase phase);
+
+// metav1.Condition.
+struct Condition {
+  std::string type;
+  std::string status;  // "True", "False", "Unknown"
+  std::string reason;
+  std::string message;
+  int64_t observed_generation = 0;
+  std::string last_transition_time;  // RFC 3339
+
+  bool operator==(const Condition&) const = default;
+};
+
+// Sets `condition` in `conditions`, keeping last_transition_time when the status did not
+// change (and taking `now_rfc3339` when it did).
+void SetCondition(std::vector<Condition>& conditions, Condition condition,
+                  std::string_view now_rfc3339);
+// A metav1.Condition list from JSON and back; `where` names the list in errors.
+absl::StatusOr<std::vector<Condition>> ParseConditions(const web::json::value& list,
+                                                       std::string_view where);
+web::json::value ConditionsToJson(const std::vector<Condition>& conditions);
+
+struct TargetStatus {
+  std::string name;  // the pod name (the host name in the run), or the address
+  std::string address;
+  std::string node;
+  std::string phase = "Pending";  // Pending, Capturing, Succeeded, Empty, Failed
+  int32_t attempts = 0;
+  int64_t events = 0;
+  int64_t dropped_events = 0;
+  int64_t bytes = 0;
+  std::string file;
+  int64_t clock_offset_ns = 0;
+  // -1: unknown (not a clusterprof sidecar).
+  int64_t clock_uncertainty_ns = -1;
+  int64_t start_error_ns = 0;
+  std::string message;
+};
+
+struct JobSummary {
+  int32_t targets = 0;
+  int32_t succeeded = 0;
+  int32_t empty = 0;
+  int32_t failed = 0;
+  int64_t max_start_skew_ns = 0;
+};
+
+// Everything a restarted operator needs to resume a job is here: the run, the targets, T0 and
+// the attempt.
+struct ProfileJobStatus {
+  JobPhase phase = JobPhase::kPending;
+  std::string message;
+  std::string run_name;
+  std::string run_uri;
+  std::string manifest_uri;
+  std::string start_time;  // RFC 3339
+  int64_t start_time_ns = 0;
+  std::string completion_time;
+  int32_t attempt = 0;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+  std::vector<TargetStatus> targets;
+  std::optional<JobSummary> summary;
+};
+
+// Reads a status (null or absent: the empty status). Lenient about unknown fields; an error
+// names a field of the wrong type.
+absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const web::json::value& status);
+web::json::value ProfileJobStatusToJson(const ProfileJobStatus& status);
+
+// "142us", "1.5ms", "2.25s": the printer column's skew.
+std::string FormatDuration(int64_t ns);
+// RFC 3339 in UTC, seconds precision ("2026-11-24T10:00:00Z"), as Kubernetes writes times.
+std::string FormatTime(int64_t wall_ns);
+// Parses RFC 3339; InvalidArgument naming the value.
+absl::StatusOr<int64_t> ParseTime(std::string_view rfc3339);
+
+enum class ConcurrencyPolicy { kAllow, kForbid, kReplace };
+
+struct ProfileScheduleSpec {
+  std::string schedule;
+  std::string time_zone;
+  ConcurrencyPolicy concurrency_policy = ConcurrencyPolicy::kForbid;
+  std::optional<int64_t> starting_deadline_seconds;
+  bool suspend = false;
+  int32_t successful_jobs_history_limit = 3;
+  int32_t failed_jobs_history_limit = 1;
+  // jobTemplate.metadata labels and annotations, and jobTemplate.spec as written (validated).
+  std::map<std::string, std::string> job_labels;
+  std::map<std::string, std::string> job_annotations;
+  web::json::value job_spec;
+};
+
+// Reads and validates a ProfileSchedule's spec, the job template's spec included; the cron
+// expression and time zone are checked by the controller (operator/controllers/cron.h).
+absl::StatusOr<ProfileScheduleSpec> ParseProfileScheduleSpec(const web::json::value& spec);
+
+// A ProfileJob a schedule started (status.active[]).
+struct JobReference {
+  std::string name;
+  std::string namespace_;
+  std::string uid;
+
+  bool operator==(const JobReference&) const = default;
+};
+
+struct ProfileScheduleStatus {
+  std::vector<JobReference> active;
+  // RFC 3339; empty: never.
+  std::string last_schedule_time;
+  std::string last_successful_time;
+  // Why the schedule is invalid; empty when it is valid.
+  std::string message;
+  int64_t observed_generation = 0;
+  std::vector<Condition> conditions;
+
+  bool operator==(const ProfileScheduleStatus&) const = default;
+};
+
+// Reads a schedule's status (null or absent: the empty status); an error names a field of the
+// wrong type.
+absl::StatusOr<ProfileScheduleStatus> ParseProfileScheduleStatus(const web::json::value& status);
+// With activeCount = active.size(); empty fields are left out.
+web::json::value ProfileScheduleStatusToJson(const ProfileScheduleStatus& status);
+
+}  // namespace clusterprof::api
+
+#endif  // CLUSTERPROF_OPERATOR_API_TYPES_H_

@@ -1,0 +1,344 @@
+#include "coordinator/coordinator.h"
+
+#include <atomic>
+#include <fstream>
+#include <thread>
+
+#include "common/cancel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/fake_profilers.h"
+#include "tests/support/temp_dir.h"
+
+// cpprestsdk's U() macro collides with gtest's templates unless turned off.
+#define _TURN_OFF_PLATFORM_STRING
+#include <cpprest/json.h>
+
+namespace clusterprof::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::FakeProfilers;
+using ::testing::HasSubstr;
+
+TEST(ParseServiceAddressesTest, StripsGrpcPrefixesAndSpaces) {
+  auto targets = ParseServiceAddresses("grpc://10.0.0.2:8466, host-b:9000,[::1]:8466");
+  ASSERT_TRUE(targets.ok()) << targets.status();
+  ASSERT_EQ(targets->size(), 3u);
+  EXPECT_EQ((*targets)[0].address, "10.0.0.2:8466");
+  EXPECT_EQ((*targets)[1].address, "host-b:9000");
+  EXPECT_EQ((*targets)[2].address, "[::1]:8466");
+  EXPECT_TRUE((*targets)[0].host_name.empty());
+}
+
+TEST(ParseServiceAddressesTest, RejectsWhatIsNotHostPort) {
+  for (const char* bad : {"", ",", "host", "host:", "host:http", "grpc://"}) {
+    auto targets = ParseServiceAddresses(bad);
+    EXPECT_EQ(targets.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_THAT(std::string(ParseServiceAddresses("a:1,b").status().message()),
+              HasSubstr("'b' is not host:port"));
+}
+
+TEST(IsRetryableTest, UpstreamsRule) {
+  EXPECT_TRUE(IsRetryable(absl::UnavailableError("down")));
+  EXPECT_TRUE(IsRetryable(absl::AlreadyExistsError("busy")));
+  EXPECT_TRUE(IsRetryable(absl::UnknownError("Stream removed")));
+  EXPECT_FALSE(IsRetryable(absl::UnknownError("something else")));
+  EXPECT_FALSE(IsRetryable(absl::InvalidArgumentError("bad")));
+  EXPECT_FALSE(IsRetryable(absl::PermissionDeniedError("no")));
+  EXPECT_FALSE(IsRetryable(absl::DeadlineExceededError("slow")));
+}
+
+TEST(EstimateClockOffsetTest, TheSmallestRoundTripWins) {
+  // Remote clock 5 ms ahead. A slow sample with an asymmetric delay would say otherwise.
+  const std::vector<ClockSample> samples = {
+      {1'000'000, 900'000, 1'000'000 + 5'000'000 + 800'000},  // reply delayed: looks +5.35 ms
+      {2'000'000, 100'000, 2'000'000 + 5'000'000 + 50'000},   // rtt 100 us, symmetric
+      {3'000'000, 400'000, 3'000'000 + 5'000'000 + 100'000},
+  };
+  const ClockEstimate estimate = EstimateClockOffset(samples);
+  EXPECT_EQ(estimate.offset_ns, 5'000'000);
+  EXPECT_EQ(estimate.uncertainty_ns, 50'000);
+}
+
+TEST(ManifestJsonTest, IsValidJsonWithEveryTarget) {
+  CaptureOptions options;
+  options.logdir = *storage::ParseLogdir("/data/tb");
+  options.duration_ms = 2000;
+  options.delay_ms = 500;
+  RunResult result;
+  result.run = "run \"1\"";
+  result.t0_ns = 1'000;
+  result.succeeded = 1;
+  result.failed = 1;
+  result.max_start_skew_ns = 62'000;
+  TargetResult ok;
+  ok.address = "10.0.0.2:8466";
+  ok.host_name = "host-0";
+  ok.outcome = Outcome::kOk;
+  ok.attempts = 1;
+  ok.is_sidecar = true;
+  ok.clock_offset_ns = -1200;
+  ok.clock_uncertainty_ns = 240'000;
+  ok.start_known = true;
+  ok.achieved_start_ns = 63'000;
+  ok.start_error_ns = 62'000;
+  ok.stats_known = true;
+  ok.events = 13906;
+  ok.bytes = 522444;
+  ok.files = {"/data/tb/plugins/profile/r/host-0.xplane.pb"};
+  ok.warnings = {"annotations: 3 events of trainer were dropped"};
+  TargetResult failed;
+  failed.address = "10.0.0.3:8466";
+  failed.host_name = "10.0.0.3:8466";
+  failed.outcome = Outcome::kFailed;
+  failed.attempts = 3;
+  failed.message = "UNAVAILABLE: failed to connect to all addresses";
+  result.targets = {ok, failed};
+
+  const std::string text = ManifestJson(options, result, 42);
+  web::json::value json;
+  ASSERT_NO_THROW(json = web::json::value::parse(text)) << text;
+  EXPECT_EQ(json.at("run").as_string(), "run \"1\"");
+  EXPECT_EQ(json.at("logdir").as_string(), "/data/tb");
+  EXPECT_EQ(json.at("created_ns").as_number().to_int64(), 42);
+  EXPECT_EQ(json.at("summary").at("succeeded").as_integer(), 1);
+  EXPECT_EQ(json.at("summary").at("max_start_skew_ns").as_number().to_int64(), 62'000);
+  const auto& targets = json.at("targets").as_array();
+  ASSERT_EQ(targets.size(), 2u);
+  EXPECT_EQ(targets.at(0).at("outcome").as_string(), "ok");
+  EXPECT_EQ(targets.at(0).at("events").as_number().to_int64(), 13906);
+  EXPECT_EQ(targets.at(0).at("start_error_ns").as_number().to_int64(), 62'000);
+  EXPECT_EQ(targets.at(0).at("files").as_array().size(), 1u);
+  EXPECT_EQ(targets.at(1).at("outcome").as_string(), "failed");
+  EXPECT_TRUE(targets.at(1).at("start_error_ns").is_null());
+  EXPECT_TRUE(targets.at(1).at("clock_uncertainty_ns").is_null());
+  EXPECT_FALSE(targets.at(1).has_field("events")) << "unknown for a failed host";
+  EXPECT_THAT(targets.at(1).at("message").as_string(), HasSubstr("UNAVAILABLE"));
+}
+
+TEST(CaptureTest, BadOptionsAreInvalidArguments) {
+  SimulatedClock clock;
+  CaptureOptions options;
+  options.logdir = *storage::ParseLogdir("/tmp/x");
+  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
+  options.targets = {{"127.0.0.1:1", ""}};
+  options.duration_ms = 0;
+  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
+  options.duration_ms = 100;
+  options.run = "../escape";
+  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
+  options.run = "ok";
+  options.targets = {{"127.0.0.1:1", "bad/name"}};
+  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The coordinator against in-process servers on a simulated clock: no sockets, no sleeps.
+class FakeCaptureTest : public ::testing::Test {
+ protected:
+  FakeCaptureTest() : servers_(&clock_) {
+    options_.logdir = *storage::ParseLogdir(dir_.path());
+    options_.run = "run1";
+    options_.duration_ms = 1000;
+    options_.delay_ms = 500;
+    options_.retry_backoff_ms = 1000;
+    options_.connector = &servers_;
+  }
+
+  // Captures on this thread while another advances the simulated clock through every pause
+  // (the retry backoff) the capture sleeps in.
+  absl::StatusOr<RunResult> CaptureAdvancing() {
+    std::atomic<bool> done{false};
+    std::thread advancer([&] {
+      while (!done.load()) {
+        if (clock_.sleepers() > 0) {
+          clock_.AdvanceNs(100 * kNanosPerMilli);
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+    absl::StatusOr<RunResult> result = Capture(options_, clock_);
+    done = true;
+    advancer.join();
+    return result;
+  }
+
+  const TargetResult& Find(const RunResult& result, std::string_view address) {
+    for (const TargetResult& target : result.targets) {
+      if (target.address == address) return target;
+    }
+    ADD_FAILURE() << "no target " << address;
+    return result.targets.front();
+  }
+
+  SimulatedClock clock_;
+  FakeProfilers servers_;
+  testing::TempDir dir_;
+  CaptureOptions options_;
+};
+
+TEST_F(FakeCaptureTest, EveryTargetStartsAtOneInstantOnItsOwnClock) {
+  servers_.Add("a:1", {.host_name = "worker-0", .clock_offset_ns = 3 * kNanosPerMilli});
+  servers_.Add("b:1", {.host_name = "worker-1", .clock_offset_ns = -2 * kNanosPerMilli});
+  options_.targets = {{"a:1", ""}, {"grpc://b:1", ""}};
+  const int64_t now = clock_.WallNs();
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(result->t0_ns, now + 500 * kNanosPerMilli) << "the delay exceeds the fan-out lead";
+  const std::vector<tensorflow::ProfileRequest> a = servers_.ProfileRequests("a:1");
+  const std::vector<tensorflow::ProfileRequest> b = servers_.ProfileRequests("b:1");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  // The fake answers at once: round trip 0, so each offset is exact and applied.
+  EXPECT_EQ(static_cast<int64_t>(a[0].opts().start_timestamp_ns()),
+            result->t0_ns + 3 * kNanosPerMilli);
+  EXPECT_EQ(static_cast<int64_t>(b[0].opts().start_timestamp_ns()),
+            result->t0_ns - 2 * kNanosPerMilli);
+  EXPECT_EQ(a[0].opts().version(), 1u);
+  EXPECT_EQ(a[0].opts().override_hostname(), "worker-0") << "the sidecars' names are distinct";
+  EXPECT_EQ(a[0].session_id(), "run1");
+  EXPECT_EQ(Find(*result, "a:1").clock_offset_ns, 3 * kNanosPerMilli);
+  EXPECT_EQ(Find(*result, "a:1").start_error_ns, 0);
+  EXPECT_EQ(Find(*result, "a:1").events, 100u);
+  EXPECT_THAT(Find(*result, "b:1").files,
+              ElementsAre(HasSubstr("/plugins/profile/run1/worker-1.xplane.pb")));
+  EXPECT_FALSE(result->manifest_uri.empty());
+  EXPECT_TRUE(std::ifstream(result->manifest_uri).good()) << result->manifest_uri;
+}
+
+TEST_F(FakeCaptureTest, RetriesUnavailableAndAlreadyExistsWithAFreshStartAfterTheBackoff) {
+  servers_.Add("a:1", {.host_name = "a"});
+  servers_.Add("b:1", {.host_name = "b",
+                       .profile_errors = {absl::UnavailableError("restarting"),
+                                          absl::AlreadyExistsError("a capture is running")}});
+  options_.targets = {{"a:1", ""}, {"b:1", ""}};
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(result->attempt, 3);
+  EXPECT_EQ(Find(*result, "a:1").attempts, 1) << "only the failed target is retried";
+  EXPECT_EQ(Find(*result, "b:1").attempts, 3);
+  const std::vector<tensorflow::ProfileRequest> b = servers_.ProfileRequests("b:1");
+  ASSERT_EQ(b.size(), 3u);
+  // Each retry waits its backoff (1 s, then 2 s) and picks a later T0.
+  EXPECT_GE(b[1].opts().start_timestamp_ns(), b[0].opts().start_timestamp_ns() + kNanosPerSecond);
+  EXPECT_GE(b[2].opts().start_timestamp_ns(),
+            b[1].opts().start_timestamp_ns() + 2 * kNanosPerSecond);
+}
+
+TEST_F(FakeCaptureTest, ATargetThatNeverAnswersFailsAfterEveryAttemptAndTheOthersStillCount) {
+  servers_.Add("a:1", {.host_name = "a"});
+  servers_.Add("down:1", {.reachable = false});
+  options_.targets = {{"a:1", ""}, {"down:1", ""}};
+  options_.num_tracing_attempts = 2;
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 1);
+  EXPECT_EQ(result->failed, 1);
+  const TargetResult& down = Find(*result, "down:1");
+  EXPECT_EQ(down.outcome, Outcome::kFailed);
+  EXPECT_EQ(down.attempts, 2);
+  EXPECT_THAT(down.message, HasSubstr("UNAVAILABLE"));
+  EXPECT_EQ(down.clock_uncertainty_ns, -1);
+}
+
+TEST_F(FakeCaptureTest, NoDataAnywhereIsUnavailableWithUpstreamsMessage) {
+  servers_.Add("a:1", {.empty_trace = true});
+  options_.targets = {{"a:1", ""}};
+  options_.num_tracing_attempts = 2;
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(result.status().message(), HasSubstr("No trace event was collected"));
+  EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 2u) << "empty captures are retried";
+}
+
+TEST_F(FakeCaptureTest, AFrameworkServerGetsOffsetZeroAndUpstreamsFileLayout) {
+  servers_.Add("tf:6009", {.is_sidecar = false});
+  options_.targets = {{"tf:6009", "trainer"}};
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const TargetResult& tf = result->targets.at(0);
+  EXPECT_FALSE(tf.is_sidecar);
+  EXPECT_EQ(tf.clock_uncertainty_ns, -1);
+  EXPECT_FALSE(tf.start_known);
+  EXPECT_THAT(tf.files, ElementsAre(HasSubstr("/plugins/profile/run1/trainer.xplane.pb")));
+  EXPECT_EQ(servers_.ProfileRequests("tf:6009").at(0).opts().override_hostname(), "trainer");
+  EXPECT_EQ(servers_.GetInfoCalls("tf:6009"), 1) << "probed once: UNIMPLEMENTED ends probing";
+  EXPECT_EQ(servers_.GetSessionCalls("tf:6009"), 0) << "not a sidecar: no session to ask for";
+}
+
+TEST_F(FakeCaptureTest, ResumingReadsFinishedSessionsBackInsteadOfCapturingAgain) {
+  servers_.Add("a:1", {.host_name = "a"});
+  servers_.Add("b:1", {.host_name = "b"});
+  options_.targets = {{"a:1", ""}, {"b:1", ""}};
+  ASSERT_TRUE(Capture(options_, clock_).ok());
+  const int64_t t0 = servers_.ProfileRequests("a:1").at(0).opts().start_timestamp_ns();
+
+  // A restarted operator resumes the run: both sessions are done on the sidecars.
+  options_.resume = true;
+  options_.start_at_ns = t0;
+  options_.attempts_used = 1;
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  for (const TargetResult& target : result->targets) {
+    EXPECT_TRUE(target.recovered) << target.address;
+    EXPECT_EQ(target.events, 100u);
+  }
+  EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u) << "not captured again";
+  EXPECT_EQ(servers_.ProfileRequests("b:1").size(), 1u);
+}
+
+TEST_F(FakeCaptureTest, BeforeAttemptSeesEachT0AndItsErrorStopsTheCapture) {
+  servers_.Add("a:1", {.host_name = "a"});
+  options_.targets = {{"a:1", ""}};
+  std::vector<std::pair<int, int64_t>> seen;
+  options_.before_attempt = [&](int attempt, int64_t t0_ns) {
+    seen.emplace_back(attempt, t0_ns);
+    return absl::FailedPreconditionError("the job was deleted");
+  };
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].first, 1);
+  EXPECT_TRUE(servers_.ProfileRequests("a:1").empty()) << "nothing sent for a refused attempt";
+}
+
+TEST_F(FakeCaptureTest, CancellingEndsCallsInFlightAndReturnsCancelledWithoutAManifest) {
+  servers_.Add("a:1", {.host_name = "a", .hold_profile = true});
+  servers_.Add("b:1", {.host_name = "b", .hold_profile = true});
+  options_.targets = {{"a:1", ""}, {"b:1", ""}};
+  CancelToken cancel;
+  options_.cancel = &cancel;
+  std::thread canceller([&] {
+    servers_.WaitForHeld(2);
+    cancel.Cancel();
+  });
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  canceller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_THAT(result.status().message(), HasSubstr("run1"));
+  EXPECT_FALSE(std::ifstream(dir_.Join("plugins/profile/run1/clusterprof_run.json")).good());
+}
+
+TEST_F(FakeCaptureTest, CancellingDuringTheBackoffEndsTheSleep) {
+  servers_.Add("a:1", {.profile_errors = {absl::UnavailableError("restarting")}});
+  options_.targets = {{"a:1", ""}};
+  options_.retry_backoff_ms = 60'000;
+  CancelToken cancel;
+  options_.cancel = &cancel;
+  std::thread canceller([&] {
+    clock_.WaitForSleepers(1);  // the backoff; the simulated clock never reaches its end
+    cancel.Cancel();
+  });
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  canceller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u);
+}
+
+}  // namespace
+}  // namespace clusterprof::coordinator

@@ -1,0 +1,135 @@
+// GrpcConnector against a real gRPC server on loopback: relative deadlines, cancellation, the
+// bearer token, and a server without the Sidecar service (a TF/JAX profiler server).
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/mutex.h"
+#include "coordinator/connector.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "tsl/profiler/protos/profiler_service.grpc.pb.h"
+
+namespace clusterprof::coordinator {
+namespace {
+
+// Profile waits until the client gives up (deadline or cancel); it records the authorization
+// metadata it saw.
+class HangingProfiler final : public tensorflow::ProfilerService::Service {
+ public:
+  grpc::Status Profile(grpc::ServerContext* context, const tensorflow::ProfileRequest*,
+                       tensorflow::ProfileResponse*) override {
+    {
+      MutexLock lock(&mu_);
+      auto it = context->client_metadata().find("authorization");
+      if (it != context->client_metadata().end()) {
+        authorization_ = std::string(it->second.data(), it->second.size());
+      }
+      ++started_;
+    }
+    while (!context->IsCancelled()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return grpc::Status::CANCELLED;
+  }
+
+  void WaitForStarted(int count) {
+    MutexLock lock(&mu_);
+    mu_.Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return started_ >= count; });
+  }
+  std::string authorization() {
+    MutexLock lock(&mu_);
+    return authorization_;
+  }
+
+ private:
+  Mutex mu_;
+  int started_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string authorization_ ABSL_GUARDED_BY(mu_);
+};
+
+class GrpcConnectorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = "127.0.0.1:" + std::to_string(port);
+  }
+  void TearDown() override { server_->Shutdown(); }
+
+  // Waits for one call's answer.
+  template <typename Response>
+  struct Answer {
+    Notification done;
+    absl::StatusOr<Response> value;
+    Done<Response> Callback() {
+      return [this](absl::StatusOr<Response> response) {
+        value = std::move(response);
+        done.Notify();
+      };
+    }
+  };
+
+  HangingProfiler service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+TEST_F(GrpcConnectorTest, ATimeoutEndsTheCallWithDeadlineExceeded) {
+  GrpcConnector connector;
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address_);
+  Answer<tensorflow::ProfileResponse> answer;
+  connection->Profile(tensorflow::ProfileRequest(), 200'000'000, answer.Callback());
+  answer.done.WaitForNotification();
+  EXPECT_EQ(answer.value.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST_F(GrpcConnectorTest, CancelCallsEndsCallsInFlightAndLaterOnes) {
+  GrpcConnector connector("s3cret");
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address_);
+  Answer<tensorflow::ProfileResponse> answer;
+  connection->Profile(tensorflow::ProfileRequest(), 600'000'000'000, answer.Callback());
+  service_.WaitForStarted(1);
+  EXPECT_EQ(service_.authorization(), "Bearer s3cret");
+  connection->CancelCalls();
+  answer.done.WaitForNotification();
+  EXPECT_EQ(answer.value.status().code(), absl::StatusCode::kCancelled);
+
+  Answer<v1alpha1::GetInfoResponse> later;
+  connection->GetInfo(600'000'000'000, later.Callback());
+  later.done.WaitForNotification();
+  EXPECT_EQ(later.value.status().code(), absl::StatusCode::kCancelled);
+}
+
+TEST_F(GrpcConnectorTest, AServerWithoutTheSidecarServiceIsUnimplemented) {
+  GrpcConnector connector;
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address_);
+  Answer<v1alpha1::GetInfoResponse> info;
+  connection->GetInfo(5'000'000'000, info.Callback());
+  info.done.WaitForNotification();
+  EXPECT_EQ(info.value.status().code(), absl::StatusCode::kUnimplemented);
+  Answer<v1alpha1::GetSessionResponse> session;
+  connection->GetSession("run", 5'000'000'000, session.Callback());
+  session.done.WaitForNotification();
+  EXPECT_EQ(session.value.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(GrpcConnectorNoServerTest, NobodyListeningIsUnavailable) {
+  GrpcConnector connector;
+  // Port 1 on loopback: nothing listens there.
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect("127.0.0.1:1");
+  Notification done;
+  absl::Status status;
+  connection->GetInfo(5'000'000'000, [&](absl::StatusOr<v1alpha1::GetInfoResponse> response) {
+    status = response.status();
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace clusterprof::coordinator

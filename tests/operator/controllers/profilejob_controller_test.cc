@@ -1,0 +1,347 @@
+// ProfileJobController on the in-memory API and in-process sidecars, on a simulated clock: every
+// phase transition, conflict, retry, resume, TTL and shutdown case, with no process spawned and
+// no sleep. operator_e2e_test covers the same controller in the real binary against a real API
+// server.
+#include "operator/controllers/profilejob_controller.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "coordinator/coordinator.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "operator/api/types.h"
+#include "operator/kube/informer.h"
+#include "tests/support/fake_api_client.h"
+#include "tests/support/fake_profilers.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof::controllers {
+namespace {
+
+using testing::FakeApiClient;
+using testing::FakeProfilers;
+using ::testing::HasSubstr;
+using web::json::value;
+
+constexpr char kNs[] = "team";
+
+std::string Phase(const std::optional<value>& job) {
+  if (!job.has_value() || !job->has_object_field("status") ||
+      !job->at("status").has_string_field("phase")) {
+    return "";
+  }
+  return job->at("status").at("phase").as_string();
+}
+
+bool Finished(const std::optional<value>& job) {
+  const std::string phase = Phase(job);
+  return phase == "Succeeded" || phase == "PartiallySucceeded" || phase == "Failed";
+}
+
+class ProfileJobControllerTest : public ::testing::Test {
+ protected:
+  ProfileJobControllerTest() : api_(&clock_), servers_(&clock_) {}
+
+  void SetUp() override {
+    kube::InformerOptions job_options;
+    job_options.type = api::ProfileJobs();
+    job_options.namespace_ = kNs;
+    jobs_ = std::make_unique<kube::Informer>(&api_, &clock_, job_options);
+    kube::InformerOptions pod_options;
+    pod_options.type = kube::Pods();
+    pod_options.namespace_ = kNs;
+    pod_options.decoder = kube::PodDecoder();
+    pods_ = std::make_unique<kube::Informer>(&api_, &clock_, pod_options);
+  }
+
+  void TearDown() override {
+    StopAdvancing();
+    if (controller_ != nullptr) controller_->Stop(0);
+    jobs_->Stop();
+    pods_->Stop();
+  }
+
+  void StartController(ProfileJobControllerOptions options = {}) {
+    jobs_->Start();
+    pods_->Start();
+    ASSERT_TRUE(jobs_->WaitForSync());
+    ASSERT_TRUE(pods_->WaitForSync());
+    options.connector = &servers_;
+    options.workers = 2;
+    options.clock_probes = 1;
+    controller_ = std::make_unique<ProfileJobController>(&api_, &clock_, jobs_.get(), pods_.get(),
+                                                         nullptr, nullptr, options);
+    controller_->Start();
+  }
+
+  // Moves the simulated clock on whenever a thread sleeps on it (retry pauses, backoff).
+  void StartAdvancing() {
+    advancer_ = std::thread([this] {
+      while (!stop_advancing_.load()) {
+        if (clock_.sleepers() > 0) {
+          clock_.AdvanceNs(10 * kNanosPerMilli);
+        } else {
+          std::this_thread::yield();
+        }
+      }
+    });
+  }
+  void StopAdvancing() {
+    stop_advancing_ = true;
+    if (advancer_.joinable()) advancer_.join();
+  }
+
+  // A Running, Ready pod with a sidecar at `ip`, and its sidecar among the servers.
+  void AddPod(const std::string& name, const std::string& ip, bool ready = true,
+              FakeProfilers::Script script = {}) {
+    value pod = value::parse(R"({
+      "metadata": {"labels": {"app": "train"}},
+      "spec": {"nodeName": "node-1", "containers": [
+        {"name": "trainer"},
+        {"name": "clusterprof-sidecar", "ports": [{"name": "clusterprof", "containerPort": 8466}]}
+      ]}})");
+    pod["metadata"]["name"] = value::string(name);
+    absl::StatusOr<value> created = api_.Create(kube::Pods(), kNs, pod);
+    ASSERT_TRUE(created.ok()) << created.status();
+    (*created)["status"] = value::parse(R"({"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True"}]})");
+    (*created)["status"]["podIP"] = value::string(ip);
+    if (!ready) (*created)["status"]["conditions"][0]["status"] = value::string("False");
+    ASSERT_TRUE(api_.UpdateStatus(kube::Pods(), kNs, *created).ok());
+    if (script.host_name.empty()) script.host_name = name;
+    servers_.Add(ip + ":8466", std::move(script));
+  }
+
+  value JobSpec(const std::string& extra = "") {
+    value spec = value::parse(R"({"targets": {"selector": {"matchLabels": {"app": "train"}}},
+                                  "durationMs": 1000, "delayMs": 0, "tracingAttempts": 1})");
+    spec["logdir"] = value::string(dir_.path());
+    if (!extra.empty()) {
+      const value fields = value::parse(extra);
+      for (const auto& [key, field] : fields.as_object()) spec[key] = field;
+    }
+    return spec;
+  }
+
+  value CreateJob(const std::string& name, const value& spec) {
+    value job = value::object();
+    job["metadata"] = value::object();
+    job["metadata"]["name"] = value::string(name);
+    job["spec"] = spec;
+    absl::StatusOr<value> created = api_.Create(api::ProfileJobs(), kNs, job);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : value();
+  }
+
+  value WaitForJob(const std::string& name,
+                   const std::function<bool(const std::optional<value>&)>& predicate) {
+    absl::StatusOr<std::optional<value>> job =
+        api_.WaitFor(api::ProfileJobs(), kNs, name, predicate);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() && job->has_value() ? **job : value();
+  }
+  value WaitForFinish(const std::string& name) { return WaitForJob(name, Finished); }
+
+  SimulatedClock clock_;
+  FakeApiClient api_;
+  FakeProfilers servers_;
+  testing::TempDir dir_;
+  std::unique_ptr<kube::Informer> jobs_;
+  std::unique_ptr<kube::Informer> pods_;
+  std::unique_ptr<ProfileJobController> controller_;
+  std::thread advancer_;
+  std::atomic<bool> stop_advancing_{false};
+};
+
+TEST_F(ProfileJobControllerTest, APendingJobIsScheduledCapturedAndSucceeds) {
+  AddPod("worker-0", "10.0.0.1");
+  AddPod("worker-1", "10.0.0.2");
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  const value& status = job.at("status");
+  ASSERT_EQ(status.at("phase").as_string(), "Succeeded") << job.serialize();
+  EXPECT_THAT(status.at("message").as_string(), HasSubstr("all 2 target(s) captured"));
+  const value& targets = status.at("targets");
+  ASSERT_EQ(targets.size(), 2u);
+  for (const value& target : targets.as_array()) {
+    EXPECT_EQ(target.at("phase").as_string(), "Succeeded");
+    EXPECT_EQ(target.at("node").as_string(), "node-1");
+    EXPECT_THAT(target.at("file").as_string(), HasSubstr(".xplane.pb"));
+  }
+  EXPECT_EQ(status.at("summary").at("succeeded").as_integer(), 2);
+  // Both sidecars were asked for the one T0 the status recorded.
+  const int64_t t0 = status.at("startTimeNs").as_number().to_int64();
+  for (const char* address : {"10.0.0.1:8466", "10.0.0.2:8466"}) {
+    const auto requests = servers_.ProfileRequests(address);
+    ASSERT_EQ(requests.size(), 1u) << address;
+    EXPECT_EQ(static_cast<int64_t>(requests[0].opts().start_timestamp_ns()), t0);
+    EXPECT_EQ(requests[0].session_id(), status.at("runName").as_string());
+  }
+  // Scheduled (whole status), Capturing (a JSON patch), then the final status.
+  EXPECT_GE(api_.CountActions("patch", "profilejobs", "status"), 1);
+  bool completed = false;
+  for (const value& condition : status.at("conditions").as_array()) {
+    completed = completed || condition.at("type").as_string() == "Complete";
+  }
+  EXPECT_TRUE(completed);
+}
+
+TEST_F(ProfileJobControllerTest, TooFewReadyTargetsFailsNamingTheOnesLeftOut) {
+  AddPod("worker-0", "10.0.0.1");
+  AddPod("worker-1", "10.0.0.2", /*ready=*/false);
+  StartController();
+  CreateJob("job", JobSpec(R"({"targets": {"selector": {"matchLabels": {"app": "train"}},
+                                           "minReady": 2}})"));
+  const value job = WaitForFinish("job");
+  EXPECT_EQ(Phase(job), "Failed");
+  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("1 target(s) ready, 2 needed"));
+  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("worker-1"));
+  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty()) << "nothing captured";
+}
+
+TEST_F(ProfileJobControllerTest, AnInvalidSpecFailsNamingTheField) {
+  StartController();
+  CreateJob("job", JobSpec(R"({"durationMs": -5})"));
+  const value job = WaitForFinish("job");
+  EXPECT_EQ(Phase(job), "Failed");
+  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("spec.durationMs"));
+}
+
+TEST_F(ProfileJobControllerTest, ASidecarDownIsPartiallySucceededNamingThePod) {
+  AddPod("worker-0", "10.0.0.1");
+  AddPod("worker-1", "10.0.0.2", true, {.reachable = false});
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  ASSERT_EQ(Phase(job), "PartiallySucceeded") << job.serialize();
+  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("worker-1 (10.0.0.2:8466)"));
+  for (const value& target : job.at("status").at("targets").as_array()) {
+    if (target.at("name").as_string() == "worker-1") {
+      EXPECT_EQ(target.at("phase").as_string(), "Failed");
+      EXPECT_THAT(target.at("message").as_string(), HasSubstr("UNAVAILABLE"));
+    }
+  }
+}
+
+TEST_F(ProfileJobControllerTest, RetriesAnUnavailableTargetWithinTracingAttempts) {
+  AddPod("worker-0", "10.0.0.1", true,
+         {.profile_errors = {absl::UnavailableError("sidecar restarting")}});
+  StartAdvancing();  // the retry waits its backoff on the clock
+  StartController();
+  CreateJob("job", JobSpec(R"({"tracingAttempts": 3})"));
+  const value job = WaitForFinish("job");
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  EXPECT_EQ(job.at("status").at("targets").at(0).at("attempts").as_integer(), 2);
+  EXPECT_EQ(job.at("status").at("attempt").as_integer(), 2);
+  EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 2u);
+}
+
+TEST_F(ProfileJobControllerTest, ConflictsOnStatusWritesAreRetriedFromTheLatestCopy) {
+  AddPod("worker-0", "10.0.0.1");
+  // The Scheduled write is optimistic (a conflict requeues the job); the final one re-reads.
+  api_.FailNext("update", "profilejobs", 409, 3, "status");
+  StartAdvancing();  // conflict retries and requeues pause on the clock
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  EXPECT_EQ(Phase(job), "Succeeded") << job.serialize();
+  EXPECT_GE(api_.CountActions("update", "profilejobs", "status"), 5);
+  EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 1u) << "captured once";
+}
+
+TEST_F(ProfileJobControllerTest, TheFinalStatusOutlastsAnApiServerOutage) {
+  AddPod("worker-0", "10.0.0.1");
+  // Every status write after the capture fails for a while (the API server away), then works.
+  std::atomic<int> refusals{0};
+  std::atomic<bool> captured{false};
+  api_.AddReactor([&](const FakeApiClient::Action& action) -> std::optional<absl::Status> {
+    if (action.verb == "patch" && action.resource == "profilejobs") captured = true;
+    if (captured && action.verb == "get" && action.resource == "profilejobs" &&
+        refusals.fetch_add(1) < 4) {
+      return FakeApiClient::ApiError(503, "", "the API server is restarting");
+    }
+    return std::nullopt;
+  });
+  StartAdvancing();
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  EXPECT_EQ(Phase(job), "Succeeded") << job.serialize();
+  EXPECT_GE(refusals.load(), 4);
+}
+
+TEST_F(ProfileJobControllerTest, AJobFoundCapturingIsResumedAndReadBackNotCapturedAgain) {
+  AddPod("worker-0", "10.0.0.1");
+  // An earlier operator captured run "r1" and stopped before writing the final status.
+  coordinator::CaptureOptions earlier;
+  earlier.targets = {{"10.0.0.1:8466", "worker-0"}};
+  earlier.logdir = *storage::ParseLogdir(dir_.path());
+  earlier.run = "r1";
+  earlier.connector = &servers_;
+  earlier.write_manifest = false;
+  ASSERT_TRUE(coordinator::Capture(earlier, clock_).ok());
+  const int64_t t0 = servers_.ProfileRequests("10.0.0.1:8466").at(0).opts().start_timestamp_ns();
+
+  value job = CreateJob("job", JobSpec());
+  api::ProfileJobStatus status;
+  status.phase = api::JobPhase::kCapturing;
+  status.run_name = "r1";
+  status.start_time_ns = t0;
+  status.start_time = api::FormatTime(t0);
+  status.attempt = 1;
+  status.targets = {api::TargetStatus{.name = "worker-0", .address = "10.0.0.1:8466"}};
+  job["status"] = api::ProfileJobStatusToJson(status);
+  ASSERT_TRUE(api_.UpdateStatus(api::ProfileJobs(), kNs, job).ok());
+
+  StartController();
+  const value finished = WaitForFinish("job");
+  ASSERT_EQ(Phase(finished), "Succeeded") << finished.serialize();
+  EXPECT_THAT(finished.at("status").at("targets").at(0).at("message").as_string(),
+              HasSubstr("read back"));
+  EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 1u) << "not captured again";
+}
+
+TEST_F(ProfileJobControllerTest, StopCancelsARunningCaptureAndJoinsIt) {
+  AddPod("worker-0", "10.0.0.1", true, {.hold_profile = true});
+  StartController();
+  CreateJob("job", JobSpec());
+  servers_.WaitForHeld(1);
+  EXPECT_EQ(controller_->RunningCaptures(), 1);
+  EXPECT_FALSE(controller_->Stop(0)) << "a capture was still running";
+  EXPECT_EQ(controller_->RunningCaptures(), 0);
+  // Left for a successor: not marked finished.
+  const std::optional<value> job = api_.Peek(api::ProfileJobs(), kNs, "job");
+  EXPECT_FALSE(Finished(job)) << job->serialize();
+}
+
+TEST_F(ProfileJobControllerTest, AFinishedJobIsDeletedOnceItsTtlPasses) {
+  AddPod("worker-0", "10.0.0.1");
+  StartController();
+  CreateJob("job", JobSpec(R"({"ttlSecondsAfterFinished": 60})"));
+  ASSERT_EQ(Phase(WaitForFinish("job")), "Succeeded");
+  EXPECT_TRUE(api_.Peek(api::ProfileJobs(), kNs, "job").has_value()) << "kept until the TTL";
+  clock_.AdvanceNs(61 * kNanosPerSecond);
+  const absl::StatusOr<std::optional<value>> gone = api_.WaitFor(
+      api::ProfileJobs(), kNs, "job", [](const std::optional<value>& job) { return !job; });
+  EXPECT_TRUE(gone.ok()) << gone.status();
+}
+
+TEST_F(ProfileJobControllerTest, ADeletedAndRecreatedJobIsANewJob) {
+  AddPod("worker-0", "10.0.0.1");
+  StartController();
+  CreateJob("job", JobSpec());
+  ASSERT_EQ(Phase(WaitForFinish("job")), "Succeeded");
+  ASSERT_TRUE(api_.Delete(api::ProfileJobs(), kNs, "job").ok());
+  CreateJob("job", JobSpec());
+  const value again = WaitForFinish("job");
+  EXPECT_EQ(Phase(again), "Succeeded");
+  EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 2u);
+}
+
+}  // namespace
+}  // namespace clusterprof::controllers

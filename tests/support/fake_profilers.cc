@@ -1,0 +1,222 @@
+#include "tests/support/fake_profilers.h"
+
+#include <utility>
+
+#include "common/check.h"
+#include "common/strings.h"
+
+namespace clusterprof::testing {
+
+class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
+ public:
+  Connection(FakeProfilers* owner, std::string address)
+      : owner_(owner), address_(std::move(address)) {}
+  ~Connection() override { owner_->Forget(this); }
+
+  void GetInfo(int64_t timeout_ns, coordinator::Done<v1alpha1::GetInfoResponse> done) override {
+    absl::StatusOr<v1alpha1::GetInfoResponse> answer;
+    {
+      MutexLock lock(&owner_->mu_);
+      Server* server = Find();
+      if (server != nullptr) ++server->get_info_calls;
+      if (absl::Status refused = Refusal(server, /*sidecar_call=*/true); !refused.ok()) {
+        answer = refused;
+      } else {
+        v1alpha1::GetInfoResponse response;
+        response.set_version("0.1.0");
+        response.set_host_name(server->script.host_name);
+        response.set_wall_time_ns(owner_->clock_->WallNs() + server->script.clock_offset_ns);
+        response.set_monotonic_time_ns(owner_->clock_->MonotonicNs());
+        answer = std::move(response);
+      }
+    }
+    done(std::move(answer));
+  }
+
+  void GetSession(const std::string& session_id, int64_t timeout_ns,
+                  coordinator::Done<v1alpha1::GetSessionResponse> done) override {
+    absl::StatusOr<v1alpha1::GetSessionResponse> answer;
+    {
+      MutexLock lock(&owner_->mu_);
+      Server* server = Find();
+      if (server != nullptr) ++server->get_session_calls;
+      if (absl::Status refused = Refusal(server, /*sidecar_call=*/true); !refused.ok()) {
+        answer = refused;
+      } else if (auto it = server->sessions.find(session_id); it == server->sessions.end()) {
+        answer = absl::NotFoundError(StrCat("no session ", session_id));
+      } else {
+        answer = it->second;
+      }
+    }
+    done(std::move(answer));
+  }
+
+  void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
+               coordinator::Done<tensorflow::ProfileResponse> done) override {
+    absl::StatusOr<tensorflow::ProfileResponse> answer;
+    {
+      MutexLock lock(&owner_->mu_);
+      Server* server = Find();
+      if (server != nullptr) server->profiles.push_back(request);
+      if (absl::Status refused = Refusal(server, /*sidecar_call=*/false); !refused.ok()) {
+        answer = refused;
+      } else if (!server->script.profile_errors.empty()) {
+        answer = server->script.profile_errors.front();
+        server->script.profile_errors.pop_front();
+        if (answer.ok()) answer = owner_->FinishProfile(address_, request);
+      } else if (server->script.hold_profile) {
+        owner_->held_.push_back({this, address_, request, std::move(done)});
+        return;
+      } else {
+        answer = owner_->FinishProfile(address_, request);
+      }
+    }
+    done(std::move(answer));
+  }
+
+  void CancelCalls() override {
+    {
+      MutexLock lock(&owner_->mu_);
+      cancelled_ = true;
+    }
+    owner_->CancelHeld(this);
+  }
+
+ private:
+  Server* Find() ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
+    auto it = owner_->servers_.find(address_);
+    return it == owner_->servers_.end() ? nullptr : &it->second;
+  }
+
+  absl::Status Refusal(const Server* server, bool sidecar_call)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
+    if (cancelled_) return absl::CancelledError("Cancelled");
+    if (server == nullptr || !server->script.reachable) {
+      return absl::UnavailableError(StrCat(
+          "failed to connect to all addresses; last error: ", address_, ": Connection refused"));
+    }
+    if (sidecar_call && !server->script.is_sidecar) {
+      return absl::UnimplementedError("unknown service clusterprof.v1alpha1.Sidecar");
+    }
+    return absl::OkStatus();
+  }
+
+  FakeProfilers* const owner_;
+  const std::string address_;
+  bool cancelled_ ABSL_GUARDED_BY(owner_->mu_) = false;
+};
+
+FakeProfilers::~FakeProfilers() {
+  MutexLock lock(&mu_);
+  CLUSTERPROF_CHECK(held_.empty()) << "a held Profile call was neither released nor cancelled";
+}
+
+void FakeProfilers::Add(const std::string& address, Script script) {
+  MutexLock lock(&mu_);
+  servers_[address].script = std::move(script);
+}
+
+void FakeProfilers::Update(const std::string& address, const std::function<void(Script&)>& change) {
+  MutexLock lock(&mu_);
+  change(servers_[address].script);
+}
+
+absl::StatusOr<tensorflow::ProfileResponse> FakeProfilers::FinishProfile(
+    const std::string& address, const tensorflow::ProfileRequest& request) {
+  Server& server = servers_[address];
+  const std::string host =
+      request.opts().override_hostname().empty() ? address : request.opts().override_hostname();
+  tensorflow::ProfileResponse response;
+  response.set_empty_trace(server.script.empty_trace);
+  if (server.script.is_sidecar) {
+    v1alpha1::GetSessionResponse& session = server.sessions[request.session_id()];
+    session.set_session_id(request.session_id());
+    session.set_state(v1alpha1::SESSION_STATE_DONE);
+    // Started exactly when asked, on its own clock.
+    const int64_t start = static_cast<int64_t>(request.opts().start_timestamp_ns());
+    session.set_start_time_ns(start);
+    session.set_stop_time_ns(start + static_cast<int64_t>(request.duration_ms()) * kNanosPerMilli);
+    session.set_empty_trace(server.script.empty_trace);
+    session.set_events(server.script.empty_trace ? 0 : server.script.events);
+    session.clear_files();
+    if (!server.script.empty_trace) {
+      v1alpha1::FileResult* file = session.add_files();
+      file->set_uri(
+          StrCat(request.repository_root(), "/", request.session_id(), "/", host, ".xplane.pb"));
+      file->set_bytes(server.script.bytes);
+      file->set_bytes_committed(server.script.bytes);
+      file->set_upload_state(v1alpha1::UPLOAD_STATE_COMMITTED);
+    }
+  }
+  return response;
+}
+
+void FakeProfilers::Release() {
+  std::vector<std::pair<Held, absl::StatusOr<tensorflow::ProfileResponse>>> answers;
+  {
+    MutexLock lock(&mu_);
+    for (Held& held : held_) {
+      absl::StatusOr<tensorflow::ProfileResponse> answer =
+          FinishProfile(held.address, held.request);
+      answers.emplace_back(std::move(held), std::move(answer));
+    }
+    held_.clear();
+  }
+  for (auto& [held, answer] : answers) held.done(std::move(answer));
+}
+
+void FakeProfilers::WaitForHeld(int count) {
+  MutexLock lock(&mu_);
+  mu_.Await([&]()
+                ABSL_NO_THREAD_SAFETY_ANALYSIS { return static_cast<int>(held_.size()) >= count; });
+}
+
+void FakeProfilers::CancelHeld(Connection* connection) {
+  std::vector<Held> cancelled;
+  {
+    MutexLock lock(&mu_);
+    for (auto it = held_.begin(); it != held_.end();) {
+      if (it->connection == connection) {
+        cancelled.push_back(std::move(*it));
+        it = held_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (Held& held : cancelled) held.done(absl::CancelledError("Cancelled"));
+}
+
+void FakeProfilers::Forget(Connection* connection) {
+  MutexLock lock(&mu_);
+  for (const Held& held : held_) {
+    CLUSTERPROF_CHECK(held.connection != connection)
+        << "a held Profile call was neither released nor cancelled";
+  }
+}
+
+std::vector<tensorflow::ProfileRequest> FakeProfilers::ProfileRequests(
+    const std::string& address) const {
+  MutexLock lock(&mu_);
+  auto it = servers_.find(address);
+  return it == servers_.end() ? std::vector<tensorflow::ProfileRequest>() : it->second.profiles;
+}
+
+int FakeProfilers::GetInfoCalls(const std::string& address) const {
+  MutexLock lock(&mu_);
+  auto it = servers_.find(address);
+  return it == servers_.end() ? 0 : it->second.get_info_calls;
+}
+
+int FakeProfilers::GetSessionCalls(const std::string& address) const {
+  MutexLock lock(&mu_);
+  auto it = servers_.find(address);
+  return it == servers_.end() ? 0 : it->second.get_session_calls;
+}
+
+std::unique_ptr<coordinator::ProfilerConnection> FakeProfilers::Connect(
+    const std::string& address) {
+  return std::make_unique<Connection>(this, address);
+}
+
+}  // namespace clusterprof::testing
