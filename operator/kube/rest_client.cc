@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/http/stream.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "cpprest/http_client.h"
@@ -139,26 +140,24 @@ std::string EncodeListOptions(const ListOptions& options, bool watch) {
   return query;
 }
 
-// The cpprestsdk side: two http_clients on the same server, one for requests (with the request
-// deadline) and one for watches (with the idle limit).
+// The cpprestsdk side, for requests (with the request deadline). Watches have connections of
+// their own (SocketWatchStream).
 class RestClient::Impl {
  public:
   Impl(RestConfig config, const RestClientOptions& options)
       : config_(std::move(config)),
         options_(options),
         user_agent_(config_.user_agent.empty() ? options.user_agent : config_.user_agent),
-        requests_(config_.server, MakeConfig(options.request_timeout_ns)),
-        watches_(config_.server, MakeConfig(options.watch_idle_margin_ns + 600 * kNanosPerSecond)) {
-  }
+        requests_(config_.server, MakeConfig(options.request_timeout_ns)) {}
 
   const RestConfig& config() const { return config_; }
   const RestClientOptions& options() const { return options_; }
+  const std::string& user_agent() const { return user_agent_; }
 
-  // Sends one request, with the current token, and returns the response; the body of a watch
-  // is left unread.
+  // Sends one request, with the current token, and returns the response.
   absl::StatusOr<http::http_response> Send(const std::string& method,
                                            const std::string& path_and_query, std::string_view body,
-                                           std::string_view content_type, bool watch,
+                                           std::string_view content_type,
                                            const pplx::cancellation_token& cancel) {
     const std::string what = StrCat(method, " ", path_and_query);
     for (int attempt = 0;; ++attempt) {
@@ -184,7 +183,7 @@ class RestClient::Impl {
       }
       http::http_response response;
       try {
-        response = (watch ? watches_ : requests_).request(request, cancel).get();
+        response = requests_.request(request, cancel).get();
       } catch (const pplx::task_canceled&) {
         return absl::CancelledError(StrCat(what, ": cancelled"));
       } catch (const std::exception& e) {
@@ -231,76 +230,48 @@ class RestClient::Impl {
   const RestClientOptions options_;
   const std::string user_agent_;
   client::http_client requests_;
-  client::http_client watches_;
 };
 
 namespace {
 
-// A watch over a cpprestsdk response whose body is still arriving.
-class CppRestWatchStream final : public WatchStream {
+// A watch over a response stream of its own (common/http/stream.h): read on the informer's
+// thread, cancelled by shutting its socket down.
+class SocketWatchStream final : public WatchStream {
  public:
-  CppRestWatchStream(std::string what, http::http_response response,
-                     pplx::cancellation_token_source cancel)
-      : what_(std::move(what)),
-        response_(std::move(response)),
-        body_(response_.body().streambuf()),
-        cancel_(std::move(cancel)),
-        chunk_(kChunkBytes) {}
-
-  ~CppRestWatchStream() override {
-    // The connection would otherwise keep reading an endless body into memory. A body that has
-    // ended (or broken) is not cancelled: cpprestsdk closes the socket from this thread on
-    // cancellation, which races with its own I/O thread still finishing the read and crashes
-    // it (a closed descriptor under a pending op).
-    if (!ended_) cancel_.cancel();
-  }
+  SocketWatchStream(std::string what, std::unique_ptr<clusterprof::http::ResponseStream> stream)
+      : what_(std::move(what)), stream_(std::move(stream)) {}
 
   absl::StatusOr<std::optional<WatchEvent>> Next() override {
     while (true) {
       absl::StatusOr<std::optional<WatchEvent>> event = decoder_.Next();
       if (!event.ok()) return Annotate(event.status(), what_);
       if (event->has_value()) return event;
-      if (cancel_.get_token().is_canceled()) {
-        return absl::UnavailableError(StrCat(what_, ": watch cancelled"));
-      }
-      size_t want = 1;
-      try {
-        const size_t available = body_.in_avail();
-        if (available != 0 && available != static_cast<size_t>(-1)) {
-          want = std::min(available, kChunkBytes);
+      absl::StatusOr<std::string> bytes = stream_->Read(kChunkBytes);
+      if (!bytes.ok()) {
+        if (absl::IsDeadlineExceeded(bytes.status())) {
+          return absl::UnavailableError(
+              StrCat(what_, ": the watch went silent: ", bytes.status().message()));
         }
-        const size_t got = body_.getn(chunk_.data(), want).get();
-        if (got == 0) {
-          ended_ = true;
-          if (decoder_.buffered() > 0) {
-            return absl::UnavailableError(
-                StrCat(what_, ": the watch stream ended inside an event"));
-          }
-          return std::optional<WatchEvent>();
-        }
-        decoder_.Feed(std::string_view(reinterpret_cast<const char*>(chunk_.data()), got));
-      } catch (const std::exception& e) {
-        ended_ = true;
-        return absl::UnavailableError(StrCat(what_, ": the watch stream broke: ", e.what()));
+        return bytes.status();
       }
+      if (bytes->empty()) {
+        if (decoder_.buffered() > 0) {
+          return absl::UnavailableError(StrCat(what_, ": the watch stream ended inside an event"));
+        }
+        return std::optional<WatchEvent>();
+      }
+      decoder_.Feed(*bytes);
     }
   }
 
-  void Cancel() override {
-    if (!ended_) cancel_.cancel();
-  }
+  void Cancel() override { stream_->Cancel(); }
 
  private:
   static constexpr size_t kChunkBytes = 64 << 10;
 
   const std::string what_;
-  http::http_response response_;
-  concurrency::streams::streambuf<uint8_t> body_;
-  pplx::cancellation_token_source cancel_;
-  std::vector<uint8_t> chunk_;
+  const std::unique_ptr<clusterprof::http::ResponseStream> stream_;
   WatchDecoder decoder_;
-  // Set by Next() when the body ended or broke; read by Cancel() from other threads.
-  std::atomic<bool> ended_{false};
 };
 
 }  // namespace
@@ -364,10 +335,9 @@ absl::StatusOr<RestResponse> RestClient::Raw(std::string_view method,
   Throttle();
   const std::string what = StrCat(method, " ", path_and_query);
   pplx::cancellation_token_source never;
-  CLUSTERPROF_ASSIGN_OR_RETURN(
-      http::http_response response,
-      impl_->Send(std::string(method), std::string(path_and_query), body, content_type,
-                  /*watch=*/false, never.get_token()));
+  CLUSTERPROF_ASSIGN_OR_RETURN(http::http_response response,
+                               impl_->Send(std::string(method), std::string(path_and_query), body,
+                                           content_type, never.get_token()));
   RestResponse out;
   out.http_code = response.status_code();
   CLUSTERPROF_ASSIGN_OR_RETURN(out.body, impl_->ReadBody(what, response));
@@ -390,8 +360,7 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
     }
   };
   absl::StatusOr<http::http_response> response =
-      impl_->Send(std::string(method), path_and_query, body_text, content_type,
-                  /*watch=*/false, never.get_token());
+      impl_->Send(std::string(method), path_and_query, body_text, content_type, never.get_token());
   if (!response.ok()) {
     observe();
     return response.status();
@@ -495,17 +464,43 @@ absl::StatusOr<std::unique_ptr<WatchStream>> RestClient::Watch(const ResourceTyp
   Throttle();
   const std::string path = StrCat(type.CollectionPath(ns), EncodeListOptions(options, true));
   const std::string what = StrCat("GET ", path);
-  pplx::cancellation_token_source cancel;
-  CLUSTERPROF_ASSIGN_OR_RETURN(
-      http::http_response response,
-      impl_->Send("GET", path, "", "", /*watch=*/true, cancel.get_token()));
-  const int code = response.status_code();
-  if (code != 200) {
-    CLUSTERPROF_ASSIGN_OR_RETURN(std::string body, impl_->ReadBody(what, response));
-    return ApiErrorFromResponse(code, body, HeaderValue(response.headers(), "Retry-After"), what);
+  const RestConfig& config = impl_->config();
+  clusterprof::http::StreamRequest request;
+  request.server = config.server;
+  request.target = path;
+  request.tls = {.ca_pem = config.ca_pem,
+                 .client_cert_pem = config.client_cert_pem,
+                 .client_key_pem = config.client_key_pem,
+                 .insecure_skip_verify = config.insecure_skip_tls_verify};
+  request.connect_timeout_ns = impl_->options().request_timeout_ns;
+  // The server ends the watch after timeoutSeconds (its default is at most 30 minutes).
+  request.idle_timeout_ns =
+      (options.timeout_seconds > 0 ? options.timeout_seconds : 1800) * kNanosPerSecond +
+      impl_->options().watch_idle_margin_ns;
+  for (int attempt = 0;; ++attempt) {
+    request.headers = {{"Accept", "application/json"}, {"User-Agent", impl_->user_agent()}};
+    if (config.token != nullptr) {
+      absl::StatusOr<std::string> token = config.token->Token();
+      if (!token.ok()) {
+        return absl::UnauthenticatedError(StrCat(what, ": no bearer token for ", config.description,
+                                                 ": ", token.status().message()));
+      }
+      request.headers.emplace_back("Authorization", StrCat("Bearer ", *token));
+    }
+    CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<clusterprof::http::ResponseStream> stream,
+                                 clusterprof::http::ResponseStream::Open(request));
+    const int code = stream->status_code();
+    // A rotated token: ask the source again once.
+    if (code == 401 && attempt == 0 && config.token != nullptr) {
+      config.token->Invalidate();
+      continue;
+    }
+    if (code != 200) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(std::string body, stream->ReadAll());
+      return ApiErrorFromResponse(code, body, stream->Header("Retry-After"), what);
+    }
+    return std::unique_ptr<WatchStream>(new SocketWatchStream(what, std::move(stream)));
   }
-  return std::unique_ptr<WatchStream>(
-      new CppRestWatchStream(what, std::move(response), std::move(cancel)));
 }
 
 }  // namespace clusterprof::kube
