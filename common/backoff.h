@@ -1,4 +1,5 @@
-// Jittered exponential backoff for retrying calls to remote services (GCS, token endpoints).
+// Jittered exponential backoff, and the retry policy every retry loop takes (API servers, GCS,
+// token endpoints, leader election, the coordinator's attempts).
 #ifndef CLUSTERPROF_COMMON_BACKOFF_H_
 #define CLUSTERPROF_COMMON_BACKOFF_H_
 
@@ -10,15 +11,21 @@
 namespace clusterprof {
 
 struct BackoffPolicy {
-  // The first pause's upper bound; each retry multiplies it, up to max_ns.
+  // The first pause's bound; each retry multiplies it, up to max_ns.
   int64_t initial_ns = 1 * kNanosPerSecond;
   int64_t max_ns = 32 * kNanosPerSecond;
   double multiplier = 2.0;
+  // How a pause is drawn around its bound b:
+  //   kDown: uniform in [b * (1 - jitter), b]. Half the bound at least (jitter 0.5, the
+  //          default) keeps retries from hammering a server that just said it is overloaded;
+  //          the random part spreads the clients that failed together ("full jitter").
+  //   kUp:   uniform in [b, b * (1 + jitter)], never shorter than b (client-go's wait.Jitter).
+  enum class Jitter { kDown, kUp };
+  Jitter jitter_mode = Jitter::kDown;
+  double jitter = 0.5;
 };
 
-// "Full jitter": the n-th pause is uniform in [bound/2, bound], bound = min(max, initial *
-// multiplier^n). Half the bound at least keeps retries from hammering a server that just said
-// it is overloaded; the random half spreads the clients that failed together. Not thread-safe.
+// The pauses of one retry loop. Not thread-safe.
 class Backoff {
  public:
   explicit Backoff(BackoffPolicy policy, uint64_t seed = std::random_device{}());
@@ -31,6 +38,14 @@ class Backoff {
   BackoffPolicy policy_;
   int64_t bound_ns_;
   std::mt19937_64 random_;
+};
+
+// When a retry loop gives up: after max_attempts calls (0: no limit), or once deadline_ns has
+// passed since it began (0: no deadline), whichever comes first.
+struct RetryPolicy {
+  BackoffPolicy backoff;
+  int max_attempts = 0;
+  int64_t deadline_ns = 0;
 };
 
 }  // namespace clusterprof

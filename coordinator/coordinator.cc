@@ -7,6 +7,7 @@
 #include <set>
 
 #include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "common/backoff.h"
 #include "common/cancel.h"
 #include "common/json_escape.h"
 #include "common/mutex.h"
@@ -527,14 +528,20 @@ absl::StatusOr<RunResult> Run::Execute() {
     Report();
   }
   const int first = std::max(0, options_.attempts_used) + 1;
+  // Doubling from retry_backoff_ms, without jitter: a busy server (ALREADY_EXISTS) needs its
+  // running capture to end, a restarting one a moment to come back.
+  Backoff backoff({.initial_ns = options_.retry_backoff_ms * kNanosPerMilli,
+                   .max_ns = (options_.retry_backoff_ms << 10) * kNanosPerMilli,
+                   .multiplier = 2,
+                   .jitter = 0});
   const int last = std::max(first, options_.num_tracing_attempts);
   for (int attempt = first; attempt <= last && !subset.empty(); ++attempt) {
     if (cancelled()) return cancelled_error();
     if (attempt > first) {
-      const int64_t backoff_ms = options_.retry_backoff_ms << std::min(attempt - first - 1, 10);
-      spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", subset.size(), backoff_ms,
-                   attempt, last);
-      const int64_t wake_ns = clock_.MonotonicNs() + backoff_ms * kNanosPerMilli;
+      const int64_t pause_ns = backoff.NextDelayNs();
+      spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", subset.size(),
+                   pause_ns / kNanosPerMilli, attempt, last);
+      const int64_t wake_ns = clock_.MonotonicNs() + pause_ns;
       if (options_.cancel == nullptr) {
         clock_.SleepUntilMonotonicNs(wake_ns);
       } else if (!clock_.SleepUntilMonotonicNsUnless(wake_ns, options_.cancel->flag())) {

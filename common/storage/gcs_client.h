@@ -34,20 +34,15 @@ inline constexpr std::string_view kDefaultEndpoint = "https://storage.googleapis
 // Non-final chunks of a resumable upload must be multiples of this.
 inline constexpr uint64_t kChunkQuantum = 256 * 1024;
 
-struct RetryPolicy {
-  BackoffPolicy backoff;
-  // Retrying stops when this long has passed since the call began, or, for uploads, since the
-  // last chunk the server accepted: a large upload that keeps moving is never cut off.
-  int64_t deadline_ns = 5 * 60 * kNanosPerSecond;
-};
-
 struct ClientOptions {
   // "https://storage.googleapis.com", or an emulator's "http://127.0.0.1:9023" (a bare
   // "host:port" gets http://, as STORAGE_EMULATOR_HOST is written).
   std::string endpoint = std::string(kDefaultEndpoint);
   std::shared_ptr<Credentials> credentials;  // required
   Clock* clock = nullptr;                    // required
-  RetryPolicy retry;
+  // Retrying stops when deadline_ns has passed since the call began, or, for uploads, since the
+  // last chunk the server accepted: a large upload that keeps moving is never cut off.
+  RetryPolicy retry{.deadline_ns = 5 * 60 * kNanosPerSecond};
   // Deadline of one HTTP request (a whole chunk's upload included).
   int64_t request_timeout_ns = 120 * kNanosPerSecond;
   std::string user_agent = "clusterprof";

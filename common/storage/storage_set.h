@@ -29,7 +29,7 @@ struct StorageSetOptions {
   LocalStorageOptions local;
   // spool_dir empty: DefaultSpoolDir().
   GcsStorageOptions gcs;
-  gcs::RetryPolicy retry;
+  RetryPolicy retry{.deadline_ns = 5 * 60 * kNanosPerSecond};
   // Overrides the endpoint STORAGE_EMULATOR_HOST or the default would give.
   std::string gcs_endpoint;
 };

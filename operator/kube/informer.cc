@@ -162,8 +162,12 @@ Informer::Informer(ApiClient* client, Clock* clock, InformerOptions options)
     : client_(client),
       clock_(clock),
       options_(std::move(options)),
-      backoff_ns_(options_.initial_backoff_ns),
-      jitter_state_(static_cast<uint64_t>(clock->MonotonicNs()) | 1) {}
+      backoff_({.initial_ns = options_.initial_backoff_ns,
+                .max_ns = options_.max_backoff_ns,
+                .multiplier = 2,
+                .jitter_mode = BackoffPolicy::Jitter::kUp,
+                .jitter = 0.5}),
+      random_(std::random_device{}()) {}
 
 Informer::~Informer() { Stop(); }
 
@@ -363,13 +367,10 @@ absl::Status Informer::WatchOnce(bool* delivered) {
   options.field_selector = options_.field_selector;
   options.allow_watch_bookmarks = true;
   options.resource_version = resource_version();
-  // xorshift: spread reconnects without a shared random engine.
-  jitter_state_ ^= jitter_state_ << 13;
-  jitter_state_ ^= jitter_state_ >> 7;
-  jitter_state_ ^= jitter_state_ << 17;
-  options.timeout_seconds = options_.min_watch_timeout_s +
-                            static_cast<int>(jitter_state_ % static_cast<uint64_t>(std::max(
-                                                                 1, options_.min_watch_timeout_s)));
+  // In [min, 2 min): informers started together do not reconnect together.
+  options.timeout_seconds =
+      options_.min_watch_timeout_s +
+      std::uniform_int_distribution<int>(0, std::max(1, options_.min_watch_timeout_s) - 1)(random_);
   absl::StatusOr<std::unique_ptr<WatchStream>> watch =
       client_->Watch(options_.type, options_.namespace_, options);
   if (!watch.ok()) return watch.status();
@@ -426,14 +427,7 @@ absl::Status Informer::WatchOnce(bool* delivered) {
 }
 
 bool Informer::Backoff(int64_t at_least_ns) {
-  jitter_state_ ^= jitter_state_ << 13;
-  jitter_state_ ^= jitter_state_ >> 7;
-  jitter_state_ ^= jitter_state_ << 17;
-  // Up to 50% more than the backoff, like wait.Jitter(d, 0.5)... minus nothing: never shorter.
-  const int64_t jitter =
-      static_cast<int64_t>(jitter_state_ % static_cast<uint64_t>(backoff_ns_ / 2 + 1));
-  const int64_t wait_ns = std::max(backoff_ns_ + jitter, at_least_ns);
-  backoff_ns_ = std::min(backoff_ns_ * 2, options_.max_backoff_ns);
+  const int64_t wait_ns = std::max(backoff_.NextDelayNs(), at_least_ns);
   return clock_->SleepUntilMonotonicNsUnless(clock_->MonotonicNs() + wait_ns, stop_);
 }
 
@@ -466,7 +460,7 @@ void Informer::Run() {
     const int64_t watch_start_ns = clock_->MonotonicNs();
     absl::Status status = WatchOnce(&delivered);
     if (stop_.load(std::memory_order_acquire)) break;
-    if (delivered) backoff_ns_ = options_.initial_backoff_ns;
+    if (delivered) backoff_.Reset();
     if (status.ok() && !delivered && clock_->MonotonicNs() - watch_start_ns < kShortWatchNs) {
       // A watch that ends at once with nothing in it is a server (or proxy) in trouble, not
       // its timeout: back off rather than spin.

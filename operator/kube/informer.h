@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -23,6 +24,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "operator/kube/api_client.h"
@@ -181,8 +183,11 @@ class Informer {
   std::string last_error_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<bool> stop_{false};
-  int64_t backoff_ns_;
-  uint64_t jitter_state_;
+  // After failures: doubling from initial_backoff_ns, up to 50% more at random (client-go's
+  // wait.Jitter), reset by a watch that delivered events.
+  clusterprof::Backoff backoff_;
+  // Spreads the watches' timeouts.
+  std::mt19937_64 random_;
   std::thread thread_;
   std::thread resync_thread_;
 };

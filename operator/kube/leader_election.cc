@@ -4,9 +4,9 @@
 
 #include <cstdio>
 #include <functional>
-#include <random>
 #include <utility>
 
+#include "common/backoff.h"
 #include "common/check.h"
 #include "common/strings.h"
 #include "operator/kube/api_error.h"
@@ -130,9 +130,15 @@ bool LeaderElector::WaitUntil(int64_t deadline_ns, const std::atomic<bool>& stop
 
 absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
   const std::string lease = StrCat(config_.lease_namespace, "/", config_.lease_name);
-  std::minstd_rand random(static_cast<uint32_t>(std::hash<std::string>()(config_.identity) ^
-                                                static_cast<size_t>(clock_->MonotonicNs())));
-  std::uniform_real_distribution<double> jitter(0, kJitterFactor);
+  // Retries every retry period, with up to kJitterFactor more at random (client-go's
+  // wait.JitterUntil), so candidates started together do not collide again.
+  Backoff retry(
+      {.initial_ns = config_.retry_period_ns,
+       .max_ns = config_.retry_period_ns,
+       .multiplier = 1,
+       .jitter_mode = BackoffPolicy::Jitter::kUp,
+       .jitter = kJitterFactor},
+      std::hash<std::string>()(config_.identity) ^ static_cast<size_t>(clock_->MonotonicNs()));
   have_lease_ = false;
   observed_record_ = {};
   observed_mono_ns_ = 0;
@@ -149,9 +155,7 @@ absl::Status LeaderElector::Run(const std::atomic<bool>& stop) {
       renew_deadline_mono_ns_ = start + config_.renew_deadline_ns;
       break;
     }
-    const auto wait =
-        static_cast<int64_t>(static_cast<double>(config_.retry_period_ns) * (1.0 + jitter(random)));
-    if (!WaitUntil(start + wait, stop)) return absl::OkStatus();
+    if (!WaitUntil(start + retry.NextDelayNs(), stop)) return absl::OkStatus();
   }
   spdlog::info("{} became the leader (lease {})", config_.identity, lease);
   if (config_.on_started_leading) config_.on_started_leading();

@@ -1,21 +1,21 @@
 #include "operator/kube/retry.h"
 
-#include <random>
-
+#include "common/backoff.h"
 #include "operator/kube/api_error.h"
 
 namespace clusterprof::kube {
 
 absl::Status RetryOnConflict(Clock* clock, const std::function<absl::Status()>& attempt,
                              ConflictBackoff backoff) {
-  std::minstd_rand random(static_cast<uint32_t>(clock->MonotonicNs()));
+  // A constant pause with up to 10% more at random (client-go's DefaultRetry).
+  Backoff pauses({.initial_ns = backoff.delay_ns,
+                  .max_ns = backoff.delay_ns,
+                  .multiplier = 1,
+                  .jitter_mode = BackoffPolicy::Jitter::kUp,
+                  .jitter = 0.1});
   absl::Status status;
   for (int i = 0; i < backoff.max_attempts; ++i) {
-    if (i > 0) {
-      const int64_t jitter =
-          static_cast<int64_t>(random() % static_cast<uint32_t>(backoff.delay_ns / 10 + 1));
-      clock->SleepForNs(backoff.delay_ns + jitter);
-    }
+    if (i > 0) clock->SleepForNs(pauses.NextDelayNs());
     status = attempt();
     if (!IsConflict(status)) return status;
   }

@@ -31,5 +31,31 @@ TEST(BackoffTest, JitterSpreadsClients) {
   EXPECT_NE(a.NextDelayNs(), b.NextDelayNs());
 }
 
+TEST(BackoffTest, UpwardJitterIsNeverShorterThanTheBound) {
+  Backoff backoff({.initial_ns = 1000,
+                   .max_ns = 8000,
+                   .multiplier = 2,
+                   .jitter_mode = BackoffPolicy::Jitter::kUp,
+                   .jitter = 0.5},
+                  /*seed=*/5);
+  int64_t bound = 1000;
+  for (int i = 0; i < 8; ++i) {
+    const int64_t delay = backoff.NextDelayNs();
+    EXPECT_GE(delay, bound) << "retry " << i;
+    EXPECT_LE(delay, bound + bound / 2) << "retry " << i;
+    bound = std::min<int64_t>(bound * 2, 8000);
+  }
+}
+
+TEST(BackoffTest, NoJitterIsExactAndMultiplierOneIsConstant) {
+  Backoff doubling({.initial_ns = 10, .max_ns = 10 << 10, .multiplier = 2, .jitter = 0});
+  EXPECT_EQ(doubling.NextDelayNs(), 10);
+  EXPECT_EQ(doubling.NextDelayNs(), 20);
+  EXPECT_EQ(doubling.NextDelayNs(), 40);
+  Backoff constant({.initial_ns = 10, .max_ns = 10, .multiplier = 1, .jitter = 0});
+  EXPECT_EQ(constant.NextDelayNs(), 10);
+  EXPECT_EQ(constant.NextDelayNs(), 10);
+}
+
 }  // namespace
 }  // namespace clusterprof
