@@ -34,9 +34,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/synchronization/mutex.h"
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/clock.h"
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 

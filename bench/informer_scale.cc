@@ -21,7 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/realistic_pod.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/rest_client.h"
 #include "tests/support/kube_control_plane.h"

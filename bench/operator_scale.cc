@@ -43,9 +43,9 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/realistic_pod.h"
-#include "common/clock.h"
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "cpprest/http_client.h"
 #include "operator/api/types.h"
 #include "operator/kube/rest_client.h"

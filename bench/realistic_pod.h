@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::bench {
 

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "operator/webhook/injection.h"
 #include "operator/webhook/webhook_server.h"
 #include "tests/support/temp_dir.h"

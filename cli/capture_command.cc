@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
-#include "common/token_file.h"
+#include "common/base/strings.h"
+#include "common/base/token_file.h"
 #include "fmt/format.h"
 #include "cli/commands.h"
 #include "coordinator/coordinator.h"

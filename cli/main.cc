@@ -2,8 +2,8 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "common/logging.h"
-#include "common/process.h"
+#include "common/base/logging.h"
+#include "common/base/process.h"
 #include "google/protobuf/stubs/logging.h"
 #include "cli/commands.h"
 #include "pplx/threadpool.h"

@@ -5,8 +5,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/grpc_status.h"
-#include "common/mutex.h"
+#include "common/base/grpc_status.h"
+#include "common/base/mutex.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"

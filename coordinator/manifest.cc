@@ -1,8 +1,8 @@
 // The run manifest, clusterprof_run.json: what was asked, and what each target did.
 #include <string>
 
-#include "common/json_escape.h"
-#include "common/strings.h"
+#include "common/base/json_escape.h"
+#include "common/base/strings.h"
 #include "coordinator/coordinator.h"
 
 namespace clusterprof::coordinator {

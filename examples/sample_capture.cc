@@ -10,11 +10,11 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "common/clock.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "common/storage/host_files.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/traceme.h"

@@ -6,16 +6,16 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "common/clock.h"
-#include "common/env.h"
-#include "common/logging.h"
-#include "common/process.h"
+#include "common/base/clock.h"
+#include "common/base/env.h"
+#include "common/base/logging.h"
+#include "common/base/process.h"
 #include "operator/kube/config.h"
 #include "operator/manager/manager.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
-  // Many threads and a large pod cache: see common/process.h.
+  // Many threads and a large pod cache: see common/base/process.h.
   clusterprof::ApplyProcessSettings({.malloc_arenas = 2});
   using clusterprof::kNanosPerMilli;
   using clusterprof::kNanosPerSecond;

@@ -2,8 +2,8 @@
 
 #include <filesystem>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::sidecar {
 namespace {

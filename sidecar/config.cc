@@ -6,7 +6,7 @@
 #include <functional>
 #include <map>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::sidecar {
 

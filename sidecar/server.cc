@@ -8,13 +8,13 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/env.h"
-#include "common/grpc_status.h"
+#include "common/base/env.h"
+#include "common/base/grpc_status.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/http/health_server.h"
-#include "common/status.h"
 #include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "sidecar/metrics.h"
 #include "sidecar/services.h"

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "sidecar/config.h"
 
 namespace clusterprof::sidecar {

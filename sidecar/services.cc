@@ -2,9 +2,9 @@
 
 #include <memory>
 
-#include "common/grpc_status.h"
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/grpc_status.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::sidecar {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "sidecar/capture_request.h"
 #include "sidecar/metrics.h"
 #include "sidecar/session.h"

@@ -5,11 +5,11 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "common/check.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 #include "common/storage/host_files.h"
 #include "common/storage/storage.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "spdlog/spdlog.h"

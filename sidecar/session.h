@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "common/storage/storage.h"
 #include "sidecar/capture_request.h"
 #include "sidecar/tracers/tracer.h"

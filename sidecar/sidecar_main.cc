@@ -5,9 +5,9 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
-#include "common/clock.h"
-#include "common/logging.h"
-#include "common/process.h"
+#include "common/base/clock.h"
+#include "common/base/logging.h"
+#include "common/base/process.h"
 #include "pplx/threadpool.h"
 #include "sidecar/config.h"
 #include "sidecar/server.h"

@@ -2,9 +2,9 @@
 
 #include <sys/stat.h>
 
-#include "common/status.h"
-#include "common/strings.h"
-#include "common/token_file.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
+#include "common/base/token_file.h"
 
 namespace clusterprof::sidecar {
 namespace {

@@ -14,7 +14,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "grpcpp/grpcpp.h"
 
 namespace clusterprof::sidecar {

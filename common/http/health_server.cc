@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
 

@@ -17,8 +17,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::http {
 namespace {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/base/mutex.h"
 #include "common/io/byte_sink.h"
-#include "common/mutex.h"
 
 namespace clusterprof::io {
 

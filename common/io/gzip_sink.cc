@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/check.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::io {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <cerrno>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::io {
 

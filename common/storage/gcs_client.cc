@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
-#include "common/crc32c.h"
+#include "common/base/json_escape.h"
+#include "common/base/mutex.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/http/status.h"
-#include "common/json_escape.h"
-#include "common/mutex.h"
-#include "common/status.h"
+#include "common/io/crc32c.h"
 #include "common/storage/gcs_credentials.h"
-#include "common/strings.h"
 #include "cpprest/http_client.h"
 #include "cpprest/json.h"
 #include "cpprest/rawptrstream.h"

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/backoff.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
+#include "common/retry/backoff.h"
 
 namespace clusterprof::storage::gcs {
 

@@ -26,8 +26,8 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "common/clock.h"
-#include "common/env.h"
+#include "common/base/clock.h"
+#include "common/base/env.h"
 
 namespace clusterprof::storage::gcs {
 
@@ -36,7 +36,7 @@ inline constexpr char kDefaultScope[] = "https://www.googleapis.com/auth/devstor
 inline constexpr char kDefaultMetadataHost[] = "169.254.169.254";
 
 struct CredentialsOptions {
-  Clock* clock = nullptr;  // common/clock.h; required
+  Clock* clock = nullptr;  // common/base/clock.h; required
   // Environment lookup, injectable for tests (default: std::getenv).
   GetEnvFn getenv;
   // The OAuth scope asked for with a service-account key. Tokens from the metadata server carry

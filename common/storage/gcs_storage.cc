@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "common/crc32c.h"
-#include "common/mutex.h"
-#include "common/status.h"
+#include "common/base/mutex.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
+#include "common/io/crc32c.h"
 #include "common/storage/spool.h"
-#include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::storage {

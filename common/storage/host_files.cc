@@ -1,10 +1,10 @@
 #include "common/storage/host_files.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/io/background_sink.h"
 #include "common/io/gzip_sink.h"
-#include "common/status.h"
-#include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"

@@ -13,9 +13,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/storage/dirs.h"
-#include "common/strings.h"
 
 namespace clusterprof::storage {
 namespace {

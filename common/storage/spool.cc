@@ -10,11 +10,11 @@
 #include <random>
 
 #include "absl/strings/numbers.h"
-#include "common/crc32c.h"
-#include "common/json_escape.h"
-#include "common/status.h"
+#include "common/base/json_escape.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
+#include "common/io/crc32c.h"
 #include "common/storage/dirs.h"
-#include "common/strings.h"
 #include "spdlog/spdlog.h"
 // After spdlog: cpprestsdk's headers break fmt's std::byte formatter when included first.
 #include "cpprest/json.h"

@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cstdlib>
 
-#include "common/env.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/env.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::storage {
 

@@ -6,9 +6,9 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/storage/gcs_credentials.h"
-#include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::storage {

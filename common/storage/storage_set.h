@@ -11,9 +11,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/clock.h"
-#include "common/env.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/env.h"
+#include "common/base/mutex.h"
 #include "common/storage/gcs_storage.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::xspace {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <string>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 

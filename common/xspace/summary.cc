@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
-#include "common/saturating.h"
-#include "common/strings.h"
+#include "common/base/saturating.h"
+#include "common/base/strings.h"
 #include "common/xspace/schema.h"
 
 namespace clusterprof::xspace {

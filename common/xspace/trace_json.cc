@@ -11,9 +11,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
-#include "common/json_escape.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/json_escape.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_errors.h"
 

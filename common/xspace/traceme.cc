@@ -5,7 +5,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::traceme {
 namespace {

@@ -1,6 +1,6 @@
 #include "common/xspace/xspace_errors.h"
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::xspace {
 

@@ -8,8 +8,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/xspace/xspace_errors.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/io/coded_stream.h"

@@ -5,9 +5,9 @@
 #include <limits>
 
 #include "absl/time/time.h"
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
 
 namespace clusterprof::api {
 namespace {

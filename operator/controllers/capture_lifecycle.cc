@@ -2,9 +2,9 @@
 
 #include <algorithm>
 
-#include "common/status.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
 
 namespace clusterprof::controllers {
 namespace {

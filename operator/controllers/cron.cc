@@ -15,7 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::controllers {
 namespace {

@@ -4,11 +4,11 @@
 #include <cstdlib>
 #include <future>
 
-#include "common/check.h"
-#include "common/status.h"
+#include "common/base/check.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
+#include "common/base/token_file.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
-#include "common/token_file.h"
 #include "coordinator/connector.h"
 #include "coordinator/coordinator.h"
 #include "operator/controllers/capture_lifecycle.h"

@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/cancel.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/cancel.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/controllers/status_writer.h"

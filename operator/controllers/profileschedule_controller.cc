@@ -4,10 +4,10 @@
 #include <set>
 
 #include "absl/time/time.h"
-#include "common/check.h"
-#include "common/status.h"
+#include "common/base/check.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
 #include "operator/api/types.h"
 #include "operator/controllers/cron.h"
 #include "operator/controllers/worker.h"

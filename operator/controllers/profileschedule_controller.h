@@ -31,7 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/kube/api_client.h"

@@ -1,7 +1,7 @@
 #include "operator/controllers/status_writer.h"
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "operator/kube/object.h"
 #include "operator/kube/retry.h"
 #include "spdlog/spdlog.h"

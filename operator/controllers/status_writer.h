@@ -10,9 +10,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/backoff.h"
-#include "common/cancel.h"
-#include "common/clock.h"
+#include "common/base/cancel.h"
+#include "common/base/clock.h"
+#include "common/retry/backoff.h"
 #include "cpprest/json.h"
 #include "operator/api/types.h"
 #include "operator/kube/api_client.h"

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "absl/strings/str_join.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::controllers {
 namespace {

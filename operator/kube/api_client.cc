@@ -3,7 +3,7 @@
 #include <iterator>
 #include <utility>
 
-#include "common/status.h"
+#include "common/base/status.h"
 
 namespace clusterprof::kube {
 

@@ -3,8 +3,9 @@
 #include <charconv>
 
 #include "absl/strings/cord.h"
+#include "common/base/json_escape.h"
+#include "common/base/strings.h"
 #include "common/http/status.h"
-#include "common/strings.h"
 #include "cpprest/json.h"
 
 namespace clusterprof::kube {
@@ -17,38 +18,6 @@ constexpr char kPayloadUrl[] = "type.clusterprof.io/kube.ApiError";
 absl::StatusCode CodeFor(int http_code, std::string_view reason) {
   if (http_code == 409 && reason == "AlreadyExists") return absl::StatusCode::kAlreadyExists;
   return http::StatusCodeFor(http_code, http::Api::kKubernetes);
-}
-
-// The reason the API server would give for a bare HTTP code (a proxy's answer has no Status).
-std::string_view DefaultReason(int http_code) {
-  switch (http_code) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 405:
-      return "MethodNotAllowed";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Gone";
-    case 422:
-      return "Invalid";
-    case 429:
-      return "TooManyRequests";
-    case 500:
-      return "InternalError";
-    case 503:
-      return "ServiceUnavailable";
-    case 504:
-      return "Timeout";
-    default:
-      return "";
-  }
 }
 
 int ParseInt(std::string_view text, int fallback) {
@@ -65,6 +34,50 @@ bool HasCode(const absl::Status& status, int http_code) {
 }
 
 }  // namespace
+
+std::string_view StatusReasonFor(int http_code) {
+  switch (http_code) {
+    case 400:
+      return "BadRequest";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "NotFound";
+    case 405:
+      return "MethodNotAllowed";
+    case 409:
+      return "Conflict";
+    case 410:
+      return "Expired";
+    case 422:
+      return "Invalid";
+    case 429:
+      return "TooManyRequests";
+    case 500:
+      return "InternalError";
+    case 503:
+      return "ServiceUnavailable";
+    case 504:
+      return "Timeout";
+    default:
+      return http_code >= 500 ? "InternalError" : http_code >= 400 ? "BadRequest" : "";
+  }
+}
+
+std::string StatusBody(int http_code, std::string_view reason, std::string_view message,
+                       int retry_after_s) {
+  std::string body = R"({"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",)"
+                     R"("message":")";
+  AppendJsonEscaped(message, &body);
+  StrAppend(&body, R"(","reason":")", reason.empty() ? StatusReasonFor(http_code) : reason, "\"");
+  if (retry_after_s >= 0) {
+    StrAppend(&body, R"(,"details":{"retryAfterSeconds":)", retry_after_s, "}");
+  }
+  StrAppend(&body, R"(,"code":)", http_code, "}");
+  return body;
+}
 
 absl::Status ApiErrorFromResponse(int http_code, std::string_view body,
                                   std::string_view retry_after, std::string_view request) {
@@ -89,7 +102,7 @@ absl::Status ApiErrorFromResponse(int http_code, std::string_view body,
   } catch (const std::exception&) {
     // Not a Status: keep the raw body as the message.
   }
-  if (info.reason.empty()) info.reason = std::string(DefaultReason(http_code));
+  if (info.reason.empty()) info.reason = std::string(StatusReasonFor(http_code));
   if (message.empty()) {
     message = std::string(StripAsciiWhitespace(body.substr(0, 512)));
     if (message.empty()) message = "(empty response body)";

@@ -34,6 +34,14 @@ struct ApiErrorInfo {
 absl::Status ApiErrorFromResponse(int http_code, std::string_view body,
                                   std::string_view retry_after, std::string_view request);
 
+// The metav1.StatusReason the API server gives with `http_code` ("NotFound", "Conflict",
+// "Expired" for 410, ...): for answers that carry no Status (a proxy's), and for test servers.
+std::string_view StatusReasonFor(int http_code);
+// A meta/v1 Status body, as the API server sends with an error; `reason` empty: the one for
+// the code; `retry_after_s` < 0: no details.retryAfterSeconds.
+std::string StatusBody(int http_code, std::string_view reason, std::string_view message,
+                       int retry_after_s = -1);
+
 // The API error details of `status`, when it came from an API response.
 std::optional<ApiErrorInfo> GetApiErrorInfo(const absl::Status& status);
 

@@ -15,11 +15,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/escaping.h"
-#include "common/check.h"
-#include "common/env.h"
-#include "common/mutex.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/env.h"
+#include "common/base/mutex.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::kube {
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <utility>
 
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/resource.h"
 #include "spdlog/spdlog.h"

@@ -16,8 +16,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "operator/kube/api_client.h"
 
 namespace clusterprof::kube {

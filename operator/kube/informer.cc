@@ -4,8 +4,8 @@
 #include <optional>
 #include <utility>
 
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 #include "operator/kube/api_error.h"
 #include "spdlog/spdlog.h"
 

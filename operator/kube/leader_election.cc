@@ -6,9 +6,9 @@
 #include <functional>
 #include <utility>
 
-#include "common/backoff.h"
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
+#include "common/retry/backoff.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/resource.h"
 #include "spdlog/spdlog.h"

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <utility>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::kube {
 namespace {

@@ -5,7 +5,7 @@
 #include <limits>
 #include <utility>
 
-#include "common/check.h"
+#include "common/base/check.h"
 
 namespace clusterprof::kube {
 namespace {

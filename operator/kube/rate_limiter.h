@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 
 namespace clusterprof::kube {
 

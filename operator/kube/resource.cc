@@ -1,6 +1,6 @@
 #include "operator/kube/resource.h"
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::kube {
 

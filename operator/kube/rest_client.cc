@@ -9,9 +9,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/http/stream.h"
-#include "common/status.h"
-#include "common/strings.h"
 #include "cpprest/http_client.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"

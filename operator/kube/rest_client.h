@@ -21,7 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "cpprest/json.h"
 #include "operator/kube/api_client.h"
 #include "operator/kube/config.h"

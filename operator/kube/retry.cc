@@ -1,6 +1,6 @@
 #include "operator/kube/retry.h"
 
-#include "common/backoff.h"
+#include "common/retry/backoff.h"
 #include "operator/kube/api_error.h"
 
 namespace clusterprof::kube {

@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "absl/status/status.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 
 namespace clusterprof::kube {
 

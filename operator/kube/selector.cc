@@ -4,7 +4,7 @@
 #include <cctype>
 #include <utility>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::kube {
 namespace {

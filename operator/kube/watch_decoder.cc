@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::kube {
 namespace {

@@ -29,8 +29,8 @@
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "operator/kube/rate_limiter.h"
 
 namespace clusterprof::kube {

@@ -3,13 +3,15 @@
 #include <unistd.h>
 
 #include <memory>
+#include <optional>
 #include <thread>
+#include <vector>
 
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/http/health_server.h"
-#include "common/status.h"
 #include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/kube/event_recorder.h"
@@ -64,6 +66,165 @@ std::string ServerVersion(kube::RestClient& client) {
   return response->body;
 }
 
+kube::InformerOptions InformerOptionsFor(kube::ResourceType type, const std::string& ns,
+                                         std::string name, kube::Decoder decoder = nullptr) {
+  kube::InformerOptions options;
+  options.type = std::move(type);
+  options.namespace_ = ns;
+  options.name = std::move(name);
+  if (decoder) options.decoder = std::move(decoder);
+  return options;
+}
+
+// /healthz, /readyz (ready once every cache synced) and /metrics; null when turned off.
+absl::StatusOr<std::unique_ptr<http::HealthServer>> StartHealthServer(
+    const ManagerOptions& options, const std::vector<const kube::Informer*>& informers,
+    OperatorMetrics& metrics) {
+  if (options.health_port < 0) return nullptr;
+  auto ready = [informers]() -> std::string {
+    for (const kube::Informer* informer : informers) {
+      if (!informer->HasSynced()) {
+        const std::string error = informer->last_error();
+        return StrCat("caches not synced yet", error.empty() ? "" : StrCat(": ", error));
+      }
+    }
+    return "";
+  };
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      std::unique_ptr<http::HealthServer> health,
+      http::HealthServer::Start(options.health_address, options.health_port, ready,
+                                metrics.registry()));
+  spdlog::info("serving /healthz, /readyz and /metrics on {}:{}", options.health_address,
+               health->port());
+  return health;
+}
+
+// The sidecar-injection webhook; null when turned off. A native sidecar asked of an API
+// server older than 1.29 becomes a regular container, with a warning.
+absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> StartWebhook(const ManagerOptions& options,
+                                                                     kube::RestClient& client,
+                                                                     OperatorMetrics& metrics) {
+  if (options.webhook.port < 0) return nullptr;
+  webhook::WebhookServerOptions webhook_options = options.webhook;
+  webhook_options.registry = metrics.registry();
+  if (webhook_options.injection.native_sidecar) {
+    const std::string version = ServerVersion(client);
+    const std::optional<int> minor = webhook::KubernetesMinorVersion(version);
+    if (!minor.has_value()) {
+      spdlog::warn(
+          "cannot tell the API server's Kubernetes version from /version ({}): injecting "
+          "native sidecars as configured, which needs 1.29; on an older cluster set "
+          "native_sidecar: false in the injection config",
+          version);
+    } else if (*minor < 29) {
+      spdlog::warn(
+          "the API server is Kubernetes 1.{}: native sidecars (restartPolicy: Always on an "
+          "init container) need 1.29, so the sidecar is injected as a regular container; "
+          "set native_sidecar: false in the injection config to say so",
+          *minor);
+      webhook_options.injection.native_sidecar = false;
+    }
+  }
+  const char* mode = webhook_options.injection.native_sidecar ? "native" : "regular";
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<webhook::WebhookServer> server,
+                               webhook::WebhookServer::Start(std::move(webhook_options)));
+  spdlog::info("serving the sidecar-injection webhook on https://{}:{}/mutate-pods ({} sidecar)",
+               options.webhook.address, server->port(), mode);
+  return server;
+}
+
+// "http=N" and "webhook=N", whole or not at all (readers poll for the file).
+void WritePortFile(const std::string& path, const http::HealthServer* health,
+                   const webhook::WebhookServer* webhook_server) {
+  if (path.empty()) return;
+  std::string ports;
+  if (health != nullptr) StrAppend(&ports, "http=", health->port(), "\n");
+  if (webhook_server != nullptr) StrAppend(&ports, "webhook=", webhook_server->port(), "\n");
+  if (absl::Status written = storage::WriteFileDurably(path, ports, 0644); !written.ok()) {
+    spdlog::warn("cannot write the port file: {}", std::string(written.message()));
+  }
+}
+
+// Leadership of the Lease: campaigns on a thread and client of its own (renewals must not wait
+// behind the controllers' requests, and must time out well within the renew deadline). Without
+// leader election this process leads at once.
+class Leadership {
+ public:
+  Leadership(const ManagerOptions& options, Clock& clock, std::string identity)
+      : options_(options), clock_(clock), identity_(std::move(identity)) {}
+  ~Leadership() { Stop(); }
+
+  absl::Status Start(const kube::RestClientOptions& client_options) {
+    if (!options_.leader_elect) {
+      leading_ = true;
+      return absl::OkStatus();
+    }
+    kube::RestClientOptions election_options = client_options;
+    election_options.request_timeout_ns = options_.renew_deadline_ns / 2;
+    CLUSTERPROF_ASSIGN_OR_RETURN(
+        client_, kube::RestClient::Create(options_.rest_config, &clock_, election_options));
+    kube::LeaderElectionConfig config;
+    config.lease_namespace = options_.leader_election_namespace;
+    config.lease_name = options_.leader_election_id;
+    config.identity = identity_;
+    config.lease_duration_ns = options_.lease_duration_ns;
+    config.renew_deadline_ns = options_.renew_deadline_ns;
+    config.retry_period_ns = options_.retry_period_ns;
+    config.on_started_leading = [this] {
+      spdlog::info("became the leader ({} in Lease {})", identity_, Lease());
+      leading_ = true;
+      clock_.Wake();
+    };
+    config.on_stopped_leading = [this] {
+      spdlog::error("lost the leadership; stopping");
+      lost_ = true;
+      clock_.Wake();
+    };
+    config.on_new_leader = [this](const std::string& holder) {
+      if (holder != identity_ && !holder.empty()) spdlog::info("the leader is {}", holder);
+    };
+    CLUSTERPROF_ASSIGN_OR_RETURN(elector_,
+                                 kube::LeaderElector::Create(client_.get(), &clock_, config));
+    spdlog::info("waiting to lead (Lease {}, identity {})", Lease(), identity_);
+    thread_ = std::thread([this] {
+      status_ = elector_->Run();
+      if (!status_.ok()) lost_ = true;
+      clock_.Wake();
+    });
+    return absl::OkStatus();
+  }
+
+  bool leading() const { return leading_; }
+  bool lost() const { return lost_; }
+
+  // Releases the Lease (after the controllers stopped, so that terms never overlap).
+  void Stop() {
+    if (elector_ != nullptr) elector_->Stop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  absl::Status LostError() const {
+    return absl::AbortedError(
+        StrCat("lost the leadership of Lease ", Lease(),
+               status_.ok() ? std::string() : StrCat(": ", status_.message())));
+  }
+
+ private:
+  std::string Lease() const {
+    return StrCat(options_.leader_election_namespace, "/", options_.leader_election_id);
+  }
+
+  const ManagerOptions& options_;
+  Clock& clock_;
+  const std::string identity_;
+  std::atomic<bool> leading_{false};
+  std::atomic<bool> lost_{false};
+  std::unique_ptr<kube::RestClient> client_;
+  std::unique_ptr<kube::LeaderElector> elector_;
+  std::thread thread_;
+  absl::Status status_;
+};
+
 }  // namespace
 
 absl::Status RunManager(const ManagerOptions& options, Clock& clock,
@@ -83,161 +244,46 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   CLUSTERPROF_RETURN_IF_ERROR(CheckApiAccess(*client, options.namespace_));
   const std::string identity = options.identity.empty() ? DefaultIdentity() : options.identity;
 
-  kube::InformerOptions job_options;
-  job_options.type = api::ProfileJobs();
-  job_options.namespace_ = options.namespace_;
-  job_options.name = "profilejobs";
-  kube::Informer jobs(client.get(), &clock, job_options);
-  kube::InformerOptions schedule_options;
-  schedule_options.type = api::ProfileSchedules();
-  schedule_options.namespace_ = options.namespace_;
-  schedule_options.name = "profileschedules";
-  kube::Informer schedules(client.get(), &clock, schedule_options);
-  kube::InformerOptions pod_options;
-  pod_options.type = kube::Pods();
-  pod_options.namespace_ = options.namespace_;
-  pod_options.decoder = kube::PodDecoder();
-  pod_options.name = "pods";
-  kube::Informer pods(client.get(), &clock, pod_options);
-
+  const std::string& ns = options.namespace_;
+  kube::Informer jobs(client.get(), &clock,
+                      InformerOptionsFor(api::ProfileJobs(), ns, "profilejobs"));
+  kube::Informer schedules(client.get(), &clock,
+                           InformerOptionsFor(api::ProfileSchedules(), ns, "profileschedules"));
+  kube::Informer pods(client.get(), &clock,
+                      InformerOptionsFor(kube::Pods(), ns, "pods", kube::PodDecoder()));
   kube::EventRecorder recorder(client.get(), &clock, "clusterprof-operator", identity);
   // Run manifests go through one storage set (for gs://: one token cache, spool and uploader).
   storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
-  ProfileJobControllerOptions job_options_with_storage = options.jobs;
-  if (job_options_with_storage.storages == nullptr) job_options_with_storage.storages = &storages;
+  ProfileJobControllerOptions job_options = options.jobs;
+  if (job_options.storages == nullptr) job_options.storages = &storages;
   ProfileJobController job_controller(client.get(), &clock, &jobs, &pods, &recorder, &metrics,
-                                      job_options_with_storage);
+                                      job_options);
   ProfileScheduleController schedule_controller(client.get(), &clock, &schedules, &jobs, &recorder,
                                                 &metrics, options.schedules);
 
-  std::unique_ptr<http::HealthServer> health;
-  if (options.health_port >= 0) {
-    auto ready = [&]() -> std::string {
-      for (const kube::Informer* informer : {&jobs, &schedules, &pods}) {
-        if (!informer->HasSynced()) {
-          const std::string error = informer->last_error();
-          return StrCat("caches not synced yet", error.empty() ? "" : StrCat(": ", error));
-        }
-      }
-      return "";
-    };
-    CLUSTERPROF_ASSIGN_OR_RETURN(
-        health, http::HealthServer::Start(options.health_address, options.health_port, ready,
-                                          metrics.registry()));
-    spdlog::info("serving /healthz, /readyz and /metrics on {}:{}", options.health_address,
-                 health->port());
-  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<http::HealthServer> health,
+                               StartHealthServer(options, {&jobs, &schedules, &pods}, metrics));
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<webhook::WebhookServer> webhook_server,
+                               StartWebhook(options, *client, metrics));
+  WritePortFile(options.port_file, health.get(), webhook_server.get());
 
-  std::unique_ptr<webhook::WebhookServer> webhook_server;
-  if (options.webhook.port >= 0) {
-    webhook::WebhookServerOptions webhook_options = options.webhook;
-    webhook_options.registry = metrics.registry();
-    if (webhook_options.injection.native_sidecar) {
-      const std::string version = ServerVersion(*client);
-      const std::optional<int> minor = webhook::KubernetesMinorVersion(version);
-      if (!minor.has_value()) {
-        spdlog::warn(
-            "cannot tell the API server's Kubernetes version from /version ({}): injecting "
-            "native sidecars as configured, which needs 1.29; on an older cluster set "
-            "native_sidecar: false in the injection config",
-            version);
-      } else if (*minor < 29) {
-        spdlog::warn(
-            "the API server is Kubernetes 1.{}: native sidecars (restartPolicy: Always on an "
-            "init container) need 1.29, so the sidecar is injected as a regular container; "
-            "set native_sidecar: false in the injection config to say so",
-            *minor);
-        webhook_options.injection.native_sidecar = false;
-      }
-    }
-    const char* mode = webhook_options.injection.native_sidecar ? "native" : "regular";
-    CLUSTERPROF_ASSIGN_OR_RETURN(webhook_server,
-                                 webhook::WebhookServer::Start(std::move(webhook_options)));
-    spdlog::info("serving the sidecar-injection webhook on https://{}:{}/mutate-pods ({} sidecar)",
-                 options.webhook.address, webhook_server->port(), mode);
-  }
-  if (!options.port_file.empty()) {
-    // Whole or not at all: readers poll for the file.
-    std::string ports;
-    if (health != nullptr) StrAppend(&ports, "http=", health->port(), "\n");
-    if (webhook_server != nullptr) StrAppend(&ports, "webhook=", webhook_server->port(), "\n");
-    if (absl::Status written = storage::WriteFileDurably(options.port_file, ports, 0644);
-        !written.ok()) {
-      spdlog::warn("cannot write the port file: {}", std::string(written.message()));
-    }
-  }
-
-  jobs.Start();
-  schedules.Start();
-  pods.Start();
+  for (kube::Informer* informer : {&jobs, &schedules, &pods}) informer->Start();
   spdlog::info("watching ProfileJobs, ProfileSchedules and pods in {}",
-               options.namespace_.empty() ? std::string("every namespace")
-                                          : StrCat("namespace ", options.namespace_));
+               ns.empty() ? std::string("every namespace") : StrCat("namespace ", ns));
   while (!stop && !(jobs.HasSynced() && schedules.HasSynced() && pods.HasSynced())) {
     clock.SleepForNs(50 * kNanosPerMilli);
   }
 
-  std::atomic<bool> leading{false};
-  std::atomic<bool> lost{false};
-  std::unique_ptr<kube::RestClient> election_client;
-  std::unique_ptr<kube::LeaderElector> elector;
-  std::thread election;
-  absl::Status election_status;
-  const auto start_controllers = [&] {
-    spdlog::info("starting the controllers");
-    metrics.SetLeader(true);
-    job_controller.Start();
-    schedule_controller.Start();
-  };
-  if (!stop) {
-    if (!options.leader_elect) {
-      leading = true;
-      start_controllers();
-    } else {
-      // Renewals must not wait behind the controllers' requests, and must time out well within
-      // the renew deadline.
-      kube::RestClientOptions election_options = client_options;
-      election_options.request_timeout_ns = options.renew_deadline_ns / 2;
-      CLUSTERPROF_ASSIGN_OR_RETURN(
-          election_client, kube::RestClient::Create(options.rest_config, &clock, election_options));
-      kube::LeaderElectionConfig config;
-      config.lease_namespace = options.leader_election_namespace;
-      config.lease_name = options.leader_election_id;
-      config.identity = identity;
-      config.lease_duration_ns = options.lease_duration_ns;
-      config.renew_deadline_ns = options.renew_deadline_ns;
-      config.retry_period_ns = options.retry_period_ns;
-      config.on_started_leading = [&] {
-        spdlog::info("became the leader ({} in Lease {}/{})", identity,
-                     options.leader_election_namespace, options.leader_election_id);
-        leading = true;
-        clock.Wake();
-      };
-      config.on_stopped_leading = [&] {
-        spdlog::error("lost the leadership; stopping");
-        lost = true;
-        clock.Wake();
-      };
-      config.on_new_leader = [&](const std::string& holder) {
-        if (holder != identity && !holder.empty()) spdlog::info("the leader is {}", holder);
-      };
-      CLUSTERPROF_ASSIGN_OR_RETURN(
-          elector, kube::LeaderElector::Create(election_client.get(), &clock, config));
-      spdlog::info("waiting to lead (Lease {}/{}, identity {})", options.leader_election_namespace,
-                   options.leader_election_id, identity);
-      election = std::thread([&] {
-        election_status = elector->Run();
-        if (!election_status.ok()) lost = true;
-        clock.Wake();
-      });
-    }
-  }
-
-  bool started = leading.load();
+  Leadership leadership(options, clock, identity);
+  if (!stop) CLUSTERPROF_RETURN_IF_ERROR(leadership.Start(client_options));
+  bool started = false;
   int64_t next_refresh_ns = 0;
-  while (!stop && !lost) {
-    if (leading && !started) {
-      start_controllers();
+  while (!stop && !leadership.lost()) {
+    if (leadership.leading() && !started) {
+      spdlog::info("starting the controllers");
+      metrics.SetLeader(true);
+      job_controller.Start();
+      schedule_controller.Start();
       started = true;
     }
     if (clock.MonotonicNs() >= next_refresh_ns) {
@@ -247,32 +293,20 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
     clock.SleepForNs(100 * kNanosPerMilli);
   }
 
-  // Shut down: the controllers first (a lost leader abandons its captures to the next one),
-  // then the Lease, so that terms never overlap.
+  // Shut down: the controllers first (a lost leader cancels its captures at once; the next
+  // leader resumes them), then the Lease, so that terms never overlap.
   spdlog::info("shutting down");
   metrics.SetLeader(false);
-  const bool finished = job_controller.Stop(lost ? 0 : options.shutdown_grace_ns);
-  if (!finished) {
+  if (!job_controller.Stop(leadership.lost() ? 0 : options.shutdown_grace_ns)) {
     spdlog::warn(
-        "captures still running at shutdown; the next operator resumes them from the "
-        "jobs' status");
+        "captures still running at shutdown were cancelled; the sidecars finish them and the "
+        "next operator reads them back from the jobs' status");
   }
   schedule_controller.Stop();
-  if (elector != nullptr) {
-    elector->Stop();
-    if (election.joinable()) election.join();
-  }
+  leadership.Stop();
   recorder.Flush(2 * kNanosPerSecond);
-  jobs.Stop();
-  schedules.Stop();
-  pods.Stop();
-  if (lost) {
-    return absl::AbortedError(
-        StrCat("lost the leadership of Lease ", options.leader_election_namespace, "/",
-               options.leader_election_id,
-               election_status.ok() ? std::string() : StrCat(": ", election_status.message())));
-  }
-  return absl::OkStatus();
+  for (kube::Informer* informer : {&jobs, &schedules, &pods}) informer->Stop();
+  return leadership.lost() ? leadership.LostError() : absl::OkStatus();
 }
 
 }  // namespace clusterprof::manager

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "operator/controllers/profilejob_controller.h"
 #include "operator/controllers/profileschedule_controller.h"
 #include "operator/kube/config.h"

@@ -10,8 +10,8 @@
 #include <set>
 
 #include "absl/strings/escaping.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "cpprest/json.h"
 #include "operator/api/types.h"
 
@@ -33,7 +33,8 @@ bool IsQuantity(const std::string& text) {
 
 bool IsPort(int port) { return port >= 1 && port <= 65535; }
 
-// host:port (common/strings.h), and nothing that would split a command-line argument or a path.
+// host:port (common/base/strings.h), and nothing that would split a command-line argument or a
+// path.
 bool IsAddress(std::string_view address) {
   return IsHostPort(address) && address.find_first_of(" \t\n/") == std::string_view::npos;
 }

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "operator/webhook/injection.h"
 
 namespace prometheus {

@@ -12,8 +12,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/traceme.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "sidecar/sdk/control_page.h"
 #include "sidecar/sdk/shm_format.h"
 #include "sidecar/tracers/block_buffer.h"

@@ -5,9 +5,9 @@
 #include <chrono>
 #include <filesystem>
 
-#include "common/clock.h"
-#include "common/grpc_status.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/grpc_status.h"
+#include "common/base/strings.h"
 #include "common/xspace/merge.h"
 #include "common/xspace/xspace_io.h"
 #include "grpcpp/grpcpp.h"

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "sidecar/tracers/tracer.h"
 
 namespace grpc {

@@ -5,9 +5,9 @@
 #include <memory>
 #include <utility>
 
-#include "common/check.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "tsl/profiler/protos/xplane.pb.h"

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "sidecar/sdk/shm_file.h"
 #include "sidecar/tracers/ring_reader.h"
 

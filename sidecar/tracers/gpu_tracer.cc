@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <chrono>
 
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 #include "sidecar/tracers/gpu_xplane.h"
 #include "sidecar/tracers/ring_reader.h"
 #include "spdlog/spdlog.h"

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "sidecar/sdk/control_page.h"
 #include "sidecar/sdk/shm_format.h"
 #include "sidecar/tracers/block_buffer.h"

@@ -9,7 +9,7 @@
 #include <memory>
 
 #include "absl/container/flat_hash_set.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "tsl/profiler/protos/xplane.pb.h"

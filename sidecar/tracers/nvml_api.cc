@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::sidecar {
 namespace {

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "sidecar/sdk/ring_writer.h"
 #include "sidecar/sdk/shm_file.h"
 #include "spdlog/spdlog.h"

@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <string>
 
+#include "common/base/strings.h"
 #include "common/io/byte_sink.h"
-#include "common/strings.h"
 #include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

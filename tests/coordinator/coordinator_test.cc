@@ -4,7 +4,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/cancel.h"
+#include "common/base/cancel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fake_profilers.h"

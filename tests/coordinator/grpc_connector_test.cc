@@ -5,7 +5,7 @@
 #include <string>
 #include <thread>
 
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"

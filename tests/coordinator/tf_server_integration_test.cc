@@ -17,9 +17,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "common/storage/logdir.h"
-#include "common/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_io.h"

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "tests/support/kube_control_plane.h"
 
 namespace clusterprof::testing {

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "gtest/gtest.h"
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"

@@ -12,7 +12,7 @@
 #include <set>
 #include <thread>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "cpprest/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -15,7 +15,7 @@
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"

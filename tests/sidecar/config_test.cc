@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sidecar/server.h"

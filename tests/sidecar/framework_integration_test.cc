@@ -4,8 +4,8 @@
 #include <fstream>
 #include <map>
 
-#include "common/clock.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/xspace_io.h"
 #include "coordinator/coordinator.h"

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_dir.h"

@@ -3,8 +3,8 @@
 #include <map>
 #include <thread>
 
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_io.h"

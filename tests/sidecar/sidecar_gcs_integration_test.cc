@@ -11,9 +11,9 @@
 #include <thread>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/crc32c.h"
+#include "common/base/strings.h"
+#include "common/io/crc32c.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "common/xspace/xspace_io.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"

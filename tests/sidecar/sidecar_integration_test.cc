@@ -8,8 +8,8 @@
 #include <thread>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/clock.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_io.h"

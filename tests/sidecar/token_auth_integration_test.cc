@@ -7,8 +7,8 @@
 #include <thread>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
-#include "common/clock.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"

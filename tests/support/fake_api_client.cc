@@ -5,9 +5,9 @@
 
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "common/check.h"
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/object.h"
 #include "operator/kube/selector.h"
@@ -35,44 +35,8 @@ std::string MetaString(const value& object, const char* field) {
   return StringField(object.at("metadata"), field);
 }
 
-std::string_view ReasonFor(int http_code) {
-  switch (http_code) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Expired";
-    case 422:
-      return "Invalid";
-    case 429:
-      return "TooManyRequests";
-    case 500:
-      return "InternalError";
-    case 503:
-      return "ServiceUnavailable";
-    case 504:
-      return "Timeout";
-    default:
-      return "";
-  }
-}
-
 value StatusObject(int http_code, std::string_view reason, std::string_view message) {
-  value status = value::object();
-  status["kind"] = value::string("Status");
-  status["apiVersion"] = value::string("v1");
-  status["status"] = value::string("Failure");
-  status["message"] = value::string(std::string(message));
-  status["reason"] = value::string(std::string(reason));
-  status["code"] = value::number(http_code);
-  return status;
+  return value::parse(kube::StatusBody(http_code, reason, message));
 }
 
 // RFC 7386: null removes, objects merge, anything else replaces.
@@ -250,10 +214,8 @@ std::string FakeApiClient::ObjectKey(const kube::ResourceType& type, std::string
 
 absl::Status FakeApiClient::ApiError(int http_code, std::string_view reason,
                                      std::string_view message) {
-  return kube::ApiErrorFromResponse(
-      http_code,
-      StatusObject(http_code, reason.empty() ? ReasonFor(http_code) : reason, message).serialize(),
-      "", "fake API request");
+  return kube::ApiErrorFromResponse(http_code, kube::StatusBody(http_code, reason, message), "",
+                                    "fake API request");
 }
 
 absl::Status FakeApiClient::Admit(Action action) {

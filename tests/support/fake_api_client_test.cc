@@ -3,7 +3,7 @@
 
 #include <thread>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/api_error.h"

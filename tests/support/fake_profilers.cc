@@ -2,8 +2,8 @@
 
 #include <utility>
 
-#include "common/check.h"
-#include "common/strings.h"
+#include "common/base/check.h"
+#include "common/base/strings.h"
 
 namespace clusterprof::testing {
 

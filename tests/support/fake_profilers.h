@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "coordinator/connector.h"
 
 namespace clusterprof::testing {

@@ -21,11 +21,11 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/time/clock.h"
-#include "common/check.h"
-#include "common/crc32c.h"
+#include "common/base/check.h"
+#include "common/base/json_escape.h"
+#include "common/base/strings.h"
 #include "common/http/status.h"
-#include "common/json_escape.h"
-#include "common/strings.h"
+#include "common/io/crc32c.h"
 #include "cpprest/json.h"
 
 namespace clusterprof::testing {

@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "common/check.h"
+#include "common/base/check.h"
+#include "common/base/json_escape.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/http/status.h"
-#include "common/json_escape.h"
-#include "common/status.h"
-#include "common/strings.h"
 #include "cpprest/json.h"
 
 namespace clusterprof::testing {

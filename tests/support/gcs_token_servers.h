@@ -18,8 +18,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 
 namespace clusterprof::testing {
 

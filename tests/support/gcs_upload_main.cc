@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "common/clock.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "pplx/threadpool.h"
 
 namespace {

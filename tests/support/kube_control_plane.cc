@@ -19,8 +19,8 @@
 #include <thread>
 #include <utility>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "cpprest/http_client.h"
 
 namespace clusterprof::testing {

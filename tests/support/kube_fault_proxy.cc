@@ -22,9 +22,10 @@
 #include <optional>
 #include <utility>
 
+#include "common/base/json_escape.h"
+#include "common/base/strings.h"
 #include "common/http/status.h"
-#include "common/json_escape.h"
-#include "common/strings.h"
+#include "operator/kube/api_error.h"
 
 namespace clusterprof::testing {
 namespace {
@@ -90,46 +91,10 @@ bool ParseHeaders(std::string_view head, Headers* headers) {
   return true;
 }
 
-// The Kubernetes StatusReason (k8s.io/apimachinery/pkg/apis/meta/v1) for an HTTP status.
-const char* KubeReason(int status) {
-  switch (status) {
-    case 400:
-      return "BadRequest";
-    case 401:
-      return "Unauthorized";
-    case 403:
-      return "Forbidden";
-    case 404:
-      return "NotFound";
-    case 405:
-      return "MethodNotAllowed";
-    case 409:
-      return "Conflict";
-    case 410:
-      return "Expired";
-    case 422:
-      return "Invalid";
-    case 429:
-      return "TooManyRequests";
-    case 503:
-      return "ServiceUnavailable";
-    case 504:
-      return "Timeout";
-    default:
-      return status >= 500 ? "InternalError" : "BadRequest";
-  }
-}
-
 // A Kubernetes Status response, complete with head.
 std::string StatusResponse(int status, std::string_view message, int retry_after_s,
                            bool keep_alive) {
-  std::string body = StrCat(R"({"kind":"Status","apiVersion":"v1","metadata":{},)",
-                            R"("status":"Failure","message":")");
-  AppendJsonEscaped(message, &body);
-  StrAppend(&body, R"(","reason":")", KubeReason(status), "\"");
-  if (retry_after_s >= 0)
-    StrAppend(&body, R"(,"details":{"retryAfterSeconds":)", retry_after_s, "}");
-  StrAppend(&body, R"(,"code":)", status, "}\n");
+  const std::string body = StrCat(kube::StatusBody(status, "", message, retry_after_s), "\n");
   std::string response = StrCat("HTTP/1.1 ", status, " ", http::ReasonPhrase(status),
                                 "\r\nContent-Type: application/json\r\n"
                                 "Cache-Control: no-cache, private\r\nContent-Length: ",

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "cpprest/http_client.h"
 
 namespace clusterprof::testing {

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <random>
 
-#include "common/status.h"
-#include "common/strings.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "tests/support/kube_control_plane.h"
 
 namespace clusterprof::testing {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <thread>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 

@@ -11,7 +11,7 @@
 #include <memory>
 #include <string>
 
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/counter.h"

@@ -11,7 +11,7 @@
 #include <string>
 #include <thread>
 
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

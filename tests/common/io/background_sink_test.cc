@@ -4,7 +4,7 @@
 #include <string>
 #include <thread>
 
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "gtest/gtest.h"
 
 namespace clusterprof::io {

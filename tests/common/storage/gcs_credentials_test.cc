@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/gcs_token_servers.h"

@@ -8,12 +8,12 @@
 #include <random>
 #include <thread>
 
-#include "common/crc32c.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
+#include "common/io/crc32c.h"
 #include "common/storage/gcs_credentials.h"
 #include "common/storage/gcs_storage.h"
 #include "common/storage/storage_set.h"
-#include "common/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/gcs_test_server.h"

@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "common/crc32c.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
+#include "common/io/crc32c.h"
 #include "cpprest/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

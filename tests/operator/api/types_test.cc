@@ -2,7 +2,7 @@
 // the rules the CRD states in CEL (checked again here), and the status round trip.
 #include "operator/api/types.h"
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,6 +1,6 @@
 #include "operator/controllers/capture_lifecycle.h"
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "common/storage/logdir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

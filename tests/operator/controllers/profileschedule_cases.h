@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/api/types.h"

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "common/clock.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_dir.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/mutex.h"
+#include "common/base/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/api_error.h"

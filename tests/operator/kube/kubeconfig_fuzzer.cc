@@ -13,7 +13,7 @@
 #include <string>
 #include <string_view>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "operator/kube/config.h"
 
 namespace {

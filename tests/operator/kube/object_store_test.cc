@@ -178,5 +178,21 @@ TEST(ApiErrorTest, StatusBodiesBecomeStatusesWithReasonAndCode) {
   EXPECT_FALSE(IsRetryable(absl::InvalidArgumentError("bad")));
 }
 
+TEST(ApiErrorTest, StatusBodiesRoundTripThroughTheClientsParser) {
+  EXPECT_EQ(StatusReasonFor(404), "NotFound");
+  EXPECT_EQ(StatusReasonFor(410), "Expired");
+  EXPECT_EQ(StatusReasonFor(502), "InternalError");
+  const std::string body = StatusBody(429, "", "slow down \"now\"", 3);
+  const absl::Status status = ApiErrorFromResponse(429, body, "", "GET /x");
+  const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status);
+  ASSERT_TRUE(info.has_value());
+  EXPECT_EQ(info->reason, "TooManyRequests");
+  EXPECT_EQ(info->retry_after_s, 3);
+  EXPECT_THAT(status.message(), HasSubstr("slow down \"now\""));
+  EXPECT_TRUE(IsConflict(ApiErrorFromResponse(409, StatusBody(409, "", "stale"), "", "PUT /y")));
+  EXPECT_TRUE(absl::IsAlreadyExists(
+      ApiErrorFromResponse(409, StatusBody(409, "AlreadyExists", "exists"), "", "POST /y")));
+}
+
 }  // namespace
 }  // namespace clusterprof::kube

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "gtest/gtest.h"
 
 namespace clusterprof::kube {

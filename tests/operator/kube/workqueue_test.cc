@@ -7,8 +7,8 @@
 #include <thread>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/mutex.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
 #include "gtest/gtest.h"
 #include "operator/kube/rate_limiter.h"
 

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "tests/operator/webhook/webhook_test_util.h"
 
 namespace clusterprof::webhook {

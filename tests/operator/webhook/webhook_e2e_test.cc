@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/kube/resource.h"

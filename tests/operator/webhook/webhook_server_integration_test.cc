@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "cpprest/json.h"
 #include "operator/webhook/webhook_server.h"
 #include "prometheus/registry.h"

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
-#include "common/mutex.h"
-#include "common/strings.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "gtest/gtest.h"

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/strings.h"
+#include "common/base/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/support/subprocess.h"
