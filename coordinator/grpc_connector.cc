@@ -1,6 +1,7 @@
 #include <cstdint>
 #include <memory>
-#include <set>
+#include <map>
+#include <vector>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -63,9 +64,15 @@ class GrpcConnection final : public ProfilerConnection {
   }
 
   void CancelCalls() override {
-    MutexLock lock(&mu_);
-    cancelled_ = true;
-    for (grpc::ClientContext* context : live_) context->TryCancel();
+    // TryCancel outside the mutex (a call's callback takes it), on contexts kept alive by the
+    // copies taken under it.
+    std::vector<std::shared_ptr<grpc::ClientContext>> live;
+    {
+      MutexLock lock(&mu_);
+      cancelled_ = true;
+      for (const auto& [raw, context] : live_) live.push_back(context);
+    }
+    for (const std::shared_ptr<grpc::ClientContext>& context : live) context->TryCancel();
   }
 
  private:
@@ -88,7 +95,7 @@ class GrpcConnection final : public ProfilerConnection {
         done(absl::CancelledError("the capture was cancelled"));
         return;
       }
-      live_.insert(&state->context);
+      live_.emplace(&state->context, std::shared_ptr<grpc::ClientContext>(state, &state->context));
     }
     start(&state->context, &state->request, &state->response,
           [this, state, done = std::move(done)](grpc::Status status) {
@@ -110,7 +117,8 @@ class GrpcConnection final : public ProfilerConnection {
   std::unique_ptr<tensorflow::ProfilerService::Stub> profiler_;
   std::unique_ptr<v1alpha1::Sidecar::Stub> sidecar_;
   Mutex mu_;
-  std::set<grpc::ClientContext*> live_ ABSL_GUARDED_BY(mu_);
+  // The calls in flight, each context kept alive by its call's state.
+  std::map<grpc::ClientContext*, std::shared_ptr<grpc::ClientContext>> live_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
