@@ -7,6 +7,7 @@
 #include "common/base/cancel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/clock_advancer.h"
 #include "tests/support/fake_profilers.h"
 #include "tests/support/temp_dir.h"
 
@@ -149,20 +150,8 @@ class FakeCaptureTest : public ::testing::Test {
   // Captures on this thread while another advances the simulated clock through every pause
   // (the retry backoff) the capture sleeps in.
   absl::StatusOr<RunResult> CaptureAdvancing() {
-    std::atomic<bool> done{false};
-    std::thread advancer([&] {
-      while (!done.load()) {
-        if (clock_.sleepers() > 0) {
-          clock_.AdvanceNs(100 * kNanosPerMilli);
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    });
-    absl::StatusOr<RunResult> result = Capture(options_, clock_);
-    done = true;
-    advancer.join();
-    return result;
+    testing::ClockAdvancer advancer(&clock_, 100 * kNanosPerMilli);
+    return Capture(options_, clock_);
   }
 
   const TargetResult& Find(const RunResult& result, std::string_view address) {

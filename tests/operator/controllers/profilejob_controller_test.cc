@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "operator/api/types.h"
 #include "operator/kube/informer.h"
+#include "tests/support/clock_advancer.h"
 #include "tests/support/fake_api_client.h"
 #include "tests/support/fake_profilers.h"
 #include "tests/support/temp_dir.h"
@@ -80,20 +81,9 @@ class ProfileJobControllerTest : public ::testing::Test {
 
   // Moves the simulated clock on whenever a thread sleeps on it (retry pauses, backoff).
   void StartAdvancing() {
-    advancer_ = std::thread([this] {
-      while (!stop_advancing_.load()) {
-        if (clock_.sleepers() > 0) {
-          clock_.AdvanceNs(10 * kNanosPerMilli);
-        } else {
-          std::this_thread::yield();
-        }
-      }
-    });
+    advancer_ = std::make_unique<testing::ClockAdvancer>(&clock_, 10 * kNanosPerMilli);
   }
-  void StopAdvancing() {
-    stop_advancing_ = true;
-    if (advancer_.joinable()) advancer_.join();
-  }
+  void StopAdvancing() { advancer_.reset(); }
 
   // A Running, Ready pod with a sidecar at `ip`, and its sidecar among the servers.
   void AddPod(const std::string& name, const std::string& ip, bool ready = true,
@@ -153,8 +143,7 @@ class ProfileJobControllerTest : public ::testing::Test {
   std::unique_ptr<kube::Informer> jobs_;
   std::unique_ptr<kube::Informer> pods_;
   std::unique_ptr<ProfileJobController> controller_;
-  std::thread advancer_;
-  std::atomic<bool> stop_advancing_{false};
+  std::unique_ptr<testing::ClockAdvancer> advancer_;
 };
 
 TEST_F(ProfileJobControllerTest, APendingJobIsScheduledCapturedAndSucceeds) {
