@@ -157,8 +157,7 @@ class RestClient::Impl {
   // Sends one request, with the current token, and returns the response.
   absl::StatusOr<http::http_response> Send(const std::string& method,
                                            const std::string& path_and_query, std::string_view body,
-                                           std::string_view content_type,
-                                           const pplx::cancellation_token& cancel) {
+                                           std::string_view content_type) {
     const std::string what = StrCat(method, " ", path_and_query);
     for (int attempt = 0;; ++attempt) {
       http::http_request request(method);
@@ -183,9 +182,7 @@ class RestClient::Impl {
       }
       http::http_response response;
       try {
-        response = requests_.request(request, cancel).get();
-      } catch (const pplx::task_canceled&) {
-        return absl::CancelledError(StrCat(what, ": cancelled"));
+        response = requests_.request(request).get();
       } catch (const std::exception& e) {
         return TransportError(what, config_.server, e);
       }
@@ -334,10 +331,9 @@ absl::StatusOr<RestResponse> RestClient::Raw(std::string_view method,
                                              std::string_view content_type) {
   Throttle();
   const std::string what = StrCat(method, " ", path_and_query);
-  pplx::cancellation_token_source never;
-  CLUSTERPROF_ASSIGN_OR_RETURN(http::http_response response,
-                               impl_->Send(std::string(method), std::string(path_and_query), body,
-                                           content_type, never.get_token()));
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      http::http_response response,
+      impl_->Send(std::string(method), std::string(path_and_query), body, content_type));
   RestResponse out;
   out.http_code = response.status_code();
   CLUSTERPROF_ASSIGN_OR_RETURN(out.body, impl_->ReadBody(what, response));
@@ -351,7 +347,6 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
   Throttle();
   const std::string what = StrCat(method, " ", path_and_query);
   const std::string body_text = body == nullptr ? std::string() : body->serialize();
-  pplx::cancellation_token_source never;
   const int64_t sent_ns = clock_->MonotonicNs();
   int code = 0;
   const auto observe = [&] {
@@ -360,7 +355,7 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
     }
   };
   absl::StatusOr<http::http_response> response =
-      impl_->Send(std::string(method), path_and_query, body_text, content_type, never.get_token());
+      impl_->Send(std::string(method), path_and_query, body_text, content_type);
   if (!response.ok()) {
     observe();
     return response.status();
