@@ -283,7 +283,7 @@ class NodeE2E(unittest.TestCase):
                    check=check, timeout=timeout)
 
     def cli(self, *args, check=True):
-        return self.in_node(os.path.join(BINARY_DIR, "operator", "clusterprof"), *args,
+        return self.in_node(os.path.join(BINARY_DIR, "cli", "clusterprof"), *args,
                             check=check)
 
     # --- 1. helm install ---------------------------------------------------------------------
