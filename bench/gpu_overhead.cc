@@ -67,16 +67,14 @@ int main(int argc, char** argv) {
       (std::filesystem::temp_directory_path() / ("gpu_overhead." + std::to_string(getpid())))
           .string();
   std::filesystem::create_directories(dir);
-  std::string error;
-  auto control = clusterprof::shm::ControlWriter::Create(dir, &error);
-  if (control == nullptr) {
-    std::fprintf(stderr, "%s\n", error.c_str());
+  auto shm = clusterprof::sidecar::ShmTransport::Create({.dir = dir});
+  if (!shm.ok()) {
+    std::fprintf(stderr, "%s\n", shm.status().ToString().c_str());
     return 1;
   }
   clusterprof::sidecar::GpuTracer::Options options;
-  options.dir = dir;
   options.max_records = 100'000'000;
-  auto tracer = clusterprof::sidecar::GpuTracer::Create(options, control.get(), nullptr);
+  auto tracer = clusterprof::sidecar::GpuTracer::Create(shm->get(), options, nullptr);
   if (!tracer.ok()) return 1;
 
   const std::string workload = args["--workload"] + " --mode " + args["--mode"] + " --iterations " +
@@ -95,13 +93,20 @@ int main(int argc, char** argv) {
     clusterprof::sidecar::CaptureWindow window;
     window.start_ns = WallNs();
     window.planned_stop_ns = window.start_ns + int64_t{3600} * 1'000'000'000;
-    window.device_tracer_level = 1;
-    window.gpu_max_activity_events = 1'000'000'000;
-    window.gpu_max_api_events = 1'000'000'000;
-    window.gpu_runtime_api = args["--api"].find("runtime") != std::string::npos;
-    window.gpu_driver_api = args["--api"].find("driver") != std::string::npos;
-    (void)(*tracer)->Prepare(window);
-    (void)(*tracer)->Start(window);
+    clusterprof::sidecar::CaptureConfig config;
+    config.options.set_device_tracer_level(1);
+    auto& advanced = *config.options.mutable_advanced_configuration();
+    advanced[clusterprof::sidecar::kGpuMaxActivityEventsKey].set_int64_value(1'000'000'000);
+    advanced[clusterprof::sidecar::kGpuMaxApiEventsKey].set_int64_value(1'000'000'000);
+    const bool runtime = args["--api"].find("runtime") != std::string::npos;
+    const bool driver = args["--api"].find("driver") != std::string::npos;
+    advanced[clusterprof::sidecar::kGpuApiTracingKey].set_string_value(runtime && driver
+                                                                           ? "runtime,driver"
+                                                                       : runtime ? "runtime"
+                                                                       : driver  ? "driver"
+                                                                                 : "none");
+    (void)(*tracer)->Prepare(window, config);
+    (void)(*tracer)->Start(window, config);
     times["on"].push_back(RunWorkload(injected + workload));
     const int64_t stop = WallNs();
     (void)(*tracer)->Stop(stop);

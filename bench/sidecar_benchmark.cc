@@ -36,13 +36,20 @@ std::string NewDir(const char* name) {
   return dir;
 }
 
-CaptureWindow Window(int64_t start, int64_t stop) {
-  CaptureWindow window;
-  window.start_ns = start;
-  window.planned_stop_ns = stop;
-  window.host_tracer_level = 2;
-  window.max_events = uint64_t{1} << 40;
-  return window;
+CaptureWindow Window(int64_t start, int64_t stop) { return {start, stop}; }
+
+CaptureConfig Config() {
+  CaptureConfig config;
+  config.options.set_host_tracer_level(2);
+  config.max_events = uint64_t{1} << 40;
+  return config;
+}
+
+// The shared memory of one benchmark directory; lives as long as the process.
+ShmTransport* Shm(const std::string& dir) {
+  static auto* transports = new std::vector<std::unique_ptr<ShmTransport>>();
+  transports->push_back(std::move(*ShmTransport::Create({.dir = dir})));
+  return transports->back().get();
 }
 
 // `threads` rings, each filled with a full ring of records per round.
@@ -83,16 +90,15 @@ struct Producer {
 
 std::unique_ptr<AnnotationTracer> NewTracer(const std::string& dir) {
   AnnotationTracer::Options options;
-  options.dir = dir;
   options.drain_interval_ms = 3'600'000;  // the benchmark drains by hand
-  return std::move(*AnnotationTracer::Create(options));
+  return std::move(*AnnotationTracer::Create(Shm(dir), options));
 }
 
 void BM_Drain(benchmark::State& state) {
   const std::string dir = NewDir("drain");
   Producer producer(dir, static_cast<int>(state.range(0)));
   auto tracer = NewTracer(dir);
-  (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)));
+  (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)), Config());
   uint64_t drained = 0;
   int rounds = 0;
   for (auto _ : state) {
@@ -103,7 +109,7 @@ void BM_Drain(benchmark::State& state) {
       tensorflow::profiler::XSpace discard;
       TracerStats stats;
       (void)tracer->CollectInto(&discard, &stats);
-      (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)));
+      (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)), Config());
     }
     producer.Fill();
     state.ResumeTiming();
@@ -123,7 +129,7 @@ void BM_Collect(benchmark::State& state) {
   uint64_t events = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)));
+    (void)tracer->Start(Window(kStart, kStart + (int64_t{1} << 50)), Config());
     producer.Fill();
     tracer->DrainOnce();
     (void)tracer->Stop(kStart + (int64_t{1} << 50));
@@ -146,16 +152,14 @@ BENCHMARK(BM_Collect)->Unit(benchmark::kMillisecond)->UseRealTime();
 void BM_SustainedProducer(benchmark::State& state) {
   const std::string dir = NewDir("sustained");
   const int64_t rate = state.range(0);
-  AnnotationTracer::Options options;
-  options.dir = dir;
-  auto tracer = std::move(*AnnotationTracer::Create(options));
+  auto tracer = std::move(*AnnotationTracer::Create(Shm(dir), {}));
   annotate_internal::ResetForTesting(dir);
   uint64_t kept = 0;
   uint64_t dropped = 0;
   for (auto _ : state) {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     const int64_t start = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
-    (void)tracer->Start(Window(start, start + 2'000'000'000));
+    (void)tracer->Start(Window(start, start + 2'000'000'000), Config());
     std::thread producer([rate] {
       { clusterprof::Trace warm("warm"); }  // sets the SDK up outside the paced loop
       // Events in bursts of 1 ms worth, then sleep until the next is due: the pattern of a

@@ -154,9 +154,7 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
   capture.duration_ms = options.duration_ms;
   capture.delay_ms = options.delay_ms;
   capture.num_tracing_attempts = options.num_tracing_attempts;
-  capture.host_tracer_level = options.host_tracer_level;
-  capture.device_tracer_level = options.device_tracer_level;
-  capture.python_tracer_level = options.python_tracer_level;
+  capture.profile = options.profile;
 
   err << fmt::format("Capturing {} ms from {} host{}{} into {}\n", capture.duration_ms,
                      capture.targets.size(), capture.targets.size() == 1 ? "" : "s",

@@ -8,6 +8,8 @@
 #include <ostream>
 #include <string>
 
+#include "proto/profile_options.h"
+
 namespace clusterprof::cli {
 
 inline constexpr int kExitOk = 0;
@@ -47,9 +49,8 @@ struct CaptureOptions {
   int64_t duration_ms = 2000;
   int64_t delay_ms = 0;
   int num_tracing_attempts = 3;
-  uint32_t host_tracer_level = 2;
-  uint32_t device_tracer_level = 1;
-  uint32_t python_tracer_level = 0;
+  // What every host is asked to record: --host/device/python-tracer-level and each --option.
+  tensorflow::ProfileOptions profile = proto::DefaultProfileOptions();
   // Empty: YYYY_MM_DD_HH_MM_SS (UTC) of the capture.
   std::string run;
   // Comma list, one per address: the hosts' names in the run.

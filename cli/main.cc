@@ -69,23 +69,42 @@ int main(int argc, char** argv) {
                    "Attempts per host for retryable failures")
       ->check(CLI::Range(1, 100))
       ->capture_default_str();
+  // The levels and --option go straight into the ProfileOptions every host is sent.
+  tensorflow::ProfileOptions& profile = capture.profile;
   capture_cmd
-      ->add_option("--host-tracer-level", capture.host_tracer_level,
-                   "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
+      ->add_option_function<uint32_t>(
+          "--host-tracer-level", [&profile](uint32_t level) { profile.set_host_tracer_level(level); },
+          "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
       ->check(CLI::Range(0, 3))
-      ->capture_default_str();
+      ->default_str(std::to_string(profile.host_tracer_level()));
   capture_cmd->add_option("--token-file", capture.token_file,
                           "File with the bearer token of sidecars started with --auth-token-file");
   capture_cmd
-      ->add_option("--device-tracer-level", capture.device_tracer_level,
-                   "GPU activity: 0 off, 1 on")
+      ->add_option_function<uint32_t>(
+          "--device-tracer-level",
+          [&profile](uint32_t level) { profile.set_device_tracer_level(level); },
+          "GPU activity: 0 off, 1 on")
       ->check(CLI::Range(0, 1))
-      ->capture_default_str();
+      ->default_str(std::to_string(profile.device_tracer_level()));
   capture_cmd
-      ->add_option("--python-tracer-level", capture.python_tracer_level,
-                   "Python function tracing in framework servers: 0 off, 1 on")
+      ->add_option_function<uint32_t>(
+          "--python-tracer-level",
+          [&profile](uint32_t level) { profile.set_python_tracer_level(level); },
+          "Python function tracing in framework servers: 0 off, 1 on")
       ->check(CLI::Range(0, 1))
-      ->capture_default_str();
+      ->default_str(std::to_string(profile.python_tracer_level()));
+  capture_cmd->add_option_function<std::vector<std::string>>(
+      "--option",
+      [&profile](const std::vector<std::string>& options) {
+        for (const std::string& option : options) {
+          if (absl::Status set = clusterprof::proto::SetAdvancedOption(option, &profile);
+              !set.ok()) {
+            throw CLI::ValidationError("--option", std::string(set.message()));
+          }
+        }
+      },
+      "KEY=VALUE for ProfileOptions.advanced_configuration, repeatable (true/false: a bool, an "
+      "integer: an int64, else a string); e.g. --option gpu_enable_nvtx_tracking=true");
   capture_cmd->add_option("--run", capture.run,
                           "Run name (default: the capture's UTC time, YYYY_MM_DD_HH_MM_SS)");
   capture_cmd->add_option("--host-names", capture.host_names,

@@ -311,32 +311,17 @@ void Run::Attempt(const std::vector<size_t>& subset) {
     request->set_session_id(layout_->run());
     request->set_host_name(result.address);
     tensorflow::ProfileOptions* opts = request->mutable_opts();
+    *opts = options_.profile;
     opts->set_version(1);  // 0 would make the server ignore every option below
-    opts->set_host_tracer_level(options_.host_tracer_level);
-    opts->set_device_tracer_level(options_.device_tracer_level);
-    opts->set_python_tracer_level(options_.python_tracer_level);
-    opts->set_include_dataset_ops(true);
-    opts->set_enable_hlo_proto(true);
     opts->set_duration_ms(options_.duration_ms);
     opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
     opts->set_session_id(layout_->run());
     if (options_.outlive_client) {
-      (*opts->mutable_advanced_configuration())["clusterprof_outlive_client"].set_bool_value(true);
-    }
-    for (const auto& [key, value] : options_.advanced_configuration) {
-      tensorflow::ProfileOptions::AdvancedConfigValue& entry =
-          (*opts->mutable_advanced_configuration())[key];
-      if (const auto* text = std::get_if<std::string>(&value)) {
-        entry.set_string_value(*text);
-      } else if (const auto* flag = std::get_if<bool>(&value)) {
-        entry.set_bool_value(*flag);
-      } else {
-        entry.set_int64_value(std::get<int64_t>(value));
-      }
+      (*opts->mutable_advanced_configuration())[proto::kOutliveClientKey].set_bool_value(true);
     }
     if (result.host_name != result.address) {
       opts->set_override_hostname(result.host_name);
-      (*opts->mutable_advanced_configuration())["override_hostname"].set_string_value(
+      (*opts->mutable_advanced_configuration())[proto::kOverrideHostnameKey].set_string_value(
           result.host_name);
     }
     target.connection->Profile(

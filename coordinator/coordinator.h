@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
 #include "common/storage/logdir.h"
+#include "proto/profile_options.h"
 
 namespace clusterprof {
 class CancelToken;
@@ -58,12 +59,10 @@ struct CaptureOptions {
   // Pause before a retry, doubled each time: a busy server (ALREADY_EXISTS) needs its running
   // capture to end, a restarting one a moment to come back.
   int64_t retry_backoff_ms = 1000;
-  uint32_t host_tracer_level = 2;
-  uint32_t device_tracer_level = 1;
-  uint32_t python_tracer_level = 0;
-  // ProfileOptions.advanced_configuration: options for the server's tracers
-  // ("gpu_max_activity_api_events", "tpu_trace_mode", ...).
-  std::map<std::string, std::variant<std::string, bool, int64_t>> advanced_configuration;
+  // What every server is asked to record: tracer levels and advanced_configuration for the
+  // servers' tracers ("gpu_max_activity_api_events", "tpu_trace_mode", ...). Each request sends
+  // these with its own version, duration, start instant, session id and host name set.
+  tensorflow::ProfileOptions profile = proto::DefaultProfileOptions();
   // Ask clusterprof sidecars to capture to the planned end even if this coordinator goes away
   // (advanced_configuration "clusterprof_outlive_client"), so that a restarted one can rejoin or
   // read the results back (see `resume`). TF/JAX servers ignore it and stop as before.

@@ -87,9 +87,9 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
   json.Field("delay_ms", options.delay_ms);
   json.Key("options");
   json.Open('{');
-  json.Field("host_tracer_level", options.host_tracer_level);
-  json.Field("device_tracer_level", options.device_tracer_level);
-  json.Field("python_tracer_level", options.python_tracer_level);
+  json.Field("host_tracer_level", options.profile.host_tracer_level());
+  json.Field("device_tracer_level", options.profile.device_tracer_level());
+  json.Field("python_tracer_level", options.profile.python_tracer_level());
   json.Field("num_tracing_attempts", options.num_tracing_attempts);
   json.Close('}');
   json.Key("summary");

@@ -1,14 +1,15 @@
 #include "sidecar/capture_request.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
+#include "absl/strings/str_join.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 
 namespace clusterprof::sidecar {
 namespace {
-
-constexpr char kOverrideHostnameKey[] = "override_hostname";
 
 // The real path of `path`: symbolic links resolved in the longest part that exists, the rest
 // appended as written.
@@ -34,82 +35,34 @@ bool HasPathPrefix(std::string_view path, std::string_view prefix) {
   return path == prefix || (StartsWith(path, prefix) && path[prefix.size()] == '/');
 }
 
-}  // namespace
-
-tensorflow::ProfileOptions DefaultProfileOptions() {
-  tensorflow::ProfileOptions options;
-  options.set_version(1);
-  options.set_host_tracer_level(2);
-  options.set_device_tracer_level(1);
-  options.set_python_tracer_level(0);
-  options.set_enable_hlo_proto(true);
-  options.set_include_dataset_ops(true);
-  return options;
-}
-
-namespace {
-
-// The GPU options of advanced_configuration, typed as upstream types them (int64 caps, a bool
-// for NVTX); a value of another type, or a cap that is not positive, is refused.
-absl::Status ParseGpuOptions(const tensorflow::ProfileOptions& opts, CaptureRequest* out) {
-  const auto& config = opts.advanced_configuration();
-  for (const auto& [key, field] :
-       {std::pair<const char*, uint64_t CaptureRequest::*>{
-            kGpuMaxActivityEventsKey, &CaptureRequest::gpu_max_activity_events},
-        std::pair<const char*, uint64_t CaptureRequest::*>{kGpuMaxApiEventsKey,
-                                                           &CaptureRequest::gpu_max_api_events}}) {
-    auto it = config.find(key);
-    if (it == config.end()) continue;
-    if (it->second.value_case() != tensorflow::ProfileOptions::AdvancedConfigValue::kInt64Value ||
-        it->second.int64_value() <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat("advanced_configuration[\"", key, "\"] must be a positive int64_value"));
-    }
-    out->*field = static_cast<uint64_t>(it->second.int64_value());
+// Lets each tracer check its own keys, and names the keys nobody reads: ignored, unless a tracer
+// that takes part hands the options on whole (the framework proxy).
+absl::Status CheckTracerOptions(const std::vector<const Tracer*>& tracers,
+                                const tensorflow::ProfileOptions& options,
+                                std::vector<std::string>* warnings) {
+  std::set<std::string, std::less<>> owned = {kOutliveClientKey, kOverrideHostnameKey};
+  bool forwarded = false;
+  for (const Tracer* tracer : tracers) {
+    CLUSTERPROF_RETURN_IF_ERROR(tracer->Validate(options));
+    for (std::string_view key : tracer->OwnedKeys()) owned.emplace(key);
+    forwarded = forwarded || (tracer->ForwardsOptions() && tracer->EnabledFor(options));
   }
-  if (auto it = config.find(kGpuEnableNvtxKey); it != config.end()) {
-    if (it->second.value_case() != tensorflow::ProfileOptions::AdvancedConfigValue::kBoolValue) {
-      return absl::InvalidArgumentError(
-          StrCat("advanced_configuration[\"", kGpuEnableNvtxKey, "\"] must be a bool_value"));
-    }
-    out->gpu_nvtx = it->second.bool_value();
+  if (forwarded) return absl::OkStatus();
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : options.advanced_configuration()) {
+    if (owned.count(key) == 0) unknown.push_back(key);
   }
-  if (auto it = config.find(kGpuApiTracingKey); it != config.end()) {
-    const std::string& value = it->second.string_value();
-    if (value == "runtime,driver" || value == "driver,runtime") {
-      out->gpu_runtime_api = out->gpu_driver_api = true;
-    } else if (value == "runtime" || value == "driver" || value == "none") {
-      out->gpu_runtime_api = value == "runtime";
-      out->gpu_driver_api = value == "driver";
-    } else {
-      return absl::InvalidArgumentError(
-          StrCat("advanced_configuration[\"", kGpuApiTracingKey,
-                 "\"] must be a string_value of \"runtime,driver\", \"runtime\", \"driver\" or "
-                 "\"none\", not \"",
-                 value, "\""));
-    }
+  std::sort(unknown.begin(), unknown.end());
+  for (const std::string& key : unknown) {
+    warnings->push_back(StrCat("advanced_configuration[\"", key,
+                               "\"] is read by none of this sidecar's tracers and was ignored "
+                               "(keys read: ",
+                               absl::StrJoin(owned, ", "), ")"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
-
-CaptureWindow CaptureRequest::Window(int64_t start_ns) const {
-  CaptureWindow window;
-  window.start_ns = start_ns;
-  window.planned_stop_ns = start_ns + duration_ns;
-  window.host_tracer_level = options.host_tracer_level();
-  window.device_tracer_level = options.device_tracer_level();
-  window.python_tracer_level = options.python_tracer_level();
-  window.max_events = max_events;
-  window.gpu_max_activity_events = gpu_max_activity_events;
-  window.gpu_max_api_events = gpu_max_api_events;
-  window.gpu_nvtx = gpu_nvtx;
-  window.gpu_runtime_api = gpu_runtime_api;
-  window.gpu_driver_api = gpu_driver_api;
-  window.options = std::make_shared<const tensorflow::ProfileOptions>(options);
-  return window;
-}
 
 bool IsUnderPrefix(const storage::Logdir& root, const storage::Logdir& allowed) {
   if (root.kind != allowed.kind) return false;
@@ -124,7 +77,8 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
   const tensorflow::ProfileOptions& opts = request.opts();
   // Upstream: version 0 means "defaults", and every other option is discarded.
   const bool defaults = opts.version() == 0;
-  out.options = defaults ? DefaultProfileOptions() : opts;
+  tensorflow::ProfileOptions& options = out.config.options;
+  options = defaults ? proto::DefaultProfileOptions() : opts;
 
   uint64_t duration_ms = defaults ? 0 : opts.duration_ms();
   if (duration_ms == 0) duration_ms = request.duration_ms();
@@ -138,21 +92,19 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
                                              policy.max_duration_ms, " ms)"));
   }
   out.duration_ns = static_cast<int64_t>(duration_ms) * 1'000'000;
-  out.options.set_duration_ms(duration_ms);
+  options.set_duration_ms(duration_ms);
 
   if (!defaults && opts.start_timestamp_ns() > static_cast<uint64_t>(INT64_MAX)) {
     return absl::InvalidArgumentError(
         StrCat("start_timestamp_ns ", opts.start_timestamp_ns(), " is out of range"));
   }
   out.start_timestamp_ns = defaults ? 0 : static_cast<int64_t>(opts.start_timestamp_ns());
-  out.max_events = request.max_events();
+  out.config.max_events = request.max_events();
   if (auto it = opts.advanced_configuration().find(kOutliveClientKey);
       !defaults && it != opts.advanced_configuration().end()) {
     out.outlive_client = it->second.bool_value();
   }
-  if (!defaults) {
-    CLUSTERPROF_RETURN_IF_ERROR(ParseGpuOptions(opts, &out));
-  }
+  CLUSTERPROF_RETURN_IF_ERROR(CheckTracerOptions(policy.tracers, options, &out.warnings));
   out.emit_xspace = request.emit_xspace();
 
   out.session_id =

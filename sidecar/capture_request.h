@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/storage/logdir.h"
+#include "proto/profile_options.h"
 #include "sidecar/tracers/tracer.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
 
@@ -24,17 +25,15 @@ struct RequestPolicy {
   std::string default_host_name;
   // Longest capture accepted.
   int64_t max_duration_ms = 10 * 60 * 1000;
+  // The sidecar's tracers: each checks the advanced_configuration keys it owns, and a key none
+  // owns is named in a warning.
+  std::vector<const Tracer*> tracers;
 };
 
-// The advanced_configuration key of CaptureRequest::outlive_client.
-inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
-// Upstream's GPU keys (int64, int64, bool).
-inline constexpr char kGpuMaxActivityEventsKey[] = "gpu_max_activity_api_events";
-inline constexpr char kGpuMaxApiEventsKey[] = "gpu_max_callback_api_events";
-inline constexpr char kGpuEnableNvtxKey[] = "gpu_enable_nvtx_tracking";
-// Ours: which CUDA calls are recorded beside the GPU activity, a string_value of "runtime,driver"
-// (the default), "runtime", "driver" or "none".
-inline constexpr char kGpuApiTracingKey[] = "clusterprof_gpu_api_tracing";
+// The advanced_configuration keys the sidecar itself reads (the tracers own the others):
+// CaptureRequest::outlive_client, and upstream's way to name the host.
+using proto::kOutliveClientKey;
+using proto::kOverrideHostnameKey;
 
 struct CaptureRequest {
   std::string session_id;
@@ -46,30 +45,23 @@ struct CaptureRequest {
   // Wall-clock start asked for (ns since the epoch); 0 = at once.
   int64_t start_timestamp_ns = 0;
   int64_t duration_ns = 0;
-  uint64_t max_events = 0;
   // advanced_configuration["clusterprof_outlive_client"] = true: the capture runs to its planned
   // end even when every client has gone (a coordinator that restarts rejoins it by session id,
   // or reads its results back with GetSession). Without it, the capture stops early then, as
   // upstream servers do.
   bool outlive_client = false;
-  // GPU tracing caps per process (0 = the default) and NVTX ranges.
-  uint64_t gpu_max_activity_events = 0;
-  uint64_t gpu_max_api_events = 0;
-  bool gpu_nvtx = false;
-  bool gpu_runtime_api = true;
-  bool gpu_driver_api = true;
-  // The options in effect (upstream defaults applied for version 0).
-  tensorflow::ProfileOptions options;
-
-  CaptureWindow Window(int64_t start_ns) const;
+  // What the tracers get: the options in effect (upstream defaults applied for version 0) and
+  // the event cap.
+  CaptureConfig config;
+  // What the request asked that this sidecar ignores (advanced_configuration keys no tracer
+  // reads), for the XSpace's warnings.
+  std::vector<std::string> warnings;
 };
 
-// Upstream's defaults for a request with opts.version == 0.
-tensorflow::ProfileOptions DefaultProfileOptions();
-
-// Checks `request` against `policy`. Errors are INVALID_ARGUMENT (bad names, durations, roots)
-// or PERMISSION_DENIED (a repository_root outside the allowed prefixes), with the reason.
-// `now_wall_ns` names the run when the request has no session_id.
+// Checks `request` against `policy`. Errors are INVALID_ARGUMENT (bad names, durations, roots,
+// a value a tracer refuses for one of its keys) or PERMISSION_DENIED (a repository_root outside the
+// allowed prefixes), with the reason. `now_wall_ns` names the run when the request has no
+// session_id.
 absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequest& request,
                                                    const RequestPolicy& policy,
                                                    int64_t now_wall_ns);

@@ -24,6 +24,7 @@
 #include "sidecar/tracers/gpu_metrics.h"
 #include "sidecar/tracers/gpu_tracer.h"
 #include "sidecar/tracers/nvml_api.h"
+#include "sidecar/tracers/shm_transport.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::sidecar {
@@ -63,46 +64,7 @@ namespace {
 // How long a shutdown waits for uploads in flight.
 constexpr int64_t kUploadDrainNs = 15 * kNanosPerSecond;
 
-}  // namespace
-
-struct SidecarServer::Impl {
-  Clock* clock = nullptr;
-  std::unique_ptr<AnnotationTracer> annotations;
-  std::unique_ptr<NvmlApi> nvml;               // null without libnvidia-ml
-  std::unique_ptr<GpuTracer> gpu;              // null with --no-gpu
-  std::unique_ptr<FrameworkTracer> framework;  // null without --framework-profiler
-  std::unique_ptr<TokenAuth> auth;             // null without --auth-token-file
-  std::vector<Tracer*> tracers;
-  std::unique_ptr<SidecarMetrics> metrics;
-  std::unique_ptr<storage::StorageSet> storages;
-  // Resumes what an earlier sidecar left in the spool without holding up the start.
-  std::thread resume_spool;
-  std::unique_ptr<SessionManager> sessions;
-  std::unique_ptr<ProfilerServiceImpl> profiler_service;
-  std::unique_ptr<SidecarServiceImpl> sidecar_service;
-  std::unique_ptr<grpc::Server> grpc_server;
-  std::unique_ptr<http::HealthServer> health;
-  int grpc_port = 0;
-  std::atomic<bool> shut_down{false};
-
-  ~Impl() {
-    if (resume_spool.joinable()) resume_spool.join();
-  }
-};
-
-SidecarServer::SidecarServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-
-SidecarServer::~SidecarServer() { Shutdown(); }
-
-int SidecarServer::grpc_port() const { return impl_->grpc_port; }
-int SidecarServer::http_port() const {
-  return impl_->health != nullptr ? impl_->health->port() : -1;
-}
-
-absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const SidecarConfig& config,
-                                                                    Clock& clock) {
-  auto impl = std::make_unique<Impl>();
-  impl->clock = &clock;
+absl::Status ValidateConfig(const SidecarConfig& config) {
   if (config.port < 0 || config.port > 65535) {
     return absl::InvalidArgumentError(StrCat("--port ", config.port, " is not a port number"));
   }
@@ -113,7 +75,14 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   if (config.max_duration_ms <= 0) {
     return absl::InvalidArgumentError("--max-duration-ms must be positive");
   }
+  if (config.upload_wait_ms < 0) {
+    return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
+  }
+  return absl::OkStatus();
+}
 
+// What Profile requests may ask, from the flags (the tracers are added once they exist).
+absl::StatusOr<RequestPolicy> MakeRequestPolicy(const SidecarConfig& config) {
   RequestPolicy policy;
   policy.default_host_name = config.host_name.empty() ? DefaultHostName() : config.host_name;
   policy.max_duration_ms = config.max_duration_ms;
@@ -132,125 +101,194 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
         "no --allowed-logdir given: Profile requests that write files will be refused "
         "(emit_xspace still works)");
   }
+  return policy;
+}
 
-  AnnotationTracer::Options annotation_options;
-  annotation_options.dir = config.shm_dir.empty() ? DefaultShmDir() : config.shm_dir;
-  annotation_options.default_max_events = config.max_events;
+}  // namespace
+
+struct SidecarServer::Impl {
+  Clock* clock = nullptr;
+  std::unique_ptr<ShmTransport> shm;
+  std::unique_ptr<AnnotationTracer> annotations;
+  std::unique_ptr<NvmlApi> nvml;               // null without libnvidia-ml
+  std::unique_ptr<GpuTracer> gpu;              // null with --no-gpu
+  std::unique_ptr<FrameworkTracer> framework;  // null without --framework-profiler
+  std::unique_ptr<TokenAuth> auth;             // null without --auth-token-file
+  std::vector<Tracer*> tracers;
+  std::unique_ptr<SidecarMetrics> metrics;
+  std::string spool_dir;
+  std::unique_ptr<storage::StorageSet> storages;
+  // Resumes what an earlier sidecar left in the spool without holding up the start.
+  std::thread resume_spool;
+  std::unique_ptr<SessionManager> sessions;
+  std::unique_ptr<ProfilerServiceImpl> profiler_service;
+  std::unique_ptr<SidecarServiceImpl> sidecar_service;
+  std::unique_ptr<grpc::Server> grpc_server;
+  std::unique_ptr<http::HealthServer> health;
+  int grpc_port = 0;
+  std::atomic<bool> shut_down{false};
+
+  ~Impl() {
+    if (resume_spool.joinable()) resume_spool.join();
+  }
+
+  // The shared memory and the annotation and GPU tracers that read it.
+  absl::Status StartShmTracers(const SidecarConfig& config);
+  // The storages of the logdirs, with the spool an earlier sidecar left resumed in the background.
+  void StartStorage(const SidecarConfig& config);
+  absl::Status StartFrameworkTracer(const SidecarConfig& config);
+  // The sessions, the gRPC services and the server.
+  absl::Status StartGrpc(const SidecarConfig& config, RequestPolicy policy);
+  absl::Status StartHealth(const SidecarConfig& config);
+};
+
+absl::Status SidecarServer::Impl::StartShmTracers(const SidecarConfig& config) {
+  ShmTransport::Options shm_options;
+  shm_options.dir = config.shm_dir.empty() ? DefaultShmDir() : config.shm_dir;
   if (!config.install_injection_library.empty()) {
     // Not fatal: the sidecar still serves annotations, and a native sidecar that failed here
     // would hold the pod's containers back.
     if (absl::Status installed =
-            InstallInjectionLibrary(config.install_injection_library, annotation_options.dir);
+            InstallInjectionLibrary(config.install_injection_library, shm_options.dir);
         installed.ok()) {
-      spdlog::info("installed the GPU tracing library as {}/{}", annotation_options.dir,
+      spdlog::info("installed the GPU tracing library as {}/{}", shm_options.dir,
                    shm::kInjectionLibraryFileName);
     } else {
       spdlog::error("{}; GPU activity will not be traced", std::string(installed.message()));
     }
   }
-  CLUSTERPROF_ASSIGN_OR_RETURN(impl->annotations, AnnotationTracer::Create(annotation_options));
-  impl->tracers.push_back(impl->annotations.get());
-  if (config.gpu) {
-    GpuTracer::Options gpu_options;
-    gpu_options.dir = annotation_options.dir;
-    gpu_options.flush_timeout_ms = config.gpu_flush_timeout_ms;
-    std::unique_ptr<GpuMetricsSampler> gpu_metrics;
-    if (absl::StatusOr<std::unique_ptr<NvmlApi>> nvml = LoadNvmlApi(config.nvml_library);
-        nvml.ok()) {
-      impl->nvml = std::move(*nvml);
-      gpu_metrics =
-          std::make_unique<GpuMetricsSampler>(*impl->nvml, clock, GpuMetricsSampler::Options());
-    } else {
-      spdlog::info("no GPU counters: {}", std::string(nvml.status().message()));
-    }
-    CLUSTERPROF_ASSIGN_OR_RETURN(
-        impl->gpu,
-        GpuTracer::Create(gpu_options, impl->annotations->control(), std::move(gpu_metrics)));
-    impl->tracers.push_back(impl->gpu.get());
+  CLUSTERPROF_ASSIGN_OR_RETURN(shm, ShmTransport::Create(shm_options));
+  AnnotationTracer::Options annotation_options;
+  annotation_options.default_max_events = config.max_events;
+  CLUSTERPROF_ASSIGN_OR_RETURN(annotations,
+                               AnnotationTracer::Create(shm.get(), annotation_options));
+  tracers.push_back(annotations.get());
+  if (!config.gpu) return absl::OkStatus();
+  GpuTracer::Options gpu_options;
+  gpu_options.flush_timeout_ms = config.gpu_flush_timeout_ms;
+  std::unique_ptr<GpuMetricsSampler> gpu_metrics;
+  if (absl::StatusOr<std::unique_ptr<NvmlApi>> loaded = LoadNvmlApi(config.nvml_library);
+      loaded.ok()) {
+    nvml = std::move(*loaded);
+    gpu_metrics = std::make_unique<GpuMetricsSampler>(*nvml, *clock, GpuMetricsSampler::Options());
+  } else {
+    spdlog::info("no GPU counters: {}", std::string(loaded.status().message()));
   }
+  CLUSTERPROF_ASSIGN_OR_RETURN(gpu,
+                               GpuTracer::Create(shm.get(), gpu_options, std::move(gpu_metrics)));
+  tracers.push_back(gpu.get());
+  return absl::OkStatus();
+}
 
-  if (config.upload_wait_ms < 0) {
-    return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
-  }
-  impl->metrics = std::make_unique<SidecarMetrics>();
-  const std::string spool_dir = config.spool_dir.empty()
-                                    ? storage::DefaultSpoolDir(GetEnv, storage::kSidecarSpoolDir)
-                                    : config.spool_dir;
+void SidecarServer::Impl::StartStorage(const SidecarConfig& config) {
+  metrics = std::make_unique<SidecarMetrics>();
+  spool_dir = config.spool_dir.empty() ? storage::DefaultSpoolDir(GetEnv, storage::kSidecarSpoolDir)
+                                       : config.spool_dir;
   storage::StorageSetOptions storage_options;
-  storage_options.clock = &clock;
+  storage_options.clock = clock;
   storage_options.gcs.spool_dir = spool_dir;
   storage_options.gcs.spool_max_bytes = config.spool_max_bytes;
   storage_options.gcs.commit_wait_ns = config.upload_wait_ms * kNanosPerMilli;
-  storage_options.gcs.observer = [metrics =
-                                      impl->metrics.get()](const storage::UploadEvent& event) {
+  storage_options.gcs.observer = [metrics = metrics.get()](const storage::UploadEvent& event) {
     metrics->UploadEvent(event);
   };
-  impl->storages = std::make_unique<storage::StorageSet>(std::move(storage_options));
-  impl->resume_spool = std::thread([storages = impl->storages.get()] {
+  storages = std::make_unique<storage::StorageSet>(std::move(storage_options));
+  resume_spool = std::thread([storages = storages.get()] {
     if (absl::Status resumed = storages->ResumeSpool(); !resumed.ok()) {
       spdlog::error("cannot resume the uploads left in spool {}: {}", storages->spool_dir(),
                     std::string(resumed.message()));
     }
   });
-  if (!config.framework_profiler.empty()) {
-    FrameworkTracer::Options framework_options;
-    framework_options.address = config.framework_profiler;
-    framework_options.work_dir = StrCat(spool_dir, "/framework");
-    framework_options.grace_ms = config.framework_grace_ms;
-    CLUSTERPROF_ASSIGN_OR_RETURN(impl->framework, FrameworkTracer::Create(framework_options));
-    impl->tracers.push_back(impl->framework.get());
-    spdlog::info("captures are forwarded to the TF/JAX profiler at {}", config.framework_profiler);
-  }
-  impl->sessions = std::make_unique<SessionManager>(clock, impl->tracers, impl->metrics.get(),
-                                                    impl->storages.get());
-  const std::string host_name = policy.default_host_name;
+}
+
+absl::Status SidecarServer::Impl::StartFrameworkTracer(const SidecarConfig& config) {
+  if (config.framework_profiler.empty()) return absl::OkStatus();
+  FrameworkTracer::Options framework_options;
+  framework_options.address = config.framework_profiler;
+  framework_options.work_dir = StrCat(spool_dir, "/framework");
+  framework_options.grace_ms = config.framework_grace_ms;
+  CLUSTERPROF_ASSIGN_OR_RETURN(framework, FrameworkTracer::Create(framework_options));
+  tracers.push_back(framework.get());
+  spdlog::info("captures are forwarded to the TF/JAX profiler at {}", config.framework_profiler);
+  return absl::OkStatus();
+}
+
+absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, RequestPolicy policy) {
+  sessions = std::make_unique<SessionManager>(*clock, tracers, metrics.get(), storages.get());
   if (!config.auth_token_file.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenAuth>> auth = TokenAuth::Create(config.auth_token_file);
-    if (!auth.ok()) {
-      return absl::InvalidArgumentError(StrCat("--auth-token-file: ", auth.status().message()));
+    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded = TokenAuth::Create(config.auth_token_file);
+    if (!loaded.ok()) {
+      return absl::InvalidArgumentError(StrCat("--auth-token-file: ", loaded.status().message()));
     }
-    impl->auth = std::move(*auth);
+    auth = std::move(*loaded);
     spdlog::info("gRPC calls must carry the bearer token of {}", config.auth_token_file);
   }
-  impl->profiler_service = std::make_unique<ProfilerServiceImpl>(
-      *impl->sessions, std::move(policy), clock, impl->metrics.get(), impl->auth.get());
-  impl->sidecar_service = std::make_unique<SidecarServiceImpl>(
-      *impl->sessions, std::vector<const Tracer*>(impl->tracers.begin(), impl->tracers.end()),
-      host_name, clock, impl->auth.get());
+  const std::vector<const Tracer*> all(tracers.begin(), tracers.end());
+  const std::string host_name = policy.default_host_name;
+  policy.tracers = all;
+  profiler_service = std::make_unique<ProfilerServiceImpl>(*sessions, std::move(policy), *clock,
+                                                           metrics.get(), auth.get());
+  sidecar_service =
+      std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock, auth.get());
 
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos
                                   ? StrCat("[", config.address, "]:", config.port)
                                   : StrCat(config.address, ":", config.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &impl->grpc_port);
-  builder.RegisterService(impl->profiler_service.get());
-  builder.RegisterService(impl->sidecar_service.get());
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &grpc_port);
+  builder.RegisterService(profiler_service.get());
+  builder.RegisterService(sidecar_service.get());
   // An XSpace in a response (emit_xspace) can be large; requests are small.
   builder.SetMaxSendMessageSize(INT32_MAX);
-  impl->grpc_server = builder.BuildAndStart();
-  if (impl->grpc_server == nullptr || impl->grpc_port == 0) {
+  grpc_server = builder.BuildAndStart();
+  if (grpc_server == nullptr || grpc_port == 0) {
     return absl::UnavailableError(StrCat("cannot serve gRPC on ", address,
                                          " (port in use, or not an address of this host?)"));
   }
+  return absl::OkStatus();
+}
 
-  if (config.http_port >= 0) {
-    Impl* raw = impl.get();
-    auto ready = [raw]() -> std::string {
-      if (raw->shut_down) return "shutting down";
-      const TracerStatus status = raw->annotations->Status();
-      return status.ready ? "" : StrCat("annotation tracer: ", status.reason);
-    };
-    CLUSTERPROF_ASSIGN_OR_RETURN(impl->health,
-                                 http::HealthServer::Start(config.address, config.http_port, ready,
-                                                           impl->metrics->registry()));
-  }
+absl::Status SidecarServer::Impl::StartHealth(const SidecarConfig& config) {
+  if (config.http_port < 0) return absl::OkStatus();
+  auto ready = [this]() -> std::string {
+    if (shut_down) return "shutting down";
+    const TracerStatus status = annotations->Status();
+    return status.ready ? "" : StrCat("annotation tracer: ", status.reason);
+  };
+  CLUSTERPROF_ASSIGN_OR_RETURN(health, http::HealthServer::Start(config.address, config.http_port,
+                                                                 ready, metrics->registry()));
+  return absl::OkStatus();
+}
+
+SidecarServer::SidecarServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+SidecarServer::~SidecarServer() { Shutdown(); }
+
+int SidecarServer::grpc_port() const { return impl_->grpc_port; }
+int SidecarServer::http_port() const {
+  return impl_->health != nullptr ? impl_->health->port() : -1;
+}
+
+absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const SidecarConfig& config,
+                                                                    Clock& clock) {
+  CLUSTERPROF_RETURN_IF_ERROR(ValidateConfig(config));
+  CLUSTERPROF_ASSIGN_OR_RETURN(RequestPolicy policy, MakeRequestPolicy(config));
+  auto impl = std::make_unique<Impl>();
+  impl->clock = &clock;
+  CLUSTERPROF_RETURN_IF_ERROR(impl->StartShmTracers(config));
+  impl->StartStorage(config);
+  CLUSTERPROF_RETURN_IF_ERROR(impl->StartFrameworkTracer(config));
+  const std::string host_name = policy.default_host_name;
+  CLUSTERPROF_RETURN_IF_ERROR(impl->StartGrpc(config, std::move(policy)));
+  CLUSTERPROF_RETURN_IF_ERROR(impl->StartHealth(config));
+  const std::string shm_dir = impl->shm->dir();
   std::unique_ptr<SidecarServer> server(new SidecarServer(std::move(impl)));
   spdlog::info(
       "clusterprof-sidecar {} serving gRPC on {}:{}{}, host name '{}', shared memory in "
       "{}",
       CLUSTERPROF_VERSION, config.address, server->grpc_port(),
       server->http_port() >= 0 ? StrCat(", HTTP on port ", server->http_port()) : "", host_name,
-      annotation_options.dir);
+      shm_dir);
   if (!config.port_file.empty()) {
     CLUSTERPROF_RETURN_IF_ERROR(
         WritePortFile(config.port_file, server->grpc_port(), server->http_port()));

@@ -85,83 +85,10 @@ void CaptureSession::SetState(SessionState state) {
 }
 
 void CaptureSession::Run() {
-  std::vector<std::string> warnings;
-  const int64_t requested = request_.start_timestamp_ns;
-  // Slow setup now, so the start instant itself costs little.
-  const CaptureWindow planned = request_.Window(requested);
-  for (Tracer* tracer : tracers_) {
-    if (!tracer->EnabledFor(planned)) continue;
-    if (absl::Status status = tracer->Prepare(planned); !status.ok()) {
-      spdlog::warn("session {}: {} tracer: {}", request_.session_id, tracer->name(),
-                   std::string(status.message()));
-    }
-  }
-  if (requested > 0) {
-    const int64_t now = clock_.WallNs();
-    if (requested < now) {
-      warnings.push_back(StrCat("start_timestamp_ns was ", FormatMs(now - requested),
-                                " in the past when the request arrived; started at once"));
-      spdlog::warn("session {}: {}", request_.session_id, warnings.back());
-    } else {
-      clock_.SleepUntilWallNsUnless(requested, stop_);
-    }
-  }
-
-  // Start.
-  const int64_t start_ns = clock_.WallNs();
-  const int64_t start_error_ns = requested > 0 ? start_ns - requested : 0;
-  const CaptureWindow window = request_.Window(start_ns);
-  std::vector<Tracer*> started;
-  for (Tracer* tracer : tracers_) {
-    if (!tracer->EnabledFor(window)) continue;
-    if (absl::Status status = tracer->Start(window); !status.ok()) {
-      warnings.push_back(StrCat(tracer->name(), " tracer did not start: ", status.message()));
-      spdlog::warn("session {}: {}", request_.session_id, warnings.back());
-      continue;
-    }
-    started.push_back(tracer);
-  }
-  {
-    MutexLock lock(&mu_);
-    status_.set_state(clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
-    status_.set_start_time_ns(start_ns);
-    status_.set_start_error_ns(start_error_ns);
-  }
-  // The time-critical part is done. Other sidecars on this machine may have woken at the same
-  // instant and be waiting for a CPU: let them take their start time before this thread logs.
-  std::this_thread::yield();
-  spdlog::info("session {}: capturing for {} with {} tracer(s){}", request_.session_id,
-               FormatMs(request_.duration_ns), started.size(),
-               requested > 0 ? StrCat(", start error ", FormatMs(start_error_ns)) : "");
-
-  // Capture until the planned stop, Terminate, or every client gone.
-  clock_.SleepUntilWallNsUnless(window.planned_stop_ns, stop_);
-  const int64_t stop_ns = std::max(start_ns, clock_.WallNs());
-  for (Tracer* tracer : started) {
-    if (absl::Status status = tracer->Stop(stop_ns); !status.ok()) {
-      warnings.push_back(
-          StrCat(tracer->name(), " tracer did not stop cleanly: ", status.message()));
-    }
-  }
+  Recording recording = Record();
   const int64_t collect_mono_ns = clock_.MonotonicNs();
-  {
-    MutexLock lock(&mu_);
-    status_.set_state(clusterprof::v1alpha1::SESSION_STATE_COLLECTING);
-    status_.set_stop_time_ns(stop_ns);
-  }
-
-  // Collect.
-  XSpace space;
   TracerStats stats;
-  for (Tracer* tracer : started) {
-    if (absl::Status status = tracer->CollectInto(&space, &stats); !status.ok()) {
-      warnings.push_back(StrCat(tracer->name(), " tracer lost its data: ", status.message()));
-    }
-  }
-  space.add_hostnames(request_.host_name);
-  AddTaskEnvironment(&space, request_.options, start_ns, stop_ns);
-  for (std::string& warning : warnings) space.add_warnings(std::move(warning));
-  xspace::SortXSpace(&space);
+  XSpace space = Collect(recording, &stats);
 
   CaptureResult result;
   result.empty_trace = xspace::IsEmpty(space);
@@ -172,59 +99,13 @@ void CaptureSession::Run() {
     status_.set_empty_trace(result.empty_trace);
     for (const std::string& warning : space.warnings()) status_.add_warnings(warning);
   }
-
-  // Write.
   uint64_t bytes = 0;
   absl::Status write_status;
   if (request_.emit_xspace) {
     result.xspace = std::make_shared<const XSpace>(std::move(space));
   } else {
-    const storage::RunLayout& layout = *request_.layout;
-    // Without a shared set (tests), a set of this session's own serves local logdirs.
-    std::unique_ptr<storage::StorageSet> own;
-    storage::StorageSet* storages = storages_;
-    if (storages == nullptr) {
-      own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
-      storages = own.get();
-    }
-    absl::StatusOr<storage::Storage*> store = storages->For(layout.logdir());
-    absl::StatusOr<storage::HostFiles> files =
-        store.ok() ? storage::WriteHostFiles(**store, layout, request_.host_name, space)
-                   : absl::StatusOr<storage::HostFiles>(store.status());
-    if (files.ok()) {
-      if (own == nullptr) storage_.store(*store, std::memory_order_release);
-      std::vector<std::string> pending;
-      MutexLock lock(&mu_);
-      for (const storage::ObjectInfo* info : {&files->xplane, &files->trace_json}) {
-        if (info->uri.empty()) continue;
-        SetFileResult(*info, status_.add_files());
-        result.files.push_back(*info);
-        bytes += info->bytes;
-        if (info->state != storage::UploadState::kCommitted) {
-          pending.push_back(StrCat(info->uri, " ", storage::UploadStateName(info->state),
-                                   info->error.empty() ? "" : StrCat(": ", info->error)));
-        }
-      }
-      for (const std::string& file : pending) {
-        spdlog::warn("session {}: not uploaded yet: {}", request_.session_id, file);
-      }
-    } else {
-      write_status = absl::InternalError(
-          StrCat("capture ", request_.session_id, " recorded ", stats.events,
-                 " events but its files could not be written: ", files.status().message()));
-    }
-  }
-
-  if (write_status.ok() && !request_.emit_xspace &&
-      shutting_down_.load(std::memory_order_acquire) && stop_ns < window.planned_stop_ns) {
-    // Not the window the client asked for: say so, and where the part recorded went.
-    std::vector<std::string> written;
-    for (const storage::ObjectInfo& file : result.files) written.push_back(file.uri);
-    write_status = absl::AbortedError(StrCat(
-        "the sidecar shut down (SIGTERM: its pod is being deleted, or its container restarted) ",
-        FormatMs(window.planned_stop_ns - stop_ns), " before the end of the window; the ",
-        FormatMs(stop_ns - start_ns), " it recorded (", stats.events, " events) are in ",
-        absl::StrJoin(written, ", ")));
+    write_status = WriteFiles(space, stats, &result, &bytes);
+    if (write_status.ok()) write_status = CutShortBy(recording, stats, result);
   }
 
   const double latency_s = static_cast<double>(clock_.MonotonicNs() - collect_mono_ns) / 1e9;
@@ -234,8 +115,8 @@ void CaptureSession::Run() {
       MutexLock lock(&mu_);
       if (cancelled_ && write_status.ok()) outcome = "cancelled";
     }
-    observer_->CaptureFinished(outcome, stats, bytes, static_cast<double>(start_error_ns) / 1e9,
-                               latency_s);
+    observer_->CaptureFinished(outcome, stats, bytes,
+                               static_cast<double>(recording.start_error_ns) / 1e9, latency_s);
   }
   spdlog::info("session {}: {} events, {} dropped, {} bytes written{}", request_.session_id,
                stats.events, stats.dropped_events, bytes,
@@ -245,6 +126,153 @@ void CaptureSession::Run() {
   } else {
     Finish(write_status);
   }
+}
+
+CaptureSession::Recording CaptureSession::Record() {
+  Recording recording;
+  recording.warnings = request_.warnings;
+  for (const std::string& warning : recording.warnings) {
+    spdlog::warn("session {}: {}", request_.session_id, warning);
+  }
+  const int64_t requested = request_.start_timestamp_ns;
+  // Slow setup now, so the start instant itself costs little.
+  const CaptureWindow planned{requested, requested + request_.duration_ns};
+  for (Tracer* tracer : tracers_) {
+    if (!tracer->EnabledFor(request_.config.options)) continue;
+    if (absl::Status status = tracer->Prepare(planned, request_.config); !status.ok()) {
+      spdlog::warn("session {}: {} tracer: {}", request_.session_id, tracer->name(),
+                   std::string(status.message()));
+    }
+  }
+  if (requested > 0) {
+    const int64_t now = clock_.WallNs();
+    if (requested < now) {
+      recording.warnings.push_back(StrCat("start_timestamp_ns was ", FormatMs(now - requested),
+                                          " in the past when the request arrived; started at "
+                                          "once"));
+      spdlog::warn("session {}: {}", request_.session_id, recording.warnings.back());
+    } else {
+      clock_.SleepUntilWallNsUnless(requested, stop_);
+    }
+  }
+
+  const int64_t start_ns = clock_.WallNs();
+  recording.window = {start_ns, start_ns + request_.duration_ns};
+  recording.start_error_ns = requested > 0 ? start_ns - requested : 0;
+  recording.started = StartTracers(recording.window, &recording.warnings);
+  // The time-critical part is done. Other sidecars on this machine may have woken at the same
+  // instant and be waiting for a CPU: let them take their start time before this thread logs.
+  std::this_thread::yield();
+  spdlog::info("session {}: capturing for {} with {} tracer(s){}", request_.session_id,
+               FormatMs(request_.duration_ns), recording.started.size(),
+               requested > 0 ? StrCat(", start error ", FormatMs(recording.start_error_ns)) : "");
+
+  // Capture until the planned stop, Terminate, or every client gone.
+  clock_.SleepUntilWallNsUnless(recording.window.planned_stop_ns, stop_);
+  recording.stop_ns = std::max(start_ns, clock_.WallNs());
+  for (Tracer* tracer : recording.started) {
+    if (absl::Status status = tracer->Stop(recording.stop_ns); !status.ok()) {
+      recording.warnings.push_back(
+          StrCat(tracer->name(), " tracer did not stop cleanly: ", status.message()));
+    }
+  }
+  return recording;
+}
+
+std::vector<Tracer*> CaptureSession::StartTracers(const CaptureWindow& window,
+                                                  std::vector<std::string>* warnings) {
+  std::vector<Tracer*> started;
+  for (Tracer* tracer : tracers_) {
+    if (!tracer->EnabledFor(request_.config.options)) continue;
+    if (absl::Status status = tracer->Start(window, request_.config); !status.ok()) {
+      warnings->push_back(StrCat(tracer->name(), " tracer did not start: ", status.message()));
+      spdlog::warn("session {}: {}", request_.session_id, warnings->back());
+      continue;
+    }
+    started.push_back(tracer);
+  }
+  MutexLock lock(&mu_);
+  status_.set_state(clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
+  status_.set_start_time_ns(window.start_ns);
+  status_.set_start_error_ns(
+      request_.start_timestamp_ns > 0 ? window.start_ns - request_.start_timestamp_ns : 0);
+  return started;
+}
+
+XSpace CaptureSession::Collect(Recording& recording, TracerStats* stats) {
+  {
+    MutexLock lock(&mu_);
+    status_.set_state(clusterprof::v1alpha1::SESSION_STATE_COLLECTING);
+    status_.set_stop_time_ns(recording.stop_ns);
+  }
+  XSpace space;
+  for (Tracer* tracer : recording.started) {
+    if (absl::Status status = tracer->CollectInto(&space, stats); !status.ok()) {
+      recording.warnings.push_back(
+          StrCat(tracer->name(), " tracer lost its data: ", status.message()));
+    }
+  }
+  space.add_hostnames(request_.host_name);
+  AddTaskEnvironment(&space, request_.config.options, recording.window.start_ns, recording.stop_ns);
+  for (std::string& warning : recording.warnings) space.add_warnings(std::move(warning));
+  xspace::SortXSpace(&space);
+  return space;
+}
+
+absl::Status CaptureSession::WriteFiles(const XSpace& space, const TracerStats& stats,
+                                        CaptureResult* result, uint64_t* bytes) {
+  const storage::RunLayout& layout = *request_.layout;
+  // Without a shared set (tests), a set of this session's own serves local logdirs.
+  std::unique_ptr<storage::StorageSet> own;
+  storage::StorageSet* storages = storages_;
+  if (storages == nullptr) {
+    own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
+    storages = own.get();
+  }
+  absl::StatusOr<storage::Storage*> store = storages->For(layout.logdir());
+  absl::StatusOr<storage::HostFiles> files =
+      store.ok() ? storage::WriteHostFiles(**store, layout, request_.host_name, space)
+                 : absl::StatusOr<storage::HostFiles>(store.status());
+  if (!files.ok()) {
+    return absl::InternalError(
+        StrCat("capture ", request_.session_id, " recorded ", stats.events,
+               " events but its files could not be written: ", files.status().message()));
+  }
+  if (own == nullptr) storage_.store(*store, std::memory_order_release);
+  std::vector<std::string> pending;
+  {
+    MutexLock lock(&mu_);
+    for (const storage::ObjectInfo* info : {&files->xplane, &files->trace_json}) {
+      if (info->uri.empty()) continue;
+      SetFileResult(*info, status_.add_files());
+      result->files.push_back(*info);
+      *bytes += info->bytes;
+      if (info->state != storage::UploadState::kCommitted) {
+        pending.push_back(StrCat(info->uri, " ", storage::UploadStateName(info->state),
+                                 info->error.empty() ? "" : StrCat(": ", info->error)));
+      }
+    }
+  }
+  for (const std::string& file : pending) {
+    spdlog::warn("session {}: not uploaded yet: {}", request_.session_id, file);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CaptureSession::CutShortBy(const Recording& recording, const TracerStats& stats,
+                                        const CaptureResult& result) const {
+  const int64_t planned_stop_ns = recording.window.planned_stop_ns;
+  if (!shutting_down_.load(std::memory_order_acquire) || recording.stop_ns >= planned_stop_ns) {
+    return absl::OkStatus();
+  }
+  // Not the window the client asked for: say so, and where the part recorded went.
+  std::vector<std::string> written;
+  for (const storage::ObjectInfo& file : result.files) written.push_back(file.uri);
+  return absl::AbortedError(StrCat(
+      "the sidecar shut down (SIGTERM: its pod is being deleted, or its container restarted) ",
+      FormatMs(planned_stop_ns - recording.stop_ns), " before the end of the window; the ",
+      FormatMs(recording.stop_ns - recording.window.start_ns), " it recorded (", stats.events,
+      " events) are in ", absl::StrJoin(written, ", ")));
 }
 
 void CaptureSession::Finish(absl::StatusOr<CaptureResult> result) {

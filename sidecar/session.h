@@ -90,6 +90,30 @@ class CaptureSession {
   clusterprof::v1alpha1::GetSessionResponse Snapshot() const;
 
  private:
+  // What the capture recorded, handed from one phase of Run to the next.
+  struct Recording {
+    CaptureWindow window;  // the actual start, the planned stop
+    int64_t start_error_ns = 0;
+    int64_t stop_ns = 0;
+    std::vector<Tracer*> started;
+    std::vector<std::string> warnings;
+  };
+
+  // Prepares the tracers, waits for the start instant, starts them, records until the planned
+  // stop (or an early one) and stops them.
+  Recording Record();
+  // Starts the tracers at `window.start_ns`; those that refuse become warnings.
+  std::vector<Tracer*> StartTracers(const CaptureWindow& window,
+                                    std::vector<std::string>* warnings);
+  // Builds the XSpace from what the started tracers recorded.
+  tensorflow::profiler::XSpace Collect(Recording& recording, TracerStats* stats);
+  // Writes the host's files into the request's run directory, filling in `result`; an error says
+  // what was recorded and why it could not be written.
+  absl::Status WriteFiles(const tensorflow::profiler::XSpace& space, const TracerStats& stats,
+                          CaptureResult* result, uint64_t* bytes);
+  // ABORTED when the sidecar's shutdown cut the window short, naming where the part went.
+  absl::Status CutShortBy(const Recording& recording, const TracerStats& stats,
+                          const CaptureResult& result) const;
   void SetState(clusterprof::v1alpha1::SessionState state);
   void StopEarly();
   void Finish(absl::StatusOr<CaptureResult> result);

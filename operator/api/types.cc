@@ -227,15 +227,19 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
 
   if (const value* options_json = spec.Find("options")) {
     CLUSTERPROF_ASSIGN_OR_RETURN(Fields options, Fields::Of(*options_json, spec.Path("options")));
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("hostTracerLevel", &out.host_tracer_level));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(options.Path("hostTracerLevel"), out.host_tracer_level, 0, 3));
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("deviceTracerLevel", &out.device_tracer_level));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(options.Path("deviceTracerLevel"), out.device_tracer_level, 0, 2));
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("pythonTracerLevel", &out.python_tracer_level));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(options.Path("pythonTracerLevel"), out.python_tracer_level, 0, 1));
+    tensorflow::ProfileOptions& profile = out.profile_options;
+    uint32_t host = profile.host_tracer_level();
+    uint32_t device = profile.device_tracer_level();
+    uint32_t python = profile.python_tracer_level();
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("hostTracerLevel", &host));
+    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("hostTracerLevel"), host, 0, 3));
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("deviceTracerLevel", &device));
+    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("deviceTracerLevel"), device, 0, 2));
+    CLUSTERPROF_RETURN_IF_ERROR(options.Int("pythonTracerLevel", &python));
+    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("pythonTracerLevel"), python, 0, 1));
+    profile.set_host_tracer_level(host);
+    profile.set_device_tracer_level(device);
+    profile.set_python_tracer_level(python);
     if (const value* advanced = options.Find("advancedConfiguration")) {
       const std::string path = options.Path("advancedConfiguration");
       if (!advanced->is_object()) {
@@ -247,12 +251,14 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
             StrCat(path, ": at most 64 options, got ", advanced->as_object().size()));
       }
       for (const auto& [key, v] : advanced->as_object()) {
+        tensorflow::ProfileOptions::AdvancedConfigValue& entry =
+            (*profile.mutable_advanced_configuration())[key];
         if (v.is_string()) {
-          out.advanced_configuration[key] = v.as_string();
+          entry.set_string_value(v.as_string());
         } else if (v.is_boolean()) {
-          out.advanced_configuration[key] = v.as_bool();
+          entry.set_bool_value(v.as_bool());
         } else if (v.is_number() && v.as_number().is_int64()) {
-          out.advanced_configuration[key] = v.as_number().to_int64();
+          entry.set_int64_value(v.as_number().to_int64());
         } else {
           return absl::InvalidArgumentError(StrCat(
               path, ".", key, ": must be a string, a boolean or an integer, got ", v.serialize()));

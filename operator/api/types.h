@@ -19,6 +19,7 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/selector.h"
+#include "proto/profile_options.h"
 
 namespace clusterprof::api {
 
@@ -48,8 +49,6 @@ inline constexpr int64_t kMaxDelayMs = 3'600'000;
 inline constexpr int32_t kMaxTracingAttempts = 10;
 inline constexpr size_t kMaxAddresses = 1000;
 
-using AdvancedValue = std::variant<std::string, bool, int64_t>;
-
 struct ProfileJobSpec {
   // Pods in the job's namespace; nullopt: only `addresses`.
   std::optional<kube::LabelSelector> selector;
@@ -66,10 +65,9 @@ struct ProfileJobSpec {
   // "": the UTC start time, YYYY_MM_DD_HH_MM_SS.
   std::string run_name;
   int32_t tracing_attempts = 3;
-  uint32_t host_tracer_level = 2;
-  uint32_t device_tracer_level = 1;
-  uint32_t python_tracer_level = 0;
-  std::map<std::string, AdvancedValue> advanced_configuration;
+  // spec.options as the ProfileOptions every target is sent: the tracer levels and
+  // advancedConfiguration, on upstream's defaults.
+  tensorflow::ProfileOptions profile_options = proto::DefaultProfileOptions();
   std::optional<int64_t> ttl_seconds_after_finished;
 };
 

@@ -57,10 +57,7 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
   options.duration_ms = spec.duration_ms;
   options.delay_ms = spec.delay_ms;
   options.num_tracing_attempts = spec.tracing_attempts;
-  options.host_tracer_level = spec.host_tracer_level;
-  options.device_tracer_level = spec.device_tracer_level;
-  options.python_tracer_level = spec.python_tracer_level;
-  options.advanced_configuration = spec.advanced_configuration;
+  options.profile = spec.profile_options;
   options.fan_out_lead_ms = settings.fan_out_lead_ms;
   options.retry_backoff_ms = settings.retry_backoff_ms;
   options.grace_ms = settings.grace_ms;

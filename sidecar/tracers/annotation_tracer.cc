@@ -1,14 +1,12 @@
 #include "sidecar/tracers/annotation_tracer.h"
 
 #include <sys/stat.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
 #include <set>
 #include <unordered_map>
 
@@ -111,38 +109,21 @@ class RingConverter {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(Options options) {
-  std::error_code ec;
-  std::filesystem::create_directories(options.dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        StrCat("cannot create the shared-memory directory ", options.dir, ": ", ec.message()));
-  }
-  struct statfs fs;
-  constexpr long kTmpfsMagic = 0x01021994;
-  if (statfs(options.dir.c_str(), &fs) == 0 && fs.f_type != kTmpfsMagic) {
-    spdlog::warn(
-        "the shared-memory directory {} is not on tmpfs: the kernel will write the workloads' "
-        "ring pages back to disk, which slows annotations down; use tmpfs (in Kubernetes an "
-        "emptyDir with medium: Memory)",
-        options.dir);
-  }
-  std::string error;
-  std::unique_ptr<shm::ControlWriter> control = shm::ControlWriter::Create(options.dir, &error);
-  if (control == nullptr) return absl::FailedPreconditionError(error);
-  return std::unique_ptr<AnnotationTracer>(
-      new AnnotationTracer(std::move(options), std::move(control)));
+absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(ShmTransport* shm,
+                                                                           Options options) {
+  CLUSTERPROF_CHECK(shm != nullptr) << "the annotation tracer needs the shared-memory transport";
+  return std::unique_ptr<AnnotationTracer>(new AnnotationTracer(shm, std::move(options)));
 }
 
-AnnotationTracer::AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control)
-    : options_(std::move(options)), control_(std::move(control)) {
+AnnotationTracer::AnnotationTracer(ShmTransport* shm, Options options)
+    : options_(std::move(options)), shm_(shm), rings_(*shm, shm::kRingPrefix, "ring") {
   // One drainer for the tracer's life, idle between captures: Start only flips a flag, so the
   // instants after a synchronized start cost little CPU (many sidecars may share a machine).
   drainer_ = std::thread([this] { DrainLoop(); });
 }
 
 AnnotationTracer::~AnnotationTracer() {
-  control_->DisarmHost();
+  shm_->control().DisarmHost();
   {
     MutexLock lock(&mu_);
     draining_ = false;
@@ -152,35 +133,38 @@ AnnotationTracer::~AnnotationTracer() {
 }
 
 TracerStatus AnnotationTracer::Status() const {
-  absl::StatusOr<std::vector<std::string>> files = shm::ListRingFiles(options_.dir);
+  absl::StatusOr<std::vector<std::string>> files = shm_->ListRings(shm::kRingPrefix);
   if (!files.ok()) return {false, std::string(files.status().message())};
-  return {true, StrCat(files->size(), " instrumented process(es) in ", options_.dir)};
+  return {true, StrCat(files->size(), " instrumented process(es) in ", shm_->dir())};
 }
 
-void AnnotationTracer::PrepareLocked(const CaptureWindow& window) {
-  ReleaseRingsLocked();
+void AnnotationTracer::PrepareLocked(const CaptureWindow& window, const CaptureConfig& config) {
+  rings_.Release();
   window_ = window;
   stop_ns_ = window.planned_stop_ns;
-  max_events_ = window.max_events > 0 ? window.max_events : options_.default_max_events;
+  max_events_ = config.max_events > 0 ? config.max_events : options_.default_max_events;
+  host_level_ = config.options.host_tracer_level();
   kept_ = 0;
   capped_ = 0;
   open_errors_.clear();
-  RefreshRingsLocked(/*skip=*/false);
+  rings_.Refresh(&open_errors_, "");
   prepared_ = true;
 }
 
-absl::Status AnnotationTracer::Prepare(const CaptureWindow& window) {
+absl::Status AnnotationTracer::Prepare(const CaptureWindow& window, const CaptureConfig& config) {
   MutexLock lock(&mu_);
   CLUSTERPROF_CHECK(!draining_) << "annotation tracer prepared while capturing";
-  PrepareLocked(window);
+  PrepareLocked(window, config);
   return absl::OkStatus();
 }
 
-absl::Status AnnotationTracer::Start(const CaptureWindow& window) {
+absl::Status AnnotationTracer::Start(const CaptureWindow& window, const CaptureConfig& config) {
+  uint32_t host_level = 0;
   {
     MutexLock lock(&mu_);
     CLUSTERPROF_CHECK(!draining_) << "annotation tracer started twice";
-    if (!prepared_) PrepareLocked(window);
+    if (!prepared_) PrepareLocked(window, config);
+    host_level = host_level_;
     prepared_ = false;
     window_ = window;
     stop_ns_ = window.planned_stop_ns;
@@ -188,18 +172,18 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window) {
     for (auto& [path, ring] : rings_) ring.reader->Skip();
     draining_ = true;  // the drainer wakes when the lock is released
   }
-  control_->ArmHost(window.host_tracer_level, window.start_ns, window.planned_stop_ns);
+  shm_->control().ArmHost(host_level, window.start_ns, window.planned_stop_ns);
   return absl::OkStatus();
 }
 
 absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
-  control_->DisarmHost();
+  shm_->control().DisarmHost();
   MutexLock lock(&mu_);
   draining_ = false;
   stop_ns_ = stop_ns;
   // A thread that checked the level just before the disarm may still be writing its record;
   // what it writes ends after stop_ns and is filtered out at collection.
-  RefreshRingsLocked(/*skip=*/false);
+  rings_.Refresh(&open_errors_, "");
   DrainLocked();
   return absl::OkStatus();
 }
@@ -218,12 +202,8 @@ void AnnotationTracer::DrainLoop() {
     while (draining_) {
       // A process that starts annotating mid-capture creates its ring then: look for new rings
       // whenever the directory changed (a stat per drain), and in any case now and then.
-      struct stat st;
-      const bool changed =
-          stat(options_.dir.c_str(), &st) == 0 &&
-          (st.st_mtim.tv_sec != dir_mtime.tv_sec || st.st_mtim.tv_nsec != dir_mtime.tv_nsec);
-      if (changed) dir_mtime = st.st_mtim;
-      if (changed || ++drains % kRefreshEveryDrains == 0) RefreshRingsLocked(/*skip=*/false);
+      const bool changed = shm_->DirectoryChanged(&dir_mtime);
+      if (changed || ++drains % kRefreshEveryDrains == 0) rings_.Refresh(&open_errors_, "");
       DrainLocked();
       mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
                            std::chrono::milliseconds(options_.drain_interval_ms));
@@ -234,28 +214,6 @@ void AnnotationTracer::DrainLoop() {
 uint64_t AnnotationTracer::DrainOnce() {
   MutexLock lock(&mu_);
   return DrainLocked();
-}
-
-void AnnotationTracer::RefreshRingsLocked(bool skip) {
-  absl::StatusOr<std::vector<std::string>> files = shm::ListRingFiles(options_.dir);
-  if (!files.ok()) {
-    open_errors_.push_back(std::string(files.status().message()));
-    return;
-  }
-  for (const std::string& path : *files) {
-    if (rings_.count(path) > 0) continue;
-    absl::StatusOr<std::unique_ptr<shm::RingReader>> reader = shm::RingReader::Open(path);
-    if (!reader.ok()) {
-      // Remember the error once per file; the capture goes on with the other rings.
-      const std::string message(reader.status().message());
-      if (std::find(open_errors_.begin(), open_errors_.end(), message) == open_errors_.end()) {
-        open_errors_.push_back(message);
-      }
-      continue;
-    }
-    if (skip) (*reader)->Skip();
-    rings_[path].reader = std::move(*reader);
-  }
 }
 
 uint64_t AnnotationTracer::DrainLocked() {
@@ -284,14 +242,6 @@ uint64_t AnnotationTracer::DrainLocked() {
     total += drained.records;
   }
   return total;
-}
-
-void AnnotationTracer::ReleaseRingsLocked() {
-  for (auto& [path, ring] : rings_) {
-    shm::RemoveRingIfExited(options_.proc_root, path, ring.reader->pid(),
-                            ring.reader->process_start_ticks(), "ring");
-  }
-  rings_.clear();
 }
 
 absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
@@ -422,7 +372,7 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
   }
   stats->events += events;
   stats->dropped_events += dropped;
-  ReleaseRingsLocked();
+  rings_.Release();
   return absl::OkStatus();
 }
 

@@ -18,6 +18,7 @@
 #include "sidecar/sdk/shm_format.h"
 #include "sidecar/tracers/block_buffer.h"
 #include "sidecar/tracers/ring_reader.h"
+#include "sidecar/tracers/shm_transport.h"
 #include "sidecar/tracers/tracer.h"
 
 namespace clusterprof::sidecar {
@@ -25,10 +26,6 @@ namespace clusterprof::sidecar {
 class AnnotationTracer final : public Tracer {
  public:
   struct Options {
-    // The shared-memory directory ($CLUSTERPROF_DIR of the workloads).
-    std::string dir = shm::kDefaultDir;
-    // Where process liveness is checked; tests point it elsewhere.
-    std::string proc_root = "/proc";
     // How often rings are drained during a capture. A 16384-record ring absorbs 3 M events/s
     // from one thread at the default.
     int64_t drain_interval_ms = 5;
@@ -36,27 +33,26 @@ class AnnotationTracer final : public Tracer {
     uint64_t default_max_events = 4'000'000;
   };
 
-  // Creates the directory if needed and publishes the control page (disarmed).
-  static absl::StatusOr<std::unique_ptr<AnnotationTracer>> Create(Options options);
+  // Arms the host part of `shm`'s control page and reads its annotation rings; `shm` must outlive
+  // the tracer.
+  static absl::StatusOr<std::unique_ptr<AnnotationTracer>> Create(ShmTransport* shm,
+                                                                  Options options);
   ~AnnotationTracer() override;
 
   std::string_view name() const override { return "annotations"; }
-  bool EnabledFor(const CaptureWindow& window) const override {
-    return window.host_tracer_level >= 1;
+  bool EnabledFor(const tensorflow::ProfileOptions& options) const override {
+    return options.host_tracer_level() >= 1;
   }
   TracerStatus Status() const override;
   // Finds the rings before the start instant, so Start itself is cheap.
-  absl::Status Prepare(const CaptureWindow& window) override;
-  absl::Status Start(const CaptureWindow& window) override;
+  absl::Status Prepare(const CaptureWindow& window, const CaptureConfig& config) override;
+  absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) override;
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
 
   // Drains every ring once (the background thread does this during a capture); returns the
   // records read. For benchmarks and tests.
   uint64_t DrainOnce();
-
-  // The pod's control page, which the GPU tracer arms too.
-  shm::ControlWriter* control() const { return control_.get(); }
 
  private:
   struct ThreadEvents {
@@ -70,27 +66,24 @@ class AnnotationTracer final : public Tracer {
     uint64_t dropped = 0;               // by the producer (ring full)
   };
 
-  AnnotationTracer(Options options, std::unique_ptr<shm::ControlWriter> control);
-  void PrepareLocked(const CaptureWindow& window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Opens ring files not open yet; `skip` discards what they hold (records from before Start).
-  void RefreshRingsLocked(bool skip) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  AnnotationTracer(ShmTransport* shm, Options options);
+  void PrepareLocked(const CaptureWindow& window, const CaptureConfig& config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DrainLoop();
-  // Closes every ring and deletes the files of processes that are gone.
-  void ReleaseRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
-  const std::unique_ptr<shm::ControlWriter> control_;
+  ShmTransport* const shm_;
 
   Mutex mu_;
-  std::map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
+  RingSet<Ring> rings_ ABSL_GUARDED_BY(mu_);
   CaptureWindow window_ ABSL_GUARDED_BY(mu_);
   int64_t stop_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_events_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t kept_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t capped_ ABSL_GUARDED_BY(mu_) = 0;  // dropped because max_events was reached
   std::vector<std::string> open_errors_ ABSL_GUARDED_BY(mu_);
+  uint32_t host_level_ ABSL_GUARDED_BY(mu_) = 0;
   bool prepared_ ABSL_GUARDED_BY(mu_) = false;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;

@@ -11,6 +11,7 @@
 #include "common/xspace/merge.h"
 #include "common/xspace/xspace_io.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/profile_options.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -64,17 +65,17 @@ TracerStatus FrameworkTracer::Status() const {
   return {true, StrCat("forwards captures to the TF/JAX profiler at ", options_.address)};
 }
 
-absl::Status FrameworkTracer::Prepare(const CaptureWindow& window) {
-  if (window.start_ns > 0) Launch(window);
+absl::Status FrameworkTracer::Prepare(const CaptureWindow& window, const CaptureConfig& config) {
+  if (window.start_ns > 0) Launch(window, config);
   return absl::OkStatus();
 }
 
-absl::Status FrameworkTracer::Start(const CaptureWindow& window) {
-  Launch(window);
+absl::Status FrameworkTracer::Start(const CaptureWindow& window, const CaptureConfig& config) {
+  Launch(window, config);
   return absl::OkStatus();
 }
 
-void FrameworkTracer::Launch(const CaptureWindow& window) {
+void FrameworkTracer::Launch(const CaptureWindow& window, const CaptureConfig& config) {
   {
     MutexLock lock(&mu_);
     window_ = window;
@@ -83,10 +84,10 @@ void FrameworkTracer::Launch(const CaptureWindow& window) {
   // The call of a capture that was never collected has ended, or ends at its deadline.
   JoinCall();
   MutexLock lock(&mu_);
-  LaunchLocked(window);
+  LaunchLocked(window, config);
 }
 
-void FrameworkTracer::LaunchLocked(const CaptureWindow& window) {
+void FrameworkTracer::LaunchLocked(const CaptureWindow& window, const CaptureConfig& config) {
   ++captures_;
   session_id_ = StrCat("clusterprof_", getpid(), "_", captures_);
   repository_root_ = options_.work_dir;
@@ -94,21 +95,18 @@ void FrameworkTracer::LaunchLocked(const CaptureWindow& window) {
       std::max<int64_t>(1, (window.planned_stop_ns - window.start_ns) / 1'000'000);
   tensorflow::ProfileRequest request;
   tensorflow::ProfileOptions* opts = request.mutable_opts();
-  if (window.options != nullptr) *opts = *window.options;
+  *opts = config.options;
   // Our own keys mean nothing to the framework (and its GPU options parser refuses keys it does
   // not know); the host name is ours to give.
-  auto* config = opts->mutable_advanced_configuration();
-  for (auto it = config->begin(); it != config->end();) {
-    if (StdView(it->first).starts_with(kOwnKeyPrefix) || it->first == "override_hostname") {
-      it = config->erase(it);
+  auto* advanced = opts->mutable_advanced_configuration();
+  for (auto it = advanced->begin(); it != advanced->end();) {
+    if (StdView(it->first).starts_with(kOwnKeyPrefix) || it->first == proto::kOverrideHostnameKey) {
+      it = advanced->erase(it);
     } else {
       ++it;
     }
   }
   opts->set_version(1);
-  opts->set_host_tracer_level(window.host_tracer_level);
-  opts->set_device_tracer_level(window.device_tracer_level);
-  opts->set_python_tracer_level(window.python_tracer_level);
   opts->set_start_timestamp_ns(static_cast<uint64_t>(std::max<int64_t>(0, window.start_ns)));
   opts->set_duration_ms(static_cast<uint64_t>(duration_ms));
   opts->set_session_id(session_id_);
@@ -119,7 +117,7 @@ void FrameworkTracer::LaunchLocked(const CaptureWindow& window) {
   request.set_host_name(kFrameworkHost);
   request.set_repository_root(repository_root_);
   request.set_emit_xspace(true);
-  if (window.max_events > 0) request.set_max_events(window.max_events);
+  if (config.max_events > 0) request.set_max_events(config.max_events);
 
   context_ = std::make_unique<grpc::ClientContext>();
   context_->set_deadline(WallTime(window.planned_stop_ns + options_.grace_ms * 1'000'000));

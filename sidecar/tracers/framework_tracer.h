@@ -50,14 +50,16 @@ class FrameworkTracer final : public Tracer {
   ~FrameworkTracer() override;
 
   std::string_view name() const override { return "framework"; }
-  bool EnabledFor(const CaptureWindow& window) const override {
-    return window.host_tracer_level >= 1 || window.device_tracer_level >= 1 ||
-           window.python_tracer_level >= 1;
+  // The framework's profiler reads the request's options itself.
+  bool ForwardsOptions() const override { return true; }
+  bool EnabledFor(const tensorflow::ProfileOptions& options) const override {
+    return options.host_tracer_level() >= 1 || options.device_tracer_level() >= 1 ||
+           options.python_tracer_level() >= 1;
   }
   TracerStatus Status() const override;
   // Sends the request ahead of the start instant, so the framework waits for the same instant.
-  absl::Status Prepare(const CaptureWindow& window) override;
-  absl::Status Start(const CaptureWindow& window) override;
+  absl::Status Prepare(const CaptureWindow& window, const CaptureConfig& config) override;
+  absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) override;
   // A stop before the planned one is forwarded as Terminate.
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
@@ -65,8 +67,9 @@ class FrameworkTracer final : public Tracer {
  private:
   explicit FrameworkTracer(Options options);
   // Sends the Profile request for `window`, once per capture.
-  void Launch(const CaptureWindow& window);
-  void LaunchLocked(const CaptureWindow& window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Launch(const CaptureWindow& window, const CaptureConfig& config);
+  void LaunchLocked(const CaptureWindow& window, const CaptureConfig& config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void JoinCall();
 
   const Options options_;

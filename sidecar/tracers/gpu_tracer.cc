@@ -25,23 +25,73 @@ std::string ProcessLabel(const shm::GpuRingReader& reader) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<GpuTracer>> GpuTracer::Create(
-    Options options, shm::ControlWriter* control, std::unique_ptr<GpuMetricsSampler> metrics) {
-  CLUSTERPROF_CHECK(control != nullptr) << "the GPU tracer needs the control page";
-  return std::unique_ptr<GpuTracer>(new GpuTracer(std::move(options), control, std::move(metrics)));
+absl::StatusOr<GpuCaptureOptions> ParseGpuCaptureOptions(
+    const tensorflow::ProfileOptions& options) {
+  using Value = tensorflow::ProfileOptions::AdvancedConfigValue;
+  GpuCaptureOptions out;
+  out.level = options.device_tracer_level();
+  const auto& config = options.advanced_configuration();
+  for (const auto& [key, field] :
+       {std::pair{kGpuMaxActivityEventsKey, &GpuCaptureOptions::max_activity_events},
+        std::pair{kGpuMaxApiEventsKey, &GpuCaptureOptions::max_api_events}}) {
+    auto it = config.find(key);
+    if (it == config.end()) continue;
+    if (it->second.value_case() != Value::kInt64Value || it->second.int64_value() <= 0) {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", key, "\"] must be a positive int64_value"));
+    }
+    out.*field = static_cast<uint64_t>(it->second.int64_value());
+  }
+  if (auto it = config.find(kGpuEnableNvtxKey); it != config.end()) {
+    if (it->second.value_case() != Value::kBoolValue) {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", kGpuEnableNvtxKey, "\"] must be a bool_value"));
+    }
+    out.nvtx = it->second.bool_value();
+  }
+  if (auto it = config.find(kGpuApiTracingKey); it != config.end()) {
+    const std::string& value = it->second.string_value();
+    if (value == "runtime,driver" || value == "driver,runtime") {
+      out.runtime_api = out.driver_api = true;
+    } else if (value == "runtime" || value == "driver" || value == "none") {
+      out.runtime_api = value == "runtime";
+      out.driver_api = value == "driver";
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat("advanced_configuration[\"", kGpuApiTracingKey,
+                 "\"] must be a string_value of \"runtime,driver\", \"runtime\", \"driver\" or "
+                 "\"none\", not \"",
+                 value, "\""));
+    }
+  }
+  return out;
 }
 
-GpuTracer::GpuTracer(Options options, shm::ControlWriter* control,
-                     std::unique_ptr<GpuMetricsSampler> metrics)
+absl::StatusOr<std::unique_ptr<GpuTracer>> GpuTracer::Create(
+    ShmTransport* shm, Options options, std::unique_ptr<GpuMetricsSampler> metrics) {
+  CLUSTERPROF_CHECK(shm != nullptr) << "the GPU tracer needs the shared-memory transport";
+  return std::unique_ptr<GpuTracer>(new GpuTracer(shm, std::move(options), std::move(metrics)));
+}
+
+GpuTracer::GpuTracer(ShmTransport* shm, Options options, std::unique_ptr<GpuMetricsSampler> metrics)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? options_.clock : &SystemClock()),
-      control_(control),
-      metrics_(std::move(metrics)) {
+      shm_(shm),
+      metrics_(std::move(metrics)),
+      rings_(*shm, shm::kGpuRingPrefix, "GPU ring") {
   drainer_ = std::thread([this] { DrainLoop(); });
 }
 
+std::vector<std::string_view> GpuTracer::OwnedKeys() const {
+  return {kGpuMaxActivityEventsKey, kGpuMaxApiEventsKey, kGpuEnableNvtxKey, kGpuApiTracingKey};
+}
+
+absl::Status GpuTracer::Validate(const tensorflow::ProfileOptions& options) const {
+  return ParseGpuCaptureOptions(options).status();
+}
+
 GpuTracer::~GpuTracer() {
-  control_->DisarmDevice();
+  shm_->control().DisarmDevice();
   {
     MutexLock lock(&mu_);
     draining_ = false;
@@ -51,15 +101,14 @@ GpuTracer::~GpuTracer() {
 }
 
 TracerStatus GpuTracer::Status() const {
-  absl::StatusOr<std::vector<std::string>> files =
-      shm::ListRingFiles(options_.dir, shm::kGpuRingPrefix);
+  absl::StatusOr<std::vector<std::string>> files = shm_->ListRings(shm::kGpuRingPrefix);
   if (!files.ok()) return {false, std::string(files.status().message())};
-  return {true, StrCat(files->size(), " CUDA process(es) with GPU tracing in ", options_.dir,
+  return {true, StrCat(files->size(), " CUDA process(es) with GPU tracing in ", shm_->dir(),
                        metrics_ != nullptr ? "; GPU counters from NVML" : "")};
 }
 
-void GpuTracer::ArmLocked(const CaptureWindow& window) {
-  ReleaseRingsLocked();
+void GpuTracer::ArmLocked(const CaptureWindow& window, const CaptureConfig& config) {
+  rings_.Release();
   window_ = window;
   stop_ns_ = window.planned_stop_ns;
   kept_ = 0;
@@ -68,33 +117,35 @@ void GpuTracer::ArmLocked(const CaptureWindow& window) {
   // Whatever the rings hold from before is not this capture's.
   RefreshRingsLocked();
   for (auto& [path, ring] : rings_) ring.reader->Skip();
+  // Validate passed on these options when the request arrived; defaults if it was skipped.
+  const GpuCaptureOptions gpu =
+      ParseGpuCaptureOptions(config.options)
+          .value_or(GpuCaptureOptions{.level = config.options.device_tracer_level()});
   shm::ControlWriter::DeviceArming arming;
-  arming.level = window.device_tracer_level;
-  if (window.gpu_max_activity_events > 0) {
-    arming.max_activity_events = window.gpu_max_activity_events;
-  }
-  if (window.gpu_max_api_events > 0) arming.max_api_events = window.gpu_max_api_events;
-  arming.flags = (window.gpu_nvtx ? uint32_t{shm::kGpuFlagNvtx} : 0u) |
-                 (window.gpu_runtime_api ? 0u : uint32_t{shm::kGpuFlagNoRuntimeApi}) |
-                 (window.gpu_driver_api ? 0u : uint32_t{shm::kGpuFlagNoDriverApi});
-  seq_ = control_->ArmDevice(arming);
+  arming.level = gpu.level;
+  if (gpu.max_activity_events > 0) arming.max_activity_events = gpu.max_activity_events;
+  if (gpu.max_api_events > 0) arming.max_api_events = gpu.max_api_events;
+  arming.flags = (gpu.nvtx ? uint32_t{shm::kGpuFlagNvtx} : 0u) |
+                 (gpu.runtime_api ? 0u : uint32_t{shm::kGpuFlagNoRuntimeApi}) |
+                 (gpu.driver_api ? 0u : uint32_t{shm::kGpuFlagNoDriverApi});
+  seq_ = shm_->control().ArmDevice(arming);
   armed_ = true;
   // Drain while CUPTI records, from now on: records of the processes' first flushes already
   // come in before the start instant.
   draining_ = true;
 }
 
-absl::Status GpuTracer::Prepare(const CaptureWindow& window) {
+absl::Status GpuTracer::Prepare(const CaptureWindow& window, const CaptureConfig& config) {
   MutexLock lock(&mu_);
   CLUSTERPROF_CHECK(!armed_) << "GPU tracer prepared while capturing";
-  ArmLocked(window);
+  ArmLocked(window, config);
   return absl::OkStatus();
 }
 
-absl::Status GpuTracer::Start(const CaptureWindow& window) {
+absl::Status GpuTracer::Start(const CaptureWindow& window, const CaptureConfig& config) {
   {
     MutexLock lock(&mu_);
-    if (!armed_) ArmLocked(window);
+    if (!armed_) ArmLocked(window, config);
     window_ = window;
     stop_ns_ = window.planned_stop_ns;
   }
@@ -108,7 +159,7 @@ absl::Status GpuTracer::Start(const CaptureWindow& window) {
 }
 
 absl::Status GpuTracer::Stop(int64_t stop_ns) {
-  control_->DisarmDevice();
+  shm_->control().DisarmDevice();
   MutexLock lock(&mu_);
   if (metrics_started_) metrics_->Stop(stop_ns);
   stop_ns_ = stop_ns;
@@ -123,8 +174,7 @@ absl::Status GpuTracer::Stop(int64_t stop_ns) {
     for (auto& [path, ring] : rings_) {
       const shm::GpuRingStatus status = ring.reader->ReadStatus();
       if (status.armed_seq == seq_ && status.flushed_seq < seq_ &&
-          shm::WriterAlive(path, options_.proc_root, ring.reader->pid(),
-                           ring.reader->process_start_ticks())) {
+          shm_->WriterAlive(path, ring.reader->pid(), ring.reader->process_start_ticks())) {
         pending.push_back(ring.reader.get());
       }
     }
@@ -152,12 +202,7 @@ void GpuTracer::DrainLoop() {
     if (shutting_down_) return;
     timespec dir_mtime{};
     while (draining_ && !shutting_down_) {
-      struct stat st;
-      if (stat(options_.dir.c_str(), &st) == 0 &&
-          (st.st_mtim.tv_sec != dir_mtime.tv_sec || st.st_mtim.tv_nsec != dir_mtime.tv_nsec)) {
-        dir_mtime = st.st_mtim;
-        RefreshRingsLocked();
-      }
+      if (shm_->DirectoryChanged(&dir_mtime)) RefreshRingsLocked();
       DrainLocked();
       mu_.AwaitWithTimeout(
           [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_ || shutting_down_; },
@@ -172,23 +217,9 @@ uint64_t GpuTracer::DrainOnce() {
 }
 
 void GpuTracer::RefreshRingsLocked() {
-  absl::StatusOr<std::vector<std::string>> files =
-      shm::ListRingFiles(options_.dir, shm::kGpuRingPrefix);
-  if (!files.ok()) return;
-  for (const std::string& path : *files) {
-    if (rings_.count(path) > 0) continue;
-    absl::StatusOr<std::unique_ptr<shm::GpuRingReader>> reader = shm::GpuRingReader::Open(path);
-    if (!reader.ok()) {
-      const std::string message = StrCat("gpu: ", reader.status().message());
-      if (std::find(warnings_.begin(), warnings_.end(), message) == warnings_.end()) {
-        warnings_.push_back(message);
-      }
-      continue;
-    }
-    Ring& ring = rings_[path];
-    ring.dropped_before = (*reader)->ReadStatus().ring_dropped;
-    ring.reader = std::move(*reader);
-  }
+  rings_.Refresh(&warnings_, "gpu: ", [](Ring& ring) {
+    ring.dropped_before = ring.reader->ReadStatus().ring_dropped;
+  });
 }
 
 uint64_t GpuTracer::DrainLocked() {
@@ -207,14 +238,6 @@ uint64_t GpuTracer::DrainLocked() {
         });
   }
   return total;
-}
-
-void GpuTracer::ReleaseRingsLocked() {
-  for (auto& [path, ring] : rings_) {
-    shm::RemoveRingIfExited(options_.proc_root, path, ring.reader->pid(),
-                            ring.reader->process_start_ticks(), "GPU ring");
-  }
-  rings_.clear();
 }
 
 absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
@@ -281,7 +304,7 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
   }
   if (rings_.empty()) {
     space->add_warnings(StrCat(
-        "gpu: no CUDA process in ", options_.dir,
+        "gpu: no CUDA process in ", shm_->dir(),
         " has loaded libclusterprof_cupti, so there is no GPU activity: set "
         "CUDA_INJECTION64_PATH to libclusterprof_cupti.so and CLUSTERPROF_DIR in the workload's "
         "environment (docs/gpu.md)"));
@@ -300,7 +323,7 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
   }
   stats->events += events;
   stats->dropped_events += dropped;
-  ReleaseRingsLocked();
+  rings_.Release();
   return absl::OkStatus();
 }
 

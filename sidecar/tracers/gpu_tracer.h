@@ -22,16 +22,37 @@
 #include "sidecar/tracers/block_buffer.h"
 #include "sidecar/tracers/gpu_metrics.h"
 #include "sidecar/tracers/gpu_ring_reader.h"
+#include "sidecar/tracers/shm_transport.h"
 #include "sidecar/tracers/tracer.h"
 
 namespace clusterprof::sidecar {
 
+// The advanced_configuration keys the GPU tracer owns. Upstream's (int64, int64, bool):
+inline constexpr char kGpuMaxActivityEventsKey[] = "gpu_max_activity_api_events";
+inline constexpr char kGpuMaxApiEventsKey[] = "gpu_max_callback_api_events";
+inline constexpr char kGpuEnableNvtxKey[] = "gpu_enable_nvtx_tracking";
+// Ours: which CUDA calls are recorded beside the GPU activity, a string_value of "runtime,driver"
+// (the default), "runtime", "driver" or "none".
+inline constexpr char kGpuApiTracingKey[] = "clusterprof_gpu_api_tracing";
+
+// What a request asks of the GPU tracer.
+struct GpuCaptureOptions {
+  uint32_t level = 0;  // device_tracer_level
+  // Records per process; 0 = the default, 2*1024*1024 as upstream.
+  uint64_t max_activity_events = 0;
+  uint64_t max_api_events = 0;
+  bool nvtx = false;
+  bool runtime_api = true;
+  bool driver_api = true;
+};
+
+// Reads the GPU options of `options`, typed as upstream types them; a value of another type, or
+// a cap that is not positive, is INVALID_ARGUMENT naming the key.
+absl::StatusOr<GpuCaptureOptions> ParseGpuCaptureOptions(const tensorflow::ProfileOptions& options);
+
 class GpuTracer final : public Tracer {
  public:
   struct Options {
-    // The shared-memory directory ($CLUSTERPROF_DIR of the workloads).
-    std::string dir = shm::kDefaultDir;
-    std::string proc_root = "/proc";
     // How often rings are drained during a capture (a ring holds 131072 records by default).
     int64_t drain_interval_ms = 10;
     // How long Stop waits for each process to hand over its last records.
@@ -42,20 +63,22 @@ class GpuTracer final : public Tracer {
     Clock* clock = nullptr;
   };
 
-  // `control` is the pod's control page (the annotation tracer's); it must outlive the tracer.
-  // `metrics` (NVML counters) may be null.
+  // Arms the device part of `shm`'s control page and reads its GPU rings; `shm` must outlive the
+  // tracer. `metrics` (NVML counters) may be null.
   static absl::StatusOr<std::unique_ptr<GpuTracer>> Create(
-      Options options, shm::ControlWriter* control, std::unique_ptr<GpuMetricsSampler> metrics);
+      ShmTransport* shm, Options options, std::unique_ptr<GpuMetricsSampler> metrics);
   ~GpuTracer() override;
 
   std::string_view name() const override { return "gpu"; }
-  bool EnabledFor(const CaptureWindow& window) const override {
-    return window.device_tracer_level >= 1;
+  std::vector<std::string_view> OwnedKeys() const override;
+  absl::Status Validate(const tensorflow::ProfileOptions& options) const override;
+  bool EnabledFor(const tensorflow::ProfileOptions& options) const override {
+    return options.device_tracer_level() >= 1;
   }
   TracerStatus Status() const override;
   // Arms the processes ahead of the start, so CUPTI is recording when the window opens.
-  absl::Status Prepare(const CaptureWindow& window) override;
-  absl::Status Start(const CaptureWindow& window) override;
+  absl::Status Prepare(const CaptureWindow& window, const CaptureConfig& config) override;
+  absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) override;
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
 
@@ -69,21 +92,21 @@ class GpuTracer final : public Tracer {
     uint64_t dropped_before = 0;  // ring drops before this capture
   };
 
-  GpuTracer(Options options, shm::ControlWriter* control,
-            std::unique_ptr<GpuMetricsSampler> metrics);
-  void ArmLocked(const CaptureWindow& window) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  GpuTracer(ShmTransport* shm, Options options, std::unique_ptr<GpuMetricsSampler> metrics);
+  void ArmLocked(const CaptureWindow& window, const CaptureConfig& config)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Opens the GPU rings not open yet.
   void RefreshRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DrainLoop();
-  void ReleaseRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Options options_;
   Clock* const clock_;
-  shm::ControlWriter* const control_;
+  ShmTransport* const shm_;
   const std::unique_ptr<GpuMetricsSampler> metrics_;
 
   Mutex mu_;
-  std::map<std::string, Ring> rings_ ABSL_GUARDED_BY(mu_);
+  RingSet<Ring> rings_ ABSL_GUARDED_BY(mu_);
   CaptureWindow window_ ABSL_GUARDED_BY(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;

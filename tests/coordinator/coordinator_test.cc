@@ -168,6 +168,31 @@ class FakeCaptureTest : public ::testing::Test {
   CaptureOptions options_;
 };
 
+TEST_F(FakeCaptureTest, TheProfileOptionsReachEveryServerWithTheCapturesOwnFieldsSet) {
+  servers_.Add("a:1", {.host_name = "worker-0"});
+  options_.targets = {{"a:1", ""}};
+  options_.profile.set_host_tracer_level(3);
+  options_.profile.set_python_tracer_level(1);
+  options_.profile.set_session_id("not-the-run");
+  (*options_.profile.mutable_advanced_configuration())["tpu_trace_mode"].set_string_value("X");
+  options_.outlive_client = true;
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::vector<tensorflow::ProfileRequest> a = servers_.ProfileRequests("a:1");
+  ASSERT_EQ(a.size(), 1u);
+  const tensorflow::ProfileOptions& sent = a[0].opts();
+  EXPECT_EQ(sent.host_tracer_level(), 3u);
+  EXPECT_EQ(sent.device_tracer_level(), 1u) << "upstream's default, untouched";
+  EXPECT_EQ(sent.python_tracer_level(), 1u);
+  EXPECT_TRUE(sent.enable_hlo_proto());
+  EXPECT_EQ(sent.advanced_configuration().at("tpu_trace_mode").string_value(), "X");
+  EXPECT_TRUE(sent.advanced_configuration().at("clusterprof_outlive_client").bool_value());
+  EXPECT_EQ(sent.session_id(), "run1") << "the capture's own fields win";
+  EXPECT_EQ(sent.version(), 1u);
+  EXPECT_EQ(sent.duration_ms(), static_cast<uint64_t>(options_.duration_ms));
+  EXPECT_EQ(static_cast<int64_t>(sent.start_timestamp_ns()), result->t0_ns);
+}
+
 TEST_F(FakeCaptureTest, EveryTargetStartsAtOneInstantOnItsOwnClock) {
   servers_.Add("a:1", {.host_name = "worker-0", .clock_offset_ns = 3 * kNanosPerMilli});
   servers_.Add("b:1", {.host_name = "worker-1", .clock_offset_ns = -2 * kNanosPerMilli});

@@ -4,6 +4,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sidecar/tracers/gpu_tracer.h"
+#include "sidecar/tracers/shm_transport.h"
 #include "tests/support/temp_dir.h"
 
 namespace clusterprof::sidecar {
@@ -42,11 +44,12 @@ TEST_F(CaptureRequestTest, AVersion1RequestIsTakenAsGiven) {
   EXPECT_EQ(parsed->host_name, "10.0.0.2_8466") << "':' is replaced as upstream does";
   EXPECT_EQ(parsed->duration_ns, 1500 * 1'000'000LL);
   EXPECT_EQ(parsed->start_timestamp_ns, kNow + 5);
-  EXPECT_EQ(parsed->max_events, 99u);
-  EXPECT_EQ(parsed->options.host_tracer_level(), 3u);
+  EXPECT_EQ(parsed->config.max_events, 99u);
+  EXPECT_EQ(parsed->config.options.host_tracer_level(), 3u);
+  EXPECT_EQ(parsed->config.options.duration_ms(), 1500u);
   ASSERT_TRUE(parsed->layout.has_value());
   EXPECT_EQ(parsed->layout->RunDir(), allowed_.Join("tb/plugins/profile/run_1"));
-  EXPECT_EQ(parsed->Window(kNow).planned_stop_ns, kNow + 1500 * 1'000'000LL);
+  EXPECT_TRUE(parsed->warnings.empty());
 }
 
 TEST_F(CaptureRequestTest, Version0MeansDefaultsAndDiscardsEveryOption) {
@@ -59,47 +62,102 @@ TEST_F(CaptureRequestTest, Version0MeansDefaultsAndDiscardsEveryOption) {
   request_.set_duration_ms(700);  // the legacy field is what remains
   auto parsed = Parse();
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  EXPECT_EQ(parsed->options.version(), 1u);
-  EXPECT_EQ(parsed->options.host_tracer_level(), 2u);
-  EXPECT_EQ(parsed->options.device_tracer_level(), 1u);
-  EXPECT_EQ(parsed->options.python_tracer_level(), 0u);
-  EXPECT_TRUE(parsed->options.enable_hlo_proto());
+  EXPECT_EQ(parsed->config.options.version(), 1u);
+  EXPECT_EQ(parsed->config.options.host_tracer_level(), 2u);
+  EXPECT_EQ(parsed->config.options.device_tracer_level(), 1u);
+  EXPECT_EQ(parsed->config.options.python_tracer_level(), 0u);
+  EXPECT_TRUE(parsed->config.options.enable_hlo_proto());
   EXPECT_EQ(parsed->start_timestamp_ns, 0) << "start_timestamp_ns is discarded with version 0";
   EXPECT_EQ(parsed->duration_ns, 700 * 1'000'000LL);
   EXPECT_EQ(parsed->session_id, "run_1");
   EXPECT_EQ(parsed->host_name, "10.0.0.2_8466");
 }
 
-TEST_F(CaptureRequestTest, GpuOptionsFromAdvancedConfiguration) {
-  auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
-  absl::StatusOr<CaptureRequest> defaults = Parse();
-  ASSERT_TRUE(defaults.ok()) << defaults.status();
-  CaptureWindow window = defaults->Window(kNow);
-  EXPECT_EQ(window.gpu_max_activity_events, 0u) << "0: the tracer's default";
-  EXPECT_FALSE(window.gpu_nvtx);
-  EXPECT_TRUE(window.gpu_runtime_api);
-  EXPECT_TRUE(window.gpu_driver_api);
+// A tracer of the test's own: owns one key, refuses one value of it, and may hand the options on.
+class KeyedTracer final : public Tracer {
+ public:
+  explicit KeyedTracer(bool forwards) : forwards_(forwards) {}
+  std::string_view name() const override { return "keyed"; }
+  std::vector<std::string_view> OwnedKeys() const override { return {"keyed_mode"}; }
+  bool ForwardsOptions() const override { return forwards_; }
+  absl::Status Validate(const tensorflow::ProfileOptions& options) const override {
+    auto it = options.advanced_configuration().find("keyed_mode");
+    if (it != options.advanced_configuration().end() && it->second.string_value() == "bad") {
+      return absl::InvalidArgumentError("advanced_configuration[\"keyed_mode\"] is bad");
+    }
+    return absl::OkStatus();
+  }
+  bool EnabledFor(const tensorflow::ProfileOptions& options) const override {
+    return options.python_tracer_level() >= 1;
+  }
+  TracerStatus Status() const override { return {true, ""}; }
+  absl::Status Start(const CaptureWindow&, const CaptureConfig&) override {
+    return absl::OkStatus();
+  }
+  absl::Status Stop(int64_t) override { return absl::OkStatus(); }
+  absl::Status CollectInto(tensorflow::profiler::XSpace*, TracerStats*) override {
+    return absl::OkStatus();
+  }
 
-  config["gpu_max_activity_api_events"].set_int64_value(4194304);
-  config["gpu_max_callback_api_events"].set_int64_value(1000);
-  config["gpu_enable_nvtx_tracking"].set_bool_value(true);
-  config["clusterprof_gpu_api_tracing"].set_string_value("driver");
+ private:
+  const bool forwards_;
+};
+
+TEST_F(CaptureRequestTest, EachTracerChecksItsOwnKeysAndAKeyNobodyReadsIsAWarning) {
+  KeyedTracer keyed(/*forwards=*/false);
+  policy_.tracers = {&keyed};
+  auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
+  config["keyed_mode"].set_string_value("fine");
+  config["clusterprof_outlive_client"].set_bool_value(true);
+  config["override_hostname"].set_string_value("h");
   absl::StatusOr<CaptureRequest> parsed = Parse();
   ASSERT_TRUE(parsed.ok()) << parsed.status();
-  window = parsed->Window(kNow);
-  EXPECT_EQ(window.gpu_max_activity_events, 4194304u);
-  EXPECT_EQ(window.gpu_max_api_events, 1000u);
-  EXPECT_TRUE(window.gpu_nvtx);
-  EXPECT_FALSE(window.gpu_runtime_api);
-  EXPECT_TRUE(window.gpu_driver_api);
+  EXPECT_TRUE(parsed->warnings.empty()) << parsed->warnings.front();
 
-  config["clusterprof_gpu_api_tracing"].set_string_value("none");
-  window = Parse()->Window(kNow);
-  EXPECT_FALSE(window.gpu_runtime_api);
-  EXPECT_FALSE(window.gpu_driver_api);
+  config["keyed_mode"].set_string_value("bad");
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("keyed_mode"));
+
+  config["keyed_mode"].set_string_value("fine");
+  config["tpu_trace_mode"].set_string_value("TRACE_ONLY_XLA");
+  parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->warnings.size(), 1u);
+  EXPECT_THAT(parsed->warnings[0], HasSubstr("\"tpu_trace_mode\""));
+  EXPECT_THAT(parsed->warnings[0], HasSubstr("ignored"));
+  EXPECT_THAT(parsed->warnings[0], HasSubstr("keyed_mode")) << "names the keys that are read";
+  EXPECT_EQ(parsed->config.options.advanced_configuration().count("tpu_trace_mode"), 1u)
+      << "the options reach the tracers as sent";
+
+  request_.mutable_opts()->set_version(0);
+  request_.set_duration_ms(100);
+  parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->warnings.empty()) << "version 0 discards every option, so none is unknown";
+}
+
+TEST_F(CaptureRequestTest, NoKeyIsUnknownWhileATracerHandsTheOptionsOnWhole) {
+  KeyedTracer forwarding(/*forwards=*/true);
+  policy_.tracers = {&forwarding};
+  (*request_.mutable_opts()->mutable_advanced_configuration())["tpu_trace_mode"].set_string_value(
+      "TRACE_ONLY_XLA");
+  request_.mutable_opts()->set_python_tracer_level(1);
+  absl::StatusOr<CaptureRequest> parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->warnings.empty()) << parsed->warnings.front();
+
+  request_.mutable_opts()->set_python_tracer_level(0);  // the forwarding tracer sits this out
+  parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->warnings.size(), 1u);
 }
 
 TEST_F(CaptureRequestTest, BadGpuOptionsAreRefusedNamingTheKey) {
+  // The sidecar's own GPU tracer checks its keys.
+  TempDir shm_dir;
+  std::unique_ptr<ShmTransport> shm = *ShmTransport::Create({.dir = shm_dir.path()});
+  std::unique_ptr<GpuTracer> gpu = *GpuTracer::Create(shm.get(), {}, nullptr);
+  policy_.tracers = {gpu.get()};
   auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
   config["gpu_max_activity_api_events"].set_string_value("lots");
   absl::StatusOr<CaptureRequest> parsed = Parse();

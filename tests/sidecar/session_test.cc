@@ -27,11 +27,11 @@ constexpr int64_t kMs = 1'000'000;
 class FakeTracer final : public Tracer {
  public:
   std::string_view name() const override { return "fake"; }
-  bool EnabledFor(const CaptureWindow& window) const override {
-    return window.host_tracer_level >= 1;
+  bool EnabledFor(const tensorflow::ProfileOptions& options) const override {
+    return options.host_tracer_level() >= 1;
   }
   TracerStatus Status() const override { return {true, ""}; }
-  absl::Status Start(const CaptureWindow& window) override {
+  absl::Status Start(const CaptureWindow& window, const CaptureConfig&) override {
     MutexLock lock(&mu_);
     if (!start_error.ok()) return start_error;
     window_ = window;
@@ -341,6 +341,20 @@ TEST_F(SessionTest, EmitXSpaceReturnsTheSpaceAndWritesNoFile) {
   ASSERT_NE(waiter.result->xspace, nullptr);
   EXPECT_EQ(xspace::CountEvents(*waiter.result->xspace), 3);
   EXPECT_FALSE(FileExists(XPlanePath("inline")));
+}
+
+TEST_F(SessionTest, WhatTheRequestAskedThatNoTracerReadsIsAWarningInTheXSpace) {
+  CaptureRequest request = Request("unknown-key", 0, 10, /*emit_xspace=*/true);
+  request.warnings.push_back("advanced_configuration[\"tpu_trace_mode\"] is read by none");
+  Waiter waiter;
+  Start(std::move(request), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok());
+  ASSERT_NE(waiter.result->xspace, nullptr);
+  EXPECT_THAT(waiter.result->xspace->warnings(), ::testing::Contains(HasSubstr("tpu_trace_mode")));
+  EXPECT_EQ(xspace::CountEvents(*waiter.result->xspace), 3) << "and the capture went on";
 }
 
 TEST_F(SessionTest, AnEmptyCaptureIsReportedAsEmpty) {

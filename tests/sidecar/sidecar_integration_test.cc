@@ -431,5 +431,33 @@ TEST_F(SidecarIntegrationTest, TheCliPrintsASummaryAndFailsWithoutData) {
   EXPECT_THAT(testing::ReadFileOrDie(failed_out), HasSubstr("No trace event was collected"));
 }
 
+TEST_F(SidecarIntegrationTest, TheCliSendsItsOptionsAndAKeyNoTracerReadsIsAWarning) {
+  auto hosts = StartHosts(1);
+  const std::string out = root_.Join("cli_option.out");
+  Subprocess cli({kCli, "capture", "--service-addr", hosts[0]->address(), "--logdir", logs_,
+                  "--duration-ms", "200", "--run", "with_options", "--host-tracer-level", "3",
+                  "--option", "tpu_trace_mode=TRACE_ONLY_XLA", "--no-progress"},
+                 {}, out);
+  auto status = cli.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_EQ(WEXITSTATUS(*status), 0) << testing::ReadFileOrDie(out);
+  auto loaded = xspace::ReadXSpaceFile(
+      StrCat(logs_, "/plugins/profile/with_options/", hosts[0]->name(), ".xplane.pb"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_THAT(
+      (*loaded)->space().warnings(),
+      ::testing::Contains(::testing::AllOf(HasSubstr("\"tpu_trace_mode\""), HasSubstr("ignored"))));
+  EXPECT_THAT(hosts[0]->Log(), HasSubstr("tpu_trace_mode"));
+
+  const std::string bad_out = root_.Join("cli_bad_option.out");
+  Subprocess bad({kCli, "capture", "--service-addr", hosts[0]->address(), "--logdir", logs_,
+                  "--option", "no_equals_sign"},
+                 {}, bad_out);
+  status = bad.Wait(std::chrono::seconds(60));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_NE(WEXITSTATUS(*status), 0);
+  EXPECT_THAT(testing::ReadFileOrDie(bad_out), HasSubstr("is not KEY=VALUE"));
+}
+
 }  // namespace
 }  // namespace clusterprof

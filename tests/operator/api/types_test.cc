@@ -34,9 +34,10 @@ TEST(ProfileJobSpecTest, DefaultsAreTheSchemas) {
   EXPECT_EQ(spec->duration_ms, 2000);
   EXPECT_EQ(spec->delay_ms, 1000);
   EXPECT_EQ(spec->tracing_attempts, 3);
-  EXPECT_EQ(spec->host_tracer_level, 2u);
-  EXPECT_EQ(spec->device_tracer_level, 1u);
-  EXPECT_EQ(spec->python_tracer_level, 0u);
+  EXPECT_EQ(spec->profile_options.host_tracer_level(), 2u);
+  EXPECT_EQ(spec->profile_options.device_tracer_level(), 1u);
+  EXPECT_EQ(spec->profile_options.python_tracer_level(), 0u);
+  EXPECT_TRUE(spec->profile_options.enable_hlo_proto()) << "upstream's defaults";
   EXPECT_FALSE(spec->ttl_seconds_after_finished.has_value());
 }
 
@@ -61,12 +62,11 @@ TEST(ProfileJobSpecTest, ReadsEveryField) {
   EXPECT_EQ(spec->parsed_logdir.kind, storage::Logdir::Kind::kGcs);
   EXPECT_EQ(spec->run_name, "step_1200");
   EXPECT_EQ(spec->tracing_attempts, 5);
-  EXPECT_EQ(spec->host_tracer_level, 3u);
-  EXPECT_EQ(std::get<int64_t>(spec->advanced_configuration.at("gpu_max_activity_api_events")),
-            4194304);
-  EXPECT_EQ(std::get<std::string>(spec->advanced_configuration.at("tpu_trace_mode")),
-            "TRACE_COMPUTE");
-  EXPECT_TRUE(std::get<bool>(spec->advanced_configuration.at("flag")));
+  EXPECT_EQ(spec->profile_options.host_tracer_level(), 3u);
+  const auto& advanced = spec->profile_options.advanced_configuration();
+  EXPECT_EQ(advanced.at("gpu_max_activity_api_events").int64_value(), 4194304);
+  EXPECT_EQ(advanced.at("tpu_trace_mode").string_value(), "TRACE_COMPUTE");
+  EXPECT_TRUE(advanced.at("flag").bool_value());
   EXPECT_EQ(*spec->ttl_seconds_after_finished, 60);
 }
 

@@ -55,10 +55,11 @@ TEST(CaptureOptionsForTest, TheSpecAndStatusBecomeTheCoordinatorsOptions) {
   spec.duration_ms = 3000;
   spec.delay_ms = 500;
   spec.tracing_attempts = 4;
-  spec.host_tracer_level = 3;
-  spec.device_tracer_level = 0;
-  spec.python_tracer_level = 1;
-  spec.advanced_configuration["gpu_max_activity_api_events"] = int64_t{1000};
+  spec.profile_options.set_host_tracer_level(3);
+  spec.profile_options.set_device_tracer_level(0);
+  spec.profile_options.set_python_tracer_level(1);
+  (*spec.profile_options.mutable_advanced_configuration())["gpu_max_activity_api_events"]
+      .set_int64_value(1000);
   spec.parsed_logdir = *storage::ParseLogdir("/logs");
   api::ProfileJobStatus status = Capturing("r1");
   status.start_time_ns = 123;
@@ -77,10 +78,11 @@ TEST(CaptureOptionsForTest, TheSpecAndStatusBecomeTheCoordinatorsOptions) {
   EXPECT_EQ(fresh.duration_ms, 3000);
   EXPECT_EQ(fresh.delay_ms, 500);
   EXPECT_EQ(fresh.num_tracing_attempts, 4);
-  EXPECT_EQ(fresh.host_tracer_level, 3u);
-  EXPECT_EQ(fresh.device_tracer_level, 0u);
-  EXPECT_EQ(fresh.python_tracer_level, 1u);
-  EXPECT_EQ(fresh.advanced_configuration.size(), 1u);
+  EXPECT_EQ(fresh.profile.host_tracer_level(), 3u);
+  EXPECT_EQ(fresh.profile.device_tracer_level(), 0u);
+  EXPECT_EQ(fresh.profile.python_tracer_level(), 1u);
+  EXPECT_EQ(fresh.profile.advanced_configuration().at("gpu_max_activity_api_events").int64_value(),
+            1000);
   EXPECT_EQ(fresh.fan_out_lead_ms, 300);
   EXPECT_EQ(fresh.retry_backoff_ms, 7);
   EXPECT_EQ(fresh.grace_ms, 9);

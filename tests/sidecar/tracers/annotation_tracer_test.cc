@@ -68,12 +68,12 @@ class FakeProcess {
   std::unique_ptr<shm::RingWriter> writer_;
 };
 
-CaptureWindow Window() {
-  CaptureWindow window;
-  window.start_ns = kStart;
-  window.planned_stop_ns = kStop;
-  window.host_tracer_level = 2;
-  return window;
+CaptureWindow Window() { return {kStart, kStop}; }
+
+CaptureConfig Config() {
+  CaptureConfig config;
+  config.options.set_host_tracer_level(2);
+  return config;
 }
 
 std::string EventName(const XPlane& plane, const XEvent& event) {
@@ -100,18 +100,19 @@ class AnnotationTracerTest : public ::testing::Test {
   std::unique_ptr<AnnotationTracer> NewTracer(std::string proc_root = "/proc",
                                               uint64_t max_events = 1000,
                                               int64_t drain_interval_ms = 1) {
+    auto shm = ShmTransport::Create({.dir = dir_.path(), .proc_root = std::move(proc_root)});
+    EXPECT_TRUE(shm.ok()) << shm.status();
+    transports_.push_back(std::move(*shm));
     AnnotationTracer::Options options;
-    options.dir = dir_.path();
-    options.proc_root = std::move(proc_root);
     options.default_max_events = max_events;
     options.drain_interval_ms = drain_interval_ms;
-    auto tracer = AnnotationTracer::Create(options);
+    auto tracer = AnnotationTracer::Create(transports_.back().get(), options);
     EXPECT_TRUE(tracer.ok()) << tracer.status();
     return std::move(*tracer);
   }
   XSpace Capture(AnnotationTracer& tracer, const std::function<void()>& during,
                  TracerStats* stats) {
-    EXPECT_TRUE(tracer.Start(Window()).ok());
+    EXPECT_TRUE(tracer.Start(Window(), Config()).ok());
     during();
     EXPECT_TRUE(tracer.Stop(kStop).ok());
     XSpace space;
@@ -120,6 +121,7 @@ class AnnotationTracerTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::vector<std::unique_ptr<ShmTransport>> transports_;
 };
 
 TEST_F(AnnotationTracerTest, ArmsTheControlPageOnlyWhileCapturing) {
@@ -127,7 +129,7 @@ TEST_F(AnnotationTracerTest, ArmsTheControlPageOnlyWhileCapturing) {
   shm::ControlReader reader;
   ASSERT_TRUE(reader.TryAttach(dir_.path()));
   EXPECT_EQ(reader.page().host_level.load(), 0u);
-  ASSERT_TRUE(tracer->Start(Window()).ok());
+  ASSERT_TRUE(tracer->Start(Window(), Config()).ok());
   EXPECT_EQ(reader.page().host_level.load(), 2u);
   EXPECT_EQ(reader.page().start_ns.load(), kStart);
   ASSERT_TRUE(tracer->Stop(kStop).ok());
@@ -353,7 +355,7 @@ TEST_F(AnnotationTracerTest, ACorruptRingIsAWarningNotAFailure) {
 
 TEST_F(AnnotationTracerTest, ProcessesThatStartDuringTheCaptureAreFound) {
   auto tracer = NewTracer();
-  ASSERT_TRUE(tracer->Start(Window()).ok());
+  ASSERT_TRUE(tracer->Start(Window(), Config()).ok());
   FakeProcess late(dir_.path());
   late.Thread(11, "late")->Append(late.Complete("hello", kStart + 5, kStart + 6));
   ASSERT_TRUE(tracer->Stop(kStop).ok());

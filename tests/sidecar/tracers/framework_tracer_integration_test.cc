@@ -59,16 +59,23 @@ class FrameworkTracerTest : public ::testing::Test {
     CaptureWindow window;
     window.start_ns = NowNs() + 300'000'000;
     window.planned_stop_ns = window.start_ns + duration_ms * 1'000'000;
-    window.host_tracer_level = 2;
-    window.device_tracer_level = 1;
-    window.python_tracer_level = 1;
     return window;
+  }
+  // The request's options, as the session hands them on.
+  static CaptureConfig Config() {
+    CaptureConfig config;
+    config.options.set_version(1);
+    config.options.set_host_tracer_level(2);
+    config.options.set_device_tracer_level(1);
+    config.options.set_python_tracer_level(1);
+    return config;
   }
 
   // Prepare, Start, Stop at the planned end, Collect: the session's calls.
-  XSpace Capture(FrameworkTracer& tracer, const CaptureWindow& window, TracerStats* stats) {
-    EXPECT_TRUE(tracer.Prepare(window).ok());
-    EXPECT_TRUE(tracer.Start(window).ok());
+  XSpace Capture(FrameworkTracer& tracer, const CaptureWindow& window, TracerStats* stats,
+                 const CaptureConfig& config = Config()) {
+    EXPECT_TRUE(tracer.Prepare(window, config).ok());
+    EXPECT_TRUE(tracer.Start(window, config).ok());
     EXPECT_TRUE(tracer.Stop(window.planned_stop_ns).ok());
     XSpace space;
     EXPECT_TRUE(tracer.CollectInto(&space, stats).ok());
@@ -83,15 +90,14 @@ TEST_F(FrameworkTracerTest, ForwardsTheCaptureAndMergesItsTrace) {
   ASSERT_NE(server, nullptr);
   auto tracer = Tracer(server->address());
   CaptureWindow window = Window();
-  auto options = std::make_shared<tensorflow::ProfileOptions>();
-  auto& config = *options->mutable_advanced_configuration();
+  CaptureConfig capture = Config();
+  auto& config = *capture.options.mutable_advanced_configuration();
   config["tpu_trace_mode"].set_string_value("TRACE_COMPUTE_AND_SYNC");
   config["gpu_max_activity_api_events"].set_int64_value(4194304);
   config["clusterprof_outlive_client"].set_bool_value(true);
   config["override_hostname"].set_string_value("pod-0");
-  window.options = options;
   TracerStats stats;
-  const XSpace space = Capture(*tracer, window, &stats);
+  const XSpace space = Capture(*tracer, window, &stats, capture);
 
   const std::vector<TfProfilerStandIn::Call> calls = server->calls();
   ASSERT_EQ(calls.size(), 1u);
@@ -200,8 +206,8 @@ TEST_F(FrameworkTracerTest, AnEarlyStopIsForwardedAsTerminate) {
   ASSERT_NE(server, nullptr);
   auto tracer = Tracer(server->address());
   const CaptureWindow window = Window(/*duration_ms=*/600'000);
-  ASSERT_TRUE(tracer->Prepare(window).ok());
-  ASSERT_TRUE(tracer->Start(window).ok());
+  ASSERT_TRUE(tracer->Prepare(window, Config()).ok());
+  ASSERT_TRUE(tracer->Start(window, Config()).ok());
   ASSERT_TRUE(server->WaitUntilCapturing(30'000));
   ASSERT_TRUE(tracer->Stop(NowNs()).ok());
   XSpace space;
@@ -226,10 +232,11 @@ TEST_F(FrameworkTracerTest, ASlowServerIsAWarningAfterTheGrace) {
 
 TEST_F(FrameworkTracerTest, EnabledByAnyTracerLevel) {
   auto tracer = Tracer("127.0.0.1:1");
-  CaptureWindow window;
-  EXPECT_FALSE(tracer->EnabledFor(window));
-  window.python_tracer_level = 1;
-  EXPECT_TRUE(tracer->EnabledFor(window));
+  tensorflow::ProfileOptions options;
+  EXPECT_FALSE(tracer->EnabledFor(options));
+  options.set_python_tracer_level(1);
+  EXPECT_TRUE(tracer->EnabledFor(options));
+  EXPECT_TRUE(tracer->ForwardsOptions()) << "no key is unknown to the framework's profiler";
   EXPECT_THAT(tracer->Status().reason, HasSubstr("127.0.0.1:1"));
 }
 

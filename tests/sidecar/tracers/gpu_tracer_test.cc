@@ -38,13 +38,12 @@ constexpr uint64_t kCuptiStart = 1'000'000'000;  // the mock's clock at kWallSta
 class GpuTracerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string error;
-    control_ = shm::ControlWriter::Create(dir_.path(), &error);
-    ASSERT_NE(control_, nullptr) << error;
+    auto shm = ShmTransport::Create({.dir = dir_.path()});
+    ASSERT_TRUE(shm.ok()) << shm.status();
+    shm_ = std::move(*shm);
     GpuTracer::Options options;
-    options.dir = dir_.path();
     options.flush_timeout_ms = 60'000;  // a failing test, not a slow machine, should end it
-    auto tracer = GpuTracer::Create(options, control_.get(), nullptr);
+    auto tracer = GpuTracer::Create(shm_.get(), options, nullptr);
     ASSERT_TRUE(tracer.ok()) << tracer.status();
     tracer_ = std::move(*tracer);
   }
@@ -64,12 +63,11 @@ class GpuTracerTest : public ::testing::Test {
                                               std::unique_ptr<cupti::CuptiApi>(api), "");
   }
 
-  static CaptureWindow Window() {
-    CaptureWindow window;
-    window.start_ns = kWallStart;
-    window.planned_stop_ns = kStop;
-    window.device_tracer_level = 1;
-    return window;
+  static CaptureWindow Window() { return {kWallStart, kStop}; }
+  static CaptureConfig Config() {
+    CaptureConfig config;
+    config.options.set_device_tracer_level(1);
+    return config;
   }
 
   // Stops the capture while the workload keeps polling, as its thread would.
@@ -87,19 +85,61 @@ class GpuTracerTest : public ::testing::Test {
   }
 
   clusterprof::testing::TempDir dir_;
-  std::unique_ptr<shm::ControlWriter> control_;
+  std::unique_ptr<ShmTransport> shm_;
   std::unique_ptr<GpuTracer> tracer_;
 };
+
+TEST(GpuCaptureOptionsTest, ComeFromTheLevelAndTheAdvancedConfiguration) {
+  tensorflow::ProfileOptions options;
+  absl::StatusOr<GpuCaptureOptions> defaults = ParseGpuCaptureOptions(options);
+  ASSERT_TRUE(defaults.ok()) << defaults.status();
+  EXPECT_EQ(defaults->level, 0u);
+  EXPECT_EQ(defaults->max_activity_events, 0u) << "0: the tracer's default";
+  EXPECT_FALSE(defaults->nvtx);
+  EXPECT_TRUE(defaults->runtime_api);
+  EXPECT_TRUE(defaults->driver_api);
+
+  options.set_device_tracer_level(1);
+  auto& config = *options.mutable_advanced_configuration();
+  config["gpu_max_activity_api_events"].set_int64_value(4194304);
+  config["gpu_max_callback_api_events"].set_int64_value(1000);
+  config["gpu_enable_nvtx_tracking"].set_bool_value(true);
+  config["clusterprof_gpu_api_tracing"].set_string_value("driver");
+  absl::StatusOr<GpuCaptureOptions> parsed = ParseGpuCaptureOptions(options);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->level, 1u);
+  EXPECT_EQ(parsed->max_activity_events, 4194304u);
+  EXPECT_EQ(parsed->max_api_events, 1000u);
+  EXPECT_TRUE(parsed->nvtx);
+  EXPECT_FALSE(parsed->runtime_api);
+  EXPECT_TRUE(parsed->driver_api);
+
+  config["clusterprof_gpu_api_tracing"].set_string_value("none");
+  parsed = ParseGpuCaptureOptions(options);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_FALSE(parsed->runtime_api);
+  EXPECT_FALSE(parsed->driver_api);
+}
+
+TEST_F(GpuTracerTest, OwnsTheGpuKeys) {
+  EXPECT_THAT(tracer_->OwnedKeys(),
+              ::testing::UnorderedElementsAre(kGpuMaxActivityEventsKey, kGpuMaxApiEventsKey,
+                                              kGpuEnableNvtxKey, kGpuApiTracingKey));
+  tensorflow::ProfileOptions options;
+  (*options.mutable_advanced_configuration())[kGpuEnableNvtxKey].set_string_value("yes");
+  EXPECT_EQ(tracer_->Validate(options).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(tracer_->EnabledFor(options)) << "device_tracer_level 0";
+}
 
 TEST_F(GpuTracerTest, CapturesTheActivityOfAnInstrumentedProcess) {
   auto* api = new MockCuptiApi();
   auto workload = Workload(api);
-  EXPECT_TRUE(tracer_->EnabledFor(Window()));
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  EXPECT_TRUE(tracer_->EnabledFor(Config().options));
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();
   ASSERT_NE(workload->recorder(), nullptr);
   EXPECT_TRUE(workload->recorder()->armed()) << "armed before the start instant";
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   const uint32_t tid = static_cast<uint32_t>(gettid());
   api->Produce(
       ActivityBuffer()
@@ -132,9 +172,9 @@ TEST_F(GpuTracerTest, CapturesTheActivityOfAnInstrumentedProcess) {
 TEST_F(GpuTracerTest, EachCaptureHasOnlyItsOwnRecords) {
   auto* api = new MockCuptiApi();
   auto workload = Workload(api);
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   api->Produce(ActivityBuffer().Add(KernelRecord(kCuptiStart + 10, kCuptiStart + 20, 1, 7, "k")));
   StopWhilePolling(workload.get());
   XSpace first;
@@ -142,9 +182,9 @@ TEST_F(GpuTracerTest, EachCaptureHasOnlyItsOwnRecords) {
   ASSERT_TRUE(tracer_->CollectInto(&first, &stats).ok());
   EXPECT_EQ(stats.events, 1u);
 
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   StopWhilePolling(workload.get());
   XSpace second;
   TracerStats second_stats;
@@ -156,11 +196,11 @@ TEST_F(GpuTracerTest, EachCaptureHasOnlyItsOwnRecords) {
 TEST_F(GpuTracerTest, CapsFromTheRequestReachTheProcessAndDropsAreReported) {
   auto* api = new MockCuptiApi();
   auto workload = Workload(api);
-  CaptureWindow window = Window();
-  window.gpu_max_activity_events = 1;
-  ASSERT_TRUE(tracer_->Prepare(window).ok());
+  CaptureConfig config = Config();
+  (*config.options.mutable_advanced_configuration())[kGpuMaxActivityEventsKey].set_int64_value(1);
+  ASSERT_TRUE(tracer_->Prepare(Window(), config).ok());
   workload->Poll();
-  ASSERT_TRUE(tracer_->Start(window).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), config).ok());
   ActivityBuffer buffer;
   for (uint32_t i = 0; i < 3; ++i) {
     buffer.Add(KernelRecord(kCuptiStart + 100 * i, kCuptiStart + 100 * i + 50, i, 7, "k"));
@@ -181,9 +221,9 @@ TEST_F(GpuTracerTest, ACuptiRefusalIsAWarningNotAFailure) {
   auto* api = new MockCuptiApi();
   api->enable_results[CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL] = CUPTI_ERROR_INSUFFICIENT_PRIVILEGES;
   auto workload = Workload(api);
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   StopWhilePolling(nullptr);  // nothing to wait for: the process is not recording
   XSpace space;
   TracerStats stats;
@@ -195,8 +235,8 @@ TEST_F(GpuTracerTest, ACuptiRefusalIsAWarningNotAFailure) {
 }
 
 TEST_F(GpuTracerTest, WithoutAnyCudaProcessTheWarningSaysHowToGetOne) {
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   ASSERT_TRUE(tracer_->Stop(kStop).ok());
   XSpace space;
   TracerStats stats;
@@ -208,17 +248,16 @@ TEST_F(GpuTracerTest, WithoutAnyCudaProcessTheWarningSaysHowToGetOne) {
 
 TEST_F(GpuTracerTest, AProcessThatNeverFlushesHoldsTheStopOnlyUntilTheTimeout) {
   GpuTracer::Options options;
-  options.dir = dir_.path();
   options.flush_timeout_ms = 50;
   tracer_.reset();
-  auto tracer = GpuTracer::Create(options, control_.get(), nullptr);
+  auto tracer = GpuTracer::Create(shm_.get(), options, nullptr);
   ASSERT_TRUE(tracer.ok());
   tracer_ = std::move(*tracer);
   auto* api = new MockCuptiApi();
   auto workload = Workload(api);
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();  // armed, and then the process stops answering (stuck in a long kernel)
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   ASSERT_TRUE(tracer_->Stop(kStop).ok());
   XSpace space;
   TracerStats stats;
@@ -231,10 +270,10 @@ TEST_F(GpuTracerTest, StatusCountsTheCudaProcesses) {
   auto* api = new MockCuptiApi();
   auto workload = Workload(api);
   EXPECT_THAT(tracer_->Status().reason, HasSubstr("0 CUDA process(es)"));
-  ASSERT_TRUE(tracer_->Prepare(Window()).ok());
+  ASSERT_TRUE(tracer_->Prepare(Window(), Config()).ok());
   workload->Poll();
   EXPECT_THAT(tracer_->Status().reason, HasSubstr("1 CUDA process(es)"));
-  ASSERT_TRUE(tracer_->Start(Window()).ok());
+  ASSERT_TRUE(tracer_->Start(Window(), Config()).ok());
   StopWhilePolling(workload.get());
 }
 

@@ -1,0 +1,32 @@
+// tensorflow::ProfileOptions as clusterprof fills it in. One ProfileOptions travels the whole way:
+// from a ProfileJob's spec.options (or the flags of `clusterprof capture`) through the
+// coordinator's Profile requests to each sidecar tracer, which reads its own level and keys.
+#ifndef CLUSTERPROF_PROTO_PROFILE_OPTIONS_H_
+#define CLUSTERPROF_PROTO_PROFILE_OPTIONS_H_
+
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "tsl/profiler/protos/profiler_options.pb.h"
+
+namespace clusterprof::proto {
+
+// advanced_configuration keys read outside the tracers. Ours: a sidecar captures to the planned
+// end even when every client has gone (a restarted coordinator rejoins). Upstream's: the host
+// name for the files.
+inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
+inline constexpr char kOverrideHostnameKey[] = "override_hostname";
+
+// Upstream's defaults (what a server uses for a request with version 0): version 1, host tracer
+// level 2, device 1, Python 0, HLO protos and dataset ops included.
+tensorflow::ProfileOptions DefaultProfileOptions();
+
+// Sets advanced_configuration from "KEY=VALUE": "true"/"false" as a bool_value, a decimal
+// integer as an int64_value, anything else as a string_value. INVALID_ARGUMENT without a '=' or
+// with an empty key.
+absl::Status SetAdvancedOption(std::string_view key_equals_value,
+                               tensorflow::ProfileOptions* options);
+
+}  // namespace clusterprof::proto
+
+#endif  // CLUSTERPROF_PROTO_PROFILE_OPTIONS_H_
