@@ -15,7 +15,7 @@ int HandleRequest(mg_connection* connection, void* data) {
   const auto* server = static_cast<const HealthServer*>(data);
   const mg_request_info* info = mg_get_request_info(connection);
   const std::string path = info->local_uri != nullptr ? info->local_uri : "/";
-  Response response;
+  HealthAnswer response;
   if (std::string_view(info->request_method) != "GET" &&
       std::string_view(info->request_method) != "HEAD") {
     response = {405, "text/plain; charset=utf-8", "only GET and HEAD are served\n"};
@@ -66,7 +66,7 @@ HealthServer::~HealthServer() {
   if (context_ != nullptr) mg_stop(context_);
 }
 
-Response HealthServer::Handle(const std::string& path) const {
+HealthAnswer HealthServer::Handle(const std::string& path) const {
   if (path == "/healthz") return {200, "text/plain; charset=utf-8", "ok\n"};
   if (path == "/readyz") {
     const std::string reason = ready_ ? ready_() : "";

@@ -18,7 +18,7 @@ struct mg_context;
 
 namespace clusterprof::http {
 
-struct Response {
+struct HealthAnswer {
   int code = 200;
   std::string content_type = "text/plain; charset=utf-8";
   std::string body;
@@ -43,7 +43,7 @@ class HealthServer {
   int port() const { return port_; }
 
   // Public for civetweb's C callback.
-  Response Handle(const std::string& path) const;
+  HealthAnswer Handle(const std::string& path) const;
 
  private:
   HealthServer(ReadinessCheck ready, std::shared_ptr<prometheus::Registry> registry)

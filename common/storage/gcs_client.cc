@@ -11,16 +11,14 @@
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/http/status.h"
+#include "common/http/transport.h"
 #include "common/io/crc32c.h"
 #include "common/storage/gcs_credentials.h"
-#include "cpprest/http_client.h"
+#include "cpprest/base_uri.h"
 #include "cpprest/json.h"
-#include "cpprest/rawptrstream.h"
 
 namespace clusterprof::storage::gcs {
 namespace {
-
-namespace http = web::http;
 
 // Unreserved characters (RFC 3986) stay; everything else, '/' included, is %XX.
 std::string PercentEncode(std::string_view text) {
@@ -149,30 +147,24 @@ struct Response {
 }  // namespace
 
 struct Client::Impl {
-  explicit Impl(ClientOptions opts) : options(std::move(opts)) {}
+  explicit Impl(ClientOptions opts)
+      : options(std::move(opts)),
+        owned_transport(options.transport != nullptr ? nullptr : NewTransport(options)),
+        transport(options.transport != nullptr ? options.transport : owned_transport.get()) {}
+
+  static std::unique_ptr<http::Transport> NewTransport(const ClientOptions& options) {
+    http::CppRestTransportOptions transport;
+    transport.timeout_ns = options.request_timeout_ns;
+    // The size of the pieces a request body is copied and sent in. Small enough that a piece
+    // is still in the CPU's cache when the kernel copies it out: 128 KiB uploaded 1 GiB in
+    // 0.43-0.8 s, 1 MiB in 1.0 s, 4 MiB in 1.05 s (bench/RESULTS.md).
+    transport.chunk_size = 128 << 10;
+    return http::NewCppRestTransport(std::move(transport));
+  }
 
   const ClientOptions options;
-  Mutex mu;
-  std::map<std::string, std::unique_ptr<http::client::http_client>> clients ABSL_GUARDED_BY(mu);
-
-  http::client::http_client& ClientFor(const std::string& base) {
-    MutexLock lock(&mu);
-    std::unique_ptr<http::client::http_client>& client = clients[base];
-    if (client == nullptr) {
-      http::client::http_client_config config;
-      config.set_timeout(std::chrono::microseconds(options.request_timeout_ns / kNanosPerMicro));
-      // No automatic redirects: cpprestsdk builds its redirect follower after handing the
-      // request to its I/O threads, copying the request's headers while they add to them (a
-      // data race that crashed an upload under ASan). GCS does not redirect these calls.
-      config.set_max_redirects(0);
-      // The size of the pieces a request body is copied and sent in. Small enough that a piece
-      // is still in the CPU's cache when the kernel copies it out: 128 KiB uploaded 1 GiB in
-      // 0.43-0.8 s, 1 MiB in 1.0 s, 4 MiB in 1.05 s (bench/RESULTS.md).
-      config.set_chunksize(128 << 10);
-      client = std::make_unique<http::client::http_client>(base, config);
-    }
-    return *client;
-  }
+  const std::unique_ptr<http::Transport> owned_transport;
+  http::Transport* const transport;
 
   // Sends one request to `url` (absolute) and reads the whole response. A transport failure
   // is Unavailable. A 401 refreshes the token and sends once more.
@@ -181,63 +173,50 @@ struct Client::Impl {
                                 const std::vector<std::pair<std::string, std::string>>& headers,
                                 std::optional<std::string_view> body,
                                 std::string_view content_type) {
-    // Split "scheme://authority" from the path and query.
-    const size_t scheme_end = url.find("://");
-    const size_t path_start =
-        scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
-    const std::string base = path_start == std::string::npos ? url : url.substr(0, path_start);
-    const std::string path = path_start == std::string::npos ? "/" : url.substr(path_start);
     for (int attempt = 0;; ++attempt) {
       absl::StatusOr<std::string> authorization = options.credentials->AuthorizationHeader();
       if (!authorization.ok()) {
         return absl::Status(authorization.status().code(),
                             StrCat(what, ": no access token: ", authorization.status().message()));
       }
-      http::http_request request(method);
-      request.set_request_uri(path);
-      request.headers().add("User-Agent", options.user_agent);
-      if (!authorization->empty()) request.headers().add("Authorization", *authorization);
-      for (const auto& [name, value] : headers) request.headers().add(name, value);
-      if (body.has_value()) {
-        // Straight from the caller's buffer (valid until this returns): no copy of a chunk.
-        request.set_body(concurrency::streams::rawptr_stream<uint8_t>::open_istream(
-                             reinterpret_cast<const uint8_t*>(body->data()), body->size()),
-                         body->size(), std::string(content_type));
-      } else if (method == "PUT" || method == "POST") {
-        request.headers().set_content_length(0);
-      }
-      Response out;
-      try {
-        http::http_response response;
-        try {
-          response = ClientFor(base).request(request).get();
-        } catch (const std::exception& e) {
-          return absl::UnavailableError(StrCat(what, ": ", base, " did not answer: ", e.what()));
-        }
-        out.code = response.status_code();
-        if (auto it = response.headers().find("Location"); it != response.headers().end()) {
-          out.location = it->second;
-        }
-        if (auto it = response.headers().find("Range"); it != response.headers().end()) {
-          out.range = it->second;
-        }
-        const std::vector<unsigned char> bytes = response.extract_vector().get();
-        out.body.assign(bytes.begin(), bytes.end());
-      } catch (const std::exception& e) {
+      http::Request request;
+      request.method = method;
+      request.url = url;
+      request.headers.emplace_back("User-Agent", options.user_agent);
+      if (!authorization->empty()) request.headers.emplace_back("Authorization", *authorization);
+      for (const auto& header : headers) request.headers.push_back(header);
+      // Straight from the caller's buffer (valid until this returns): no copy of a chunk.
+      request.body = body;
+      request.content_type = std::string(content_type);
+      absl::StatusOr<http::Response> response = transport->Send(request);
+      if (!response.ok()) {
         return absl::UnavailableError(
-            StrCat(what, ": the connection to ", base, " broke: ", e.what()));
+            StrCat(what, ": ", ServerOf(url), " did not answer: ", response.status().message()));
       }
-      if (out.code == 401 && attempt == 0) {
+      if (response->status == 401 && attempt == 0) {
         options.credentials->Invalidate();
         continue;
       }
+      Response out;
+      out.code = response->status;
+      out.location = response->Header("Location");
+      out.range = response->Header("Range");
+      out.body = std::move(response->body);
       return out;
     }
   }
 
+  // "scheme://authority" of `url`.
+  static std::string ServerOf(const std::string& url) {
+    const size_t scheme_end = url.find("://");
+    const size_t path_start =
+        scheme_end == std::string::npos ? std::string::npos : url.find('/', scheme_end + 3);
+    return path_start == std::string::npos ? url : url.substr(0, path_start);
+  }
+
   absl::Status HttpError(std::string_view what, const Response& response) {
     std::string message = StrCat(what, ": HTTP ", response.code);
-    StrAppend(&message, " ", clusterprof::http::ReasonPhrase(response.code));
+    StrAppend(&message, " ", http::ReasonPhrase(response.code));
     if (std::string detail = ErrorMessage(response.body); !detail.empty()) {
       StrAppend(&message, ": ", detail);
     }
@@ -246,8 +225,7 @@ struct Client::Impl {
                 "; it needs a role with storage.objects.create, get and list on the bucket, "
                 "such as roles/storage.objectAdmin)");
     }
-    return absl::Status(
-        clusterprof::http::StatusCodeFor(response.code, clusterprof::http::Api::kGcs), message);
+    return absl::Status(http::StatusCodeFor(response.code, http::Api::kGcs), message);
   }
 
   // Calls `call` until it succeeds, fails for good, or the deadline passes; sleeps a jittered,

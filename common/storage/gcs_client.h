@@ -25,6 +25,10 @@
 #include "common/base/clock.h"
 #include "common/retry/backoff.h"
 
+namespace clusterprof::http {
+class Transport;
+}  // namespace clusterprof::http
+
 namespace clusterprof::storage::gcs {
 
 class Credentials;
@@ -51,6 +55,9 @@ struct ClientOptions {
   // When set and true, pauses between retries end at once and the call fails with Cancelled
   // (a process shutting down). Setters call clock->Wake() after setting it.
   std::shared_ptr<const std::atomic<bool>> stop;
+  // What the requests go over; nullptr: cpprestsdk (request_timeout_ns, 128 KiB pieces).
+  // Must outlive the client.
+  http::Transport* transport = nullptr;
 };
 
 // An object's metadata, as the JSON API's object resource has it.

@@ -28,15 +28,13 @@
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/http/status.h"
+#include "common/http/transport.h"
 #include "common/retry/backoff.h"
-#include "cpprest/http_client.h"
+#include "cpprest/base_uri.h"
 #include "cpprest/json.h"
 
 namespace clusterprof::storage::gcs {
 namespace {
-
-namespace http = web::http;
-namespace client = web::http::client;
 
 constexpr char kJwtBearerGrant[] = "urn:ietf:params:oauth:grant-type:jwt-bearer";
 constexpr char kDefaultTokenUri[] = "https://oauth2.googleapis.com/token";
@@ -71,46 +69,37 @@ std::string SecondsText(int64_t ns) {
 struct HttpReply {
   int code = 0;
   std::string body;
-  http::http_headers headers;
+  http::Response raw;
 };
 
-std::string HeaderValue(const http::http_headers& headers, const std::string& name) {
-  const auto it = headers.find(name);
-  return it == headers.end() ? std::string() : it->second;
-}
+// What the credentials' requests go over: the options' transport, or cpprestsdk.
+struct TransportRef {
+  explicit TransportRef(const CredentialsOptions& options)
+      : owned(options.transport != nullptr ? nullptr : http::NewCppRestTransport()),
+        transport(options.transport != nullptr ? options.transport : owned.get()) {}
+  std::unique_ptr<http::Transport> owned;
+  http::Transport* transport;
+};
 
-// Sends `request` and reads the whole reply. Transport failures (no HTTP answer) are
-// DeadlineExceeded (timed out) or Unavailable; cpprestsdk exceptions never escape.
-absl::StatusOr<HttpReply> Exchange(client::http_client& http_client, http::http_request request,
+// Sends `request` with `timeout_ns` and reads the whole reply. Transport failures (no HTTP
+// answer) are DeadlineExceeded (timed out) or Unavailable.
+absl::StatusOr<HttpReply> Exchange(http::Transport& transport, http::Request request,
                                    std::string_view server, int64_t timeout_ns) {
-  try {
-    http::http_response response = http_client.request(request).get();
-    HttpReply reply;
-    reply.code = response.status_code();
-    reply.headers = response.headers();
-    const std::vector<unsigned char> bytes = response.extract_vector().get();
-    reply.body.assign(bytes.begin(), bytes.end());
-    return reply;
-  } catch (const http::http_exception& e) {
-    if (e.error_code() == std::errc::timed_out) {
+  request.timeout_ns = std::max<int64_t>(timeout_ns, 1);
+  absl::StatusOr<http::Response> response = transport.Send(request);
+  if (!response.ok()) {
+    if (response.status().code() == absl::StatusCode::kDeadlineExceeded) {
       return absl::DeadlineExceededError(
           StrCat("no answer from ", server, " within ", SecondsText(timeout_ns)));
     }
-    return absl::UnavailableError(StrCat("cannot reach ", server, ": ", e.what()));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(StrCat("cannot reach ", server, ": ", e.what()));
+    return absl::UnavailableError(
+        StrCat("cannot reach ", server, ": ", response.status().message()));
   }
-}
-
-// An http_client whose every request (connection included) is limited to `timeout_ns`.
-std::unique_ptr<client::http_client> MakeHttpClient(const std::string& base_uri,
-                                                    int64_t timeout_ns) {
-  client::http_client_config config;
-  config.set_timeout(std::chrono::microseconds(std::max<int64_t>(timeout_ns / kNanosPerMicro, 1)));
-  // No automatic redirects: cpprestsdk copies the request's headers for its redirect follower
-  // while its I/O threads add to them (a data race); token endpoints do not redirect.
-  config.set_max_redirects(0);
-  return std::make_unique<client::http_client>(base_uri, config);
+  HttpReply reply;
+  reply.code = response->status;
+  reply.body = response->body;
+  reply.raw = std::move(*response);
+  return reply;
 }
 
 // application/x-www-form-urlencoded value encoding.
@@ -522,14 +511,11 @@ absl::StatusOr<ServiceAccountKey> ParseServiceAccountKey(std::string_view json,
 // Exchanges JWTs signed by a service-account key for access tokens at the key's token_uri.
 class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
  public:
-  ServiceAccountKeyCredentialsImpl(ServiceAccountKey key, const CredentialsOptions& options,
-                                   std::unique_ptr<client::http_client> http_client,
-                                   std::string token_path)
+  ServiceAccountKeyCredentialsImpl(ServiceAccountKey key, const CredentialsOptions& options)
       : CachingCredentials(options),
         key_(std::move(key)),
         identity_(StrCat("service account ", key_.client_email, " (key file ", key_.source, ")")),
-        http_client_(std::move(http_client)),
-        token_path_(std::move(token_path)) {}
+        transport_(options) {}
 
   std::string Identity() override { return identity_; }
 
@@ -539,18 +525,17 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
         StrCat("cannot get an access token for ", identity_, " from ", key_.token_uri);
     absl::StatusOr<std::string> jwt = MakeJwt(options().clock->WallNs() / kNanosPerSecond);
     if (!jwt.ok()) return Annotate(jwt.status(), failed);
-    http::http_request request(http::methods::POST);
-    request.set_request_uri(token_path_);
-    request.headers().add("Accept", "application/json");
-    // Bytes, not a std::string body: see operator/kube/rest_client.cc (UBSan and cpprestsdk's
-    // string body path). The Content-Type set first is kept.
     const std::string body =
         StrCat("grant_type=", FormEncode(kJwtBearerGrant), "&assertion=", FormEncode(*jwt));
-    request.headers().set_content_type("application/x-www-form-urlencoded");
-    request.set_body(std::vector<unsigned char>(body.begin(), body.end()));
+    http::Request request;
+    request.method = "POST";
+    request.url = key_.token_uri;
+    request.headers.emplace_back("Accept", "application/json");
+    request.body = body;
+    request.content_type = "application/x-www-form-urlencoded";
     CountTokenRequest();
-    absl::StatusOr<HttpReply> reply =
-        Exchange(*http_client_, std::move(request), key_.token_uri, options().request_timeout_ns);
+    absl::StatusOr<HttpReply> reply = Exchange(*transport_.transport, std::move(request),
+                                               key_.token_uri, options().request_timeout_ns);
     if (!reply.ok()) return Annotate(reply.status(), failed);
     if (reply->code != 200) {
       std::string error;
@@ -597,8 +582,7 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
 
   const ServiceAccountKey key_;
   const std::string identity_;
-  const std::unique_ptr<client::http_client> http_client_;
-  const std::string token_path_;
+  const TransportRef transport_;
 };
 
 // --- The metadata server ----------------------------------------------------------------------
@@ -609,19 +593,16 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
 class MetadataServerCredentialsImpl final : public CachingCredentials {
  public:
   MetadataServerCredentialsImpl(std::string host, const CredentialsOptions& options)
-      : CachingCredentials(options), host_(std::move(host)) {
+      : CachingCredentials(options), host_(std::move(host)), transport_(options) {
     std::string_view address = host_;
     ConsumePrefix(&address, "http://");
     while (ConsumeSuffix(&address, "/")) {
     }
     base_uri_ = StrCat("http://", address);
     display_host_ = std::string(address);
-    try {
-      probe_client_ = MakeHttpClient(base_uri_, options.metadata_connect_timeout_ns);
-      client_ = MakeHttpClient(base_uri_, options.request_timeout_ns);
-    } catch (const std::exception& e) {
+    if (!web::uri::validate(base_uri_)) {
       setup_error_ = absl::InvalidArgumentError(
-          StrCat("the metadata server address \"", host_, "\" is not usable: ", e.what()));
+          StrCat("the metadata server address \"", host_, "\" is not usable: not a host[:port]"));
     }
   }
 
@@ -649,8 +630,8 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
     const std::string failed = StrCat("cannot get an access token for ", Identity());
     CountTokenRequest();
     absl::StatusOr<HttpReply> reply =
-        Exchange(*client_, MetadataRequest(kMetadataTokenPath), MetadataUri(kMetadataTokenPath),
-                 options().request_timeout_ns);
+        Exchange(*transport_.transport, MetadataRequest(kMetadataTokenPath),
+                 MetadataUri(kMetadataTokenPath), options().request_timeout_ns);
     if (!reply.ok()) return Annotate(reply.status(), failed);
     if (reply->code != 200) return MetadataError(*reply, failed);
     absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
@@ -680,10 +661,10 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
 
   std::string MetadataUri(std::string_view path) const { return StrCat(base_uri_, path); }
 
-  static http::http_request MetadataRequest(std::string_view path) {
-    http::http_request request(http::methods::GET);
-    request.set_request_uri(std::string(path));
-    request.headers().add("Metadata-Flavor", "Google");
+  http::Request MetadataRequest(std::string_view path) const {
+    http::Request request;
+    request.url = MetadataUri(path);
+    request.headers.emplace_back("Metadata-Flavor", "Google");
     return request;
   }
 
@@ -721,10 +702,10 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
   absl::StatusOr<std::string> ProbeOnce() {
     if (!setup_error_.ok()) return setup_error_;
     absl::StatusOr<HttpReply> reply =
-        Exchange(*probe_client_, MetadataRequest(kMetadataEmailPath),
+        Exchange(*transport_.transport, MetadataRequest(kMetadataEmailPath),
                  MetadataUri(kMetadataEmailPath), options().metadata_connect_timeout_ns);
     if (!reply.ok()) return reply.status();
-    if (HeaderValue(reply->headers, "Metadata-Flavor") != "Google") {
+    if (reply->raw.Header("Metadata-Flavor") != "Google") {
       return absl::FailedPreconditionError(
           StrCat(MetadataUri(kMetadataEmailPath), " answered ", reply->code,
                  " without the header Metadata-Flavor: Google: it is not a metadata server"));
@@ -742,8 +723,7 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
   std::string base_uri_;      // http://host:port
   std::string display_host_;  // host:port
   absl::Status setup_error_;
-  std::unique_ptr<client::http_client> probe_client_;
-  std::unique_ptr<client::http_client> client_;
+  const TransportRef transport_;
 
   Mutex mu_;
   bool reached_ ABSL_GUARDED_BY(mu_) = false;
@@ -805,20 +785,7 @@ absl::StatusOr<std::unique_ptr<Credentials>> ServiceAccountKeyCredentialsFromJso
     std::string_view json, std::string_view source_name, const CredentialsOptions& options) {
   CLUSTERPROF_CHECK(options.clock != nullptr) << "CredentialsOptions.clock is required";
   CLUSTERPROF_ASSIGN_OR_RETURN(ServiceAccountKey key, ParseServiceAccountKey(json, source_name));
-  try {
-    const web::uri uri(key.token_uri);
-    std::string path = uri.resource().to_string();
-    if (path.empty()) path = "/";
-    web::uri_builder server;
-    server.set_scheme(uri.scheme()).set_host(uri.host()).set_port(uri.port());
-    auto http_client = MakeHttpClient(server.to_string(), options.request_timeout_ns);
-    return std::make_unique<ServiceAccountKeyCredentialsImpl>(std::move(key), options,
-                                                              std::move(http_client), path);
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(
-        StrCat("the key file ", source_name,
-               ": cannot make an HTTP client for its token_uri: ", e.what()));
-  }
+  return std::make_unique<ServiceAccountKeyCredentialsImpl>(std::move(key), options);
 }
 
 std::unique_ptr<Credentials> MetadataServerCredentials(std::string host,

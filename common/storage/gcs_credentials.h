@@ -29,6 +29,10 @@
 #include "common/base/clock.h"
 #include "common/base/env.h"
 
+namespace clusterprof::http {
+class Transport;
+}  // namespace clusterprof::http
+
 namespace clusterprof::storage::gcs {
 
 inline constexpr char kDefaultScope[] = "https://www.googleapis.com/auth/devstorage.read_write";
@@ -53,6 +57,8 @@ struct CredentialsOptions {
   int max_attempts = 4;
   int64_t initial_backoff_ns = 250 * kNanosPerMilli;
   int64_t max_backoff_ns = 4 * kNanosPerSecond;
+  // What token requests go over; nullptr: cpprestsdk. Must outlive the credentials.
+  http::Transport* transport = nullptr;
 };
 
 // Thread-safe. Supplies the Authorization header for GCS requests.

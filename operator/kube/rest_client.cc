@@ -9,19 +9,19 @@
 #include <utility>
 #include <vector>
 
+#include "boost/asio/ssl.hpp"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/http/stream.h"
-#include "cpprest/http_client.h"
+#include "common/http/transport.h"
+#include "cpprest/base_uri.h"
+#include "cpprest/json.h"
 #include "operator/kube/api_error.h"
 #include "operator/kube/rate_limiter.h"
 #include "operator/kube/watch_decoder.h"
 
 namespace clusterprof::kube {
 namespace {
-
-namespace http = web::http;
-namespace client = web::http::client;
 
 // Adds every certificate of a PEM bundle to the context's trust store. Boost's
 // add_certificate_authority takes one; kubeconfigs often carry several.
@@ -82,22 +82,6 @@ std::string EncodeQueryValue(std::string_view value) {
   return web::uri::encode_data_string(std::string(value));
 }
 
-// A transport failure (no HTTP response) as a status.
-absl::Status TransportError(std::string_view request, const std::string& server,
-                            const std::exception& e) {
-  if (const auto* http_error = dynamic_cast<const http::http_exception*>(&e)) {
-    if (http_error->error_code() == std::errc::timed_out) {
-      return absl::DeadlineExceededError(StrCat(request, ": no answer from ", server, " in time"));
-    }
-  }
-  return absl::UnavailableError(StrCat(request, ": cannot reach ", server, ": ", e.what()));
-}
-
-std::string HeaderValue(const http::http_headers& headers, const std::string& name) {
-  const auto it = headers.find(name);
-  return it == headers.end() ? std::string() : it->second;
-}
-
 absl::StatusOr<web::json::value> ParseJsonBody(std::string_view request, const std::string& body) {
   try {
     std::error_code error;
@@ -140,55 +124,54 @@ std::string EncodeListOptions(const ListOptions& options, bool watch) {
   return query;
 }
 
-// The cpprestsdk side, for requests (with the request deadline). Watches have connections of
-// their own (SocketWatchStream).
+// Requests go over an http::Transport (cpprestsdk unless the options give one), with the
+// request deadline. Watches have connections of their own (SocketWatchStream).
 class RestClient::Impl {
  public:
   Impl(RestConfig config, const RestClientOptions& options)
       : config_(std::move(config)),
         options_(options),
         user_agent_(config_.user_agent.empty() ? options.user_agent : config_.user_agent),
-        requests_(config_.server, MakeConfig(options.request_timeout_ns)) {}
+        owned_transport_(options.transport != nullptr ? nullptr : NewTransport()),
+        transport_(options.transport != nullptr ? options.transport : owned_transport_.get()) {}
 
   const RestConfig& config() const { return config_; }
   const RestClientOptions& options() const { return options_; }
   const std::string& user_agent() const { return user_agent_; }
 
-  // Sends one request, with the current token, and returns the response.
-  absl::StatusOr<http::http_response> Send(const std::string& method,
-                                           const std::string& path_and_query, std::string_view body,
-                                           std::string_view content_type) {
+  // Sends one request, with the current token, and reads the whole response.
+  absl::StatusOr<http::Response> Send(const std::string& method, const std::string& path_and_query,
+                                      std::string_view body, std::string_view content_type) {
     const std::string what = StrCat(method, " ", path_and_query);
     for (int attempt = 0;; ++attempt) {
-      http::http_request request(method);
-      request.set_request_uri(path_and_query);
-      request.headers().add("Accept", "application/json");
-      request.headers().add("User-Agent", user_agent_);
+      http::Request request;
+      request.method = method;
+      request.url = config_.server + path_and_query;
+      request.headers.emplace_back("Accept", "application/json");
+      request.headers.emplace_back("User-Agent", user_agent_);
       if (config_.token != nullptr) {
         absl::StatusOr<std::string> token = config_.token->Token();
         if (!token.ok()) {
           return absl::UnauthenticatedError(StrCat(
               what, ": no bearer token for ", config_.description, ": ", token.status().message()));
         }
-        request.headers().add("Authorization", StrCat("Bearer ", *token));
+        request.headers.emplace_back("Authorization", StrCat("Bearer ", *token));
       }
       if (!body.empty()) {
-        // Bytes, not a std::string: cpprestsdk's string body path reads a char buffer through
-        // an unsigned char stream buffer, which UBSan's vptr check rejects.
-        // The Content-Type set first is kept (the byte body would otherwise claim
-        // application/octet-stream).
-        request.headers().set_content_type(std::string(content_type));
-        request.set_body(std::vector<unsigned char>(body.begin(), body.end()));
+        request.body = body;
+        request.content_type = std::string(content_type);
       }
-      http::http_response response;
-      try {
-        response = requests_.request(request).get();
-      } catch (const std::exception& e) {
-        return TransportError(what, config_.server, e);
+      absl::StatusOr<http::Response> response = transport_->Send(request);
+      if (!response.ok()) {
+        if (response.status().code() == absl::StatusCode::kDeadlineExceeded) {
+          return absl::DeadlineExceededError(
+              StrCat(what, ": no answer from ", config_.server, " in time"));
+        }
+        return absl::UnavailableError(
+            StrCat(what, ": cannot reach ", config_.server, ": ", response.status().message()));
       }
       // A rotated token: ask the source again once.
-      if (response.status_code() == http::status_codes::Unauthorized && attempt == 0 &&
-          config_.token != nullptr) {
+      if (response->status == 401 && attempt == 0 && config_.token != nullptr) {
         config_.token->Invalidate();
         continue;
       }
@@ -196,37 +179,24 @@ class RestClient::Impl {
     }
   }
 
-  // The response body as a string.
-  absl::StatusOr<std::string> ReadBody(std::string_view what, http::http_response& response) {
-    try {
-      const std::vector<unsigned char> bytes = response.extract_vector().get();
-      return std::string(bytes.begin(), bytes.end());
-    } catch (const std::exception& e) {
-      return TransportError(what, config_.server, e);
-    }
-  }
-
  private:
-  client::http_client_config MakeConfig(int64_t timeout_ns) {
-    client::http_client_config config;
-    config.set_timeout(std::chrono::microseconds(timeout_ns / kNanosPerMicro));
-    // No automatic redirects: cpprestsdk builds its redirect follower after handing the request
-    // to its I/O threads, copying the request's headers while they add to them (a data race
-    // that crashed a GCS upload under ASan). The API server does not redirect.
-    config.set_max_redirects(0);
-    config.set_validate_certificates(!config_.insecure_skip_tls_verify);
+  std::unique_ptr<http::Transport> NewTransport() {
+    http::CppRestTransportOptions transport;
+    transport.timeout_ns = options_.request_timeout_ns;
+    transport.validate_certificates = !config_.insecure_skip_tls_verify;
     const RestConfig* rest = &config_;
-    config.set_ssl_context_callback([rest](boost::asio::ssl::context& context) {
+    transport.configure_tls = [rest](boost::asio::ssl::context& context) {
       // Create() loaded the same material once already, so this cannot fail here.
       (void)ConfigureTls(*rest, context);
-    });
-    return config;
+    };
+    return http::NewCppRestTransport(std::move(transport));
   }
 
   const RestConfig config_;
   const RestClientOptions options_;
   const std::string user_agent_;
-  client::http_client requests_;
+  const std::unique_ptr<http::Transport> owned_transport_;
+  http::Transport* const transport_;
 };
 
 namespace {
@@ -330,13 +300,12 @@ absl::StatusOr<RestResponse> RestClient::Raw(std::string_view method,
                                              std::string_view path_and_query, std::string_view body,
                                              std::string_view content_type) {
   Throttle();
-  const std::string what = StrCat(method, " ", path_and_query);
   CLUSTERPROF_ASSIGN_OR_RETURN(
-      http::http_response response,
+      http::Response response,
       impl_->Send(std::string(method), std::string(path_and_query), body, content_type));
   RestResponse out;
-  out.http_code = response.status_code();
-  CLUSTERPROF_ASSIGN_OR_RETURN(out.body, impl_->ReadBody(what, response));
+  out.http_code = response.status;
+  out.body = std::move(response.body);
   return out;
 }
 
@@ -354,20 +323,17 @@ absl::StatusOr<web::json::value> RestClient::DoJson(std::string_view method,
       impl_->options().observe_request(method, code, clock_->MonotonicNs() - sent_ns);
     }
   };
-  absl::StatusOr<http::http_response> response =
+  absl::StatusOr<http::Response> response =
       impl_->Send(std::string(method), path_and_query, body_text, content_type);
   if (!response.ok()) {
     observe();
     return response.status();
   }
-  absl::StatusOr<std::string> read = impl_->ReadBody(what, *response);
-  code = response->status_code();
+  code = response->status;
   observe();
-  CLUSTERPROF_RETURN_IF_ERROR(read.status());
-  const std::string& response_body = *read;
+  const std::string& response_body = response->body;
   if (code < 200 || code > 299) {
-    return ApiErrorFromResponse(code, response_body,
-                                HeaderValue(response->headers(), "Retry-After"), what);
+    return ApiErrorFromResponse(code, response_body, response->Header("Retry-After"), what);
   }
   return ParseJsonBody(what, response_body);
 }

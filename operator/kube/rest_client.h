@@ -27,6 +27,10 @@
 #include "operator/kube/config.h"
 #include "operator/kube/resource.h"
 
+namespace clusterprof::http {
+class Transport;
+}  // namespace clusterprof::http
+
 namespace clusterprof::kube {
 
 class TokenBucket;
@@ -48,6 +52,9 @@ struct RestClientOptions {
   // (0 when no response came back) and the time from sending to the whole body, rate-limit
   // waits excluded. Called on the requesting thread; must be thread-safe and quick.
   std::function<void(std::string_view method, int code, int64_t latency_ns)> observe_request;
+  // What requests go over; nullptr: cpprestsdk with the config's TLS material. Must outlive the
+  // client. Watches stream over connections of their own.
+  http::Transport* transport = nullptr;
 };
 
 // A raw response, for callers that need more than the JSON body.

@@ -20,6 +20,7 @@
 #include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/support/fake_http_transport.h"
 #include "tests/support/gcs_token_servers.h"
 #include "tests/support/temp_dir.h"
 
@@ -548,6 +549,52 @@ TEST_F(ServiceAccountTest, CurrentTokenServesWhileRefreshesFail) {
 }
 
 // --- The metadata server ----------------------------------------------------------------------
+
+// The requests the metadata credentials send, and what they make of odd answers, through the
+// in-process transport: no server needed to see exactly what goes out.
+TEST(MetadataOverTransportTest, SendsTheMetadataFlavorAndReadsTheTokenAndEmail) {
+  SimulatedClock clock;
+  testing::FakeHttpTransport transport;
+  transport.Route("http://metadata.test/computeMetadata/v1/instance/service-accounts/default/email",
+                  [](const http::Request&) {
+                    return testing::Reply(200, "sa@p.iam.gserviceaccount.com\n",
+                                          {{"Metadata-Flavor", "Google"}});
+                  });
+  transport.Route("http://metadata.test/computeMetadata/v1/instance/service-accounts/default/token",
+                  [](const http::Request&) {
+                    return testing::Reply(
+                        200, R"({"access_token":"ya29.x","expires_in":3600,"token_type":"Bearer"})",
+                        {{"Metadata-Flavor", "Google"}});
+                  });
+  CredentialsOptions options = OptionsFor(&clock, {});
+  options.transport = &transport;
+  std::unique_ptr<Credentials> credentials = MetadataServerCredentials("metadata.test", options);
+  absl::StatusOr<std::string> header = credentials->AuthorizationHeader();
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(*header, "Bearer ya29.x");
+  EXPECT_THAT(credentials->Identity(), StartsWith("sa@p.iam.gserviceaccount.com from"));
+  const std::vector<testing::RecordedRequest> sent = transport.Requests();
+  ASSERT_EQ(sent.size(), 2u);
+  for (const testing::RecordedRequest& request : sent) {
+    EXPECT_EQ(request.Header("Metadata-Flavor"), "Google") << request.url;
+  }
+  EXPECT_EQ(sent[0].timeout_ns, options.metadata_connect_timeout_ns)
+      << "the first request only looks for the server: a short limit";
+  EXPECT_EQ(sent[1].timeout_ns, options.request_timeout_ns);
+}
+
+TEST(MetadataOverTransportTest, AnAnswerWithoutTheFlavorIsNotAMetadataServer) {
+  SimulatedClock clock;
+  testing::FakeHttpTransport transport;
+  transport.Route("http://metadata.test",
+                  [](const http::Request&) { return testing::Reply(200, "<html>captive portal"); });
+  CredentialsOptions options = OptionsFor(&clock, {});
+  options.transport = &transport;
+  absl::StatusOr<std::string> header =
+      MetadataServerCredentials("metadata.test", options)->AuthorizationHeader();
+  ASSERT_FALSE(header.ok());
+  EXPECT_THAT(Message(header.status()), HasSubstr("it is not a metadata server"));
+}
 
 class MetadataTest : public ::testing::Test {
  protected:
