@@ -141,6 +141,20 @@ class Run {
   static void ApplyUploads(const GetSessionResponse& session, TargetResult& result);
   void Report();
   RunResult Snapshot();
+  // Checks the options and sets the run's layout up; an INVALID_ARGUMENT names what is wrong.
+  absl::Status Prepare(int64_t created_ns);
+  // Sleeps the backoff before attempt `attempt` of `last`; CANCELLED when cancelled meanwhile.
+  absl::Status PauseBeforeRetry(Backoff& backoff, int attempt, int last, size_t targets);
+  // Picks T0 for `targets` targets and tells before_attempt, picking again (a later T0) when
+  // before_attempt left too little of the lead.
+  absl::Status PickStart(int attempt, bool first_attempt, size_t targets);
+  // The targets of `subset` to capture again: retryable failures; and, while no target has data
+  // at all, the empty ones too (upstream retries the whole capture then).
+  std::vector<size_t> ToRetry(const std::vector<size_t>& subset) const;
+  void WriteManifest(RunResult* result, int64_t created_ns);
+  absl::Status Cancelled() const {
+    return absl::CancelledError(StrCat("the capture of run ", layout_->run(), " was cancelled"));
+  }
 
   const CaptureOptions& options_;
   Clock& clock_;
@@ -459,7 +473,7 @@ void Run::Report() {
   progress_(snapshot, now);
 }
 
-absl::StatusOr<RunResult> Run::Execute() {
+absl::Status Run::Prepare(int64_t created_ns) {
   if (options_.targets.empty()) {
     return absl::InvalidArgumentError("no targets: give at least one host:port");
   }
@@ -474,7 +488,6 @@ absl::StatusOr<RunResult> Run::Execute() {
   if (options_.num_tracing_attempts < 1) {
     return absl::InvalidArgumentError("num_tracing_attempts must be at least 1");
   }
-  const int64_t created_ns = clock_.WallNs();
   const std::string run = options_.run.empty() ? storage::DefaultRunName(created_ns) : options_.run;
   CLUSTERPROF_ASSIGN_OR_RETURN(storage::RunLayout layout,
                                storage::RunLayout::Create(options_.logdir, run));
@@ -487,7 +500,86 @@ absl::StatusOr<RunResult> Run::Execute() {
       CLUSTERPROF_RETURN_IF_ERROR(storage::HostFileStem(target.host_name).status());
     }
   }
+  return absl::OkStatus();
+}
 
+absl::Status Run::PauseBeforeRetry(Backoff& backoff, int attempt, int last, size_t targets) {
+  const int64_t pause_ns = backoff.NextDelayNs();
+  spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", targets,
+               pause_ns / kNanosPerMilli, attempt, last);
+  const int64_t wake_ns = clock_.MonotonicNs() + pause_ns;
+  if (options_.cancel == nullptr) {
+    clock_.SleepUntilMonotonicNs(wake_ns);
+  } else if (!clock_.SleepUntilMonotonicNsUnless(wake_ns, options_.cancel->flag())) {
+    return Cancelled();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::PickStart(int attempt, bool first_attempt, size_t targets) {
+  // The lead must cover sending every request (about kSendNsPerTarget each, measured at 1,000
+  // targets). When the caller's before_attempt leaves less than half of it, T0 is picked again
+  // with the time before_attempt took added.
+  const int64_t lead_ns =
+      options_.fan_out_lead_ms * 1'000'000 + static_cast<int64_t>(targets) * kSendNsPerTarget;
+  int64_t extra_ns = 0;
+  for (int pick = 0;; ++pick) {
+    const int64_t now = clock_.WallNs();
+    if (pick == 0 && first_attempt && options_.start_at_ns > 0 &&
+        options_.start_at_ns >= now + lead_ns) {
+      t0_ns_ = options_.start_at_ns;
+    } else {
+      t0_ns_ = now + std::max(options_.delay_ms * 1'000'000, lead_ns + extra_ns);
+    }
+    attempt_ = attempt;
+    if (!options_.before_attempt) return absl::OkStatus();
+    const int64_t called_ns = clock_.MonotonicNs();
+    CLUSTERPROF_RETURN_IF_ERROR(options_.before_attempt(attempt, t0_ns_));
+    // Half the lead left is still enough (the lead has room to spare); less is picked again.
+    if (clock_.WallNs() + lead_ns / 2 <= t0_ns_ || pick == 2) return absl::OkStatus();
+    extra_ns = 2 * (clock_.MonotonicNs() - called_ns);
+    spdlog::info("attempt {}: recording the start took {} ms, too close to T0; picking a later one",
+                 attempt, (clock_.MonotonicNs() - called_ns) / 1'000'000);
+  }
+}
+
+std::vector<size_t> Run::ToRetry(const std::vector<size_t>& subset) const {
+  bool any_data = false;
+  for (const TargetState& target : targets_) {
+    any_data = any_data || target.result.outcome == Outcome::kOk;
+  }
+  std::vector<size_t> retry;
+  for (size_t i : subset) {
+    const TargetState& target = targets_[i];
+    if (target.retryable || (!any_data && target.result.outcome == Outcome::kEmpty)) {
+      retry.push_back(i);
+    }
+  }
+  return retry;
+}
+
+void Run::WriteManifest(RunResult* result, int64_t created_ns) {
+  const std::string json = ManifestJson(options_, *result, created_ns);
+  std::unique_ptr<storage::StorageSet> own;
+  storage::StorageSet* storages = options_.storages;
+  if (storages == nullptr) {
+    own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
+    storages = own.get();
+  }
+  absl::StatusOr<storage::Storage*> store = storages->For(options_.logdir);
+  absl::StatusOr<storage::ObjectInfo> written =
+      store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
+                 : absl::StatusOr<storage::ObjectInfo>(store.status());
+  absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
+  if (written.ok()) result->manifest_uri = written->uri;
+  if (!committed.ok()) {
+    spdlog::warn("the run manifest was not written: {}", std::string(committed.message()));
+  }
+}
+
+absl::StatusOr<RunResult> Run::Execute() {
+  const int64_t created_ns = clock_.WallNs();
+  CLUSTERPROF_RETURN_IF_ERROR(Prepare(created_ns));
   Connect();
   // Cancelling ends the calls in flight and the backoff sleep; the capture then returns
   // CANCELLED without a manifest (sidecars asked to outlive their client finish the capture, and
@@ -499,9 +591,6 @@ absl::StatusOr<RunResult> Run::Execute() {
       clock_.Wake();
     });
   }
-  const auto cancelled_error = [&] {
-    return absl::CancelledError(StrCat("the capture of run ", run, " was cancelled"));
-  };
   Report();
   ProbeClocks();
   ChooseHostNames();
@@ -521,43 +610,11 @@ absl::StatusOr<RunResult> Run::Execute() {
                    .jitter = 0});
   const int last = std::max(first, options_.num_tracing_attempts);
   for (int attempt = first; attempt <= last && !subset.empty(); ++attempt) {
-    if (cancelled()) return cancelled_error();
+    if (cancelled()) return Cancelled();
     if (attempt > first) {
-      const int64_t pause_ns = backoff.NextDelayNs();
-      spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", subset.size(),
-                   pause_ns / kNanosPerMilli, attempt, last);
-      const int64_t wake_ns = clock_.MonotonicNs() + pause_ns;
-      if (options_.cancel == nullptr) {
-        clock_.SleepUntilMonotonicNs(wake_ns);
-      } else if (!clock_.SleepUntilMonotonicNsUnless(wake_ns, options_.cancel->flag())) {
-        return cancelled_error();
-      }
+      CLUSTERPROF_RETURN_IF_ERROR(PauseBeforeRetry(backoff, attempt, last, subset.size()));
     }
-    // The lead must cover sending every request (about kSendNsPerTarget each, measured at 1,000
-    // targets). When the caller's before_attempt leaves less than half of it, T0 is picked again
-    // with the time before_attempt took added.
-    const int64_t lead_ns = options_.fan_out_lead_ms * 1'000'000 +
-                            static_cast<int64_t>(subset.size()) * kSendNsPerTarget;
-    int64_t extra_ns = 0;
-    for (int pick = 0;; ++pick) {
-      const int64_t now = clock_.WallNs();
-      if (pick == 0 && attempt == first && options_.start_at_ns > 0 &&
-          options_.start_at_ns >= now + lead_ns) {
-        t0_ns_ = options_.start_at_ns;
-      } else {
-        t0_ns_ = now + std::max(options_.delay_ms * 1'000'000, lead_ns + extra_ns);
-      }
-      attempt_ = attempt;
-      if (!options_.before_attempt) break;
-      const int64_t called_ns = clock_.MonotonicNs();
-      CLUSTERPROF_RETURN_IF_ERROR(options_.before_attempt(attempt, t0_ns_));
-      // Half the lead left is still enough (the lead has room to spare); less is picked again.
-      if (clock_.WallNs() + lead_ns / 2 <= t0_ns_ || pick == 2) break;
-      extra_ns = 2 * (clock_.MonotonicNs() - called_ns);
-      spdlog::info(
-          "attempt {}: recording the start took {} ms, too close to T0; picking a later one",
-          attempt, (clock_.MonotonicNs() - called_ns) / 1'000'000);
-    }
+    CLUSTERPROF_RETURN_IF_ERROR(PickStart(attempt, attempt == first, subset.size()));
     for (size_t i : subset) {
       // A session joined on resume keeps its T0 only in the first attempt.
       if (attempt > first || targets_[i].t0_ns != options_.start_at_ns) targets_[i].t0_ns = 0;
@@ -565,42 +622,12 @@ absl::StatusOr<RunResult> Run::Execute() {
     Attempt(subset);
     QuerySessions(subset);
     Report();
-    // Retry upstream's retryable failures; and, while no target has data at all, the empty ones
-    // too (upstream retries the whole capture then).
-    bool any_data = false;
-    for (const TargetState& target : targets_) {
-      any_data = any_data || target.result.outcome == Outcome::kOk;
-    }
-    std::vector<size_t> retry;
-    for (size_t i : subset) {
-      const TargetState& target = targets_[i];
-      if (target.retryable || (!any_data && target.result.outcome == Outcome::kEmpty)) {
-        retry.push_back(i);
-      }
-    }
-    subset = std::move(retry);
+    subset = ToRetry(subset);
   }
 
-  if (cancelled()) return cancelled_error();
+  if (cancelled()) return Cancelled();
   RunResult result = Snapshot();
-  if (options_.write_manifest) {
-    const std::string json = ManifestJson(options_, result, created_ns);
-    std::unique_ptr<storage::StorageSet> own;
-    storage::StorageSet* storages = options_.storages;
-    if (storages == nullptr) {
-      own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
-      storages = own.get();
-    }
-    absl::StatusOr<storage::Storage*> store = storages->For(options_.logdir);
-    absl::StatusOr<storage::ObjectInfo> written =
-        store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
-                   : absl::StatusOr<storage::ObjectInfo>(store.status());
-    absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
-    if (written.ok()) result.manifest_uri = written->uri;
-    if (!committed.ok()) {
-      spdlog::warn("the run manifest was not written: {}", std::string(committed.message()));
-    }
-  }
+  if (options_.write_manifest) WriteManifest(&result, created_ns);
   if (progress_) progress_(result, clock_.WallNs());
   if (result.succeeded == 0) return absl::UnavailableError(kNoTraceMessage);
   return result;

@@ -132,242 +132,307 @@ std::string FormatGpuUuid(const char (&uuid)[16]) {
 GpuXPlaneConverter::GpuXPlaneConverter(XSpace* space, int64_t start_ns, int64_t stop_ns)
     : space_(space), start_ns_(start_ns), stop_ns_(stop_ns) {}
 
-void GpuXPlaneConverter::AddProcess(uint32_t pid, std::string_view process_name,
-                                    std::span<const shm::GpuDeviceInfo> devices,
-                                    const ForEachRecord& records,
-                                    const std::function<std::string_view(uint32_t)>& strings) {
-  // First pass: the clock, which launches have work and which work has a launch, and the device
-  // of each context (synchronization records name only the context).
-  GpuClockMap clock;
-  absl::flat_hash_set<uint32_t> device_correlations;
-  absl::flat_hash_set<uint32_t> api_correlations;
-  absl::flat_hash_map<uint32_t, int> device_of_context;
-  records([&](const shm::GpuRecord& r) {
-    switch (r.kind) {
-      case shm::GpuRecordKind::kClock:
-        clock.Add(r.start, static_cast<int64_t>(r.end));
-        break;
-      case shm::GpuRecordKind::kKernel:
-      case shm::GpuRecordKind::kMemcpy:
-      case shm::GpuRecordKind::kMemset:
-        device_correlations.insert(r.correlation_id);
-        device_of_context.try_emplace(r.context_id, r.device_id);
-        break;
-      case shm::GpuRecordKind::kRuntimeApi:
-      case shm::GpuRecordKind::kDriverApi:
-        api_correlations.insert(r.correlation_id);
-        break;
-      default:
-        break;
-    }
-  });
-  if (clock.empty()) return;  // nothing to place the records in time with
+// The state of one process's conversion: its clock, which launches and which work are linked,
+// its planes and lines; the converter's own state (lines owned across processes, devices
+// described, counts) through `converter`.
+class GpuXPlaneConverter::Process {
+ public:
+  Process(GpuXPlaneConverter& converter, uint32_t pid, std::string_view process_name,
+          std::span<const shm::GpuDeviceInfo> devices,
+          const std::function<std::string_view(uint32_t)>& strings)
+      : converter_(converter),
+        pid_(pid),
+        process_name_(process_name),
+        devices_(devices),
+        strings_(strings) {}
 
-  std::map<int, std::unique_ptr<XPlaneBuilder>> device_planes;
-  auto device_plane = [&](int ordinal) -> XPlaneBuilder& {
-    std::unique_ptr<XPlaneBuilder>& plane = device_planes[ordinal];
-    if (plane != nullptr) return *plane;
-    plane = std::make_unique<XPlaneBuilder>(
-        xspace::FindOrAddMutablePlaneWithName(space_, StrCat(xspace::kGpuPlanePrefix, ordinal)));
-    auto it = std::find_if(devices.begin(), devices.end(), [ordinal](const auto& d) {
-      return static_cast<int>(d.ordinal) == ordinal;
-    });
-    if (it != devices.end() && !device_described_[ordinal]) {
-      device_described_[ordinal] = true;
-      XPlaneBuilder& p = *plane;
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevVendor), xspace::kDeviceVendorNvidia);
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kGpuDeviceName),
-                     std::string_view(it->name, strnlen(it->name, sizeof(it->name))));
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapClockRateKHz), it->clock_rate_khz);
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapCoreCount),
-                     uint64_t{it->core_count});
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemoryBandwidth),
-                     it->memory_bandwidth);
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemorySize), it->memory_size);
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMajor),
-                     int64_t{it->compute_cap_major});
-      p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMinor),
-                     int64_t{it->compute_cap_minor});
-      const char zero[16] = {};
-      if (std::memcmp(it->uuid, zero, sizeof(zero)) != 0) {
-        ordinal_by_uuid_.try_emplace(FormatGpuUuid(it->uuid), ordinal);
+  // First pass: the clock, which launches have work and which work has a launch, and the
+  // device of each context (synchronization records name only the context). False when the
+  // records cannot be placed in time (no clock record).
+  bool Scan(const ForEachRecord& records) {
+    records([&](const shm::GpuRecord& r) {
+      switch (r.kind) {
+        case shm::GpuRecordKind::kClock:
+          clock_.Add(r.start, static_cast<int64_t>(r.end));
+          break;
+        case shm::GpuRecordKind::kKernel:
+        case shm::GpuRecordKind::kMemcpy:
+        case shm::GpuRecordKind::kMemset:
+          device_correlations_.insert(r.correlation_id);
+          device_of_context_.try_emplace(r.context_id, r.device_id);
+          break;
+        case shm::GpuRecordKind::kRuntimeApi:
+        case shm::GpuRecordKind::kDriverApi:
+          api_correlations_.insert(r.correlation_id);
+          break;
+        default:
+          break;
       }
-    }
-    return *plane;
-  };
-  XPlaneBuilder host(xspace::FindOrAddMutablePlaneWithName(space_, xspace::kHostThreadsPlaneName));
-  std::unique_ptr<XPlaneBuilder> nvtx;
+    });
+    if (clock_.empty()) return false;
+    host_ = std::make_unique<XPlaneBuilder>(
+        xspace::FindOrAddMutablePlaneWithName(converter_.space_, xspace::kHostThreadsPlaneName));
+    return true;
+  }
 
-  // A device line of this process: (device, id) owned by another process gets an id of its own.
-  std::map<std::pair<int, int64_t>, uint32_t> kinds_of_line;
-  auto device_line = [&](int ordinal, int64_t id) {
-    auto [it, inserted] = line_owner_.try_emplace({ordinal, id}, pid);
-    if (!inserted && it->second != pid) {
-      id = (int64_t{pid} << 32) | (id & 0xFFFFFFFF);
-      line_owner_.try_emplace({ordinal, id}, pid);
-    }
-    XLineBuilder line = device_plane(ordinal).GetOrCreateLine(id);
-    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
-      line.SetTimestampNs(start_ns_);
-    }
-    return std::make_pair(line, std::make_pair(ordinal, id));
-  };
-  auto thread_line = [&](XPlaneBuilder& plane, uint32_t tid, std::string_view suffix) {
-    XLineBuilder line = plane.GetOrCreateLine(tid);
-    if (line.proto()->name().empty()) {
-      line.SetName(tid == pid ? StrCat(process_name, suffix)
-                              : StrCat(process_name, "/", tid, suffix));
-    }
-    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
-      line.SetTimestampNs(start_ns_);
-    }
-    return line;
-  };
-  absl::flat_hash_map<uint32_t, std::string> kernel_names;
-  auto kernel_name = [&](uint32_t id) -> const std::string& {
-    auto [it, inserted] = kernel_names.try_emplace(id);
-    if (inserted) {
-      const std::string_view mangled = strings(id);
-      it->second = mangled.empty() ? "(unnamed kernel)" : DemangleKernelName(mangled);
-    }
-    return it->second;
-  };
-  auto add_common = [&](XPlaneBuilder& plane, XEventBuilder& event, const shm::GpuRecord& r,
-                        bool launch_side) {
-    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
-                       uint64_t{r.correlation_id});
-    const bool linked = launch_side ? device_correlations.contains(r.correlation_id)
-                                    : api_correlations.contains(r.correlation_id);
-    if (linked) {
-      event.AddStatValue(*plane.GetOrCreateStatMetadata(kFlowStat),
-                         EncodeGpuLaunchFlow(GpuLaunchFlowId(pid, r.correlation_id), launch_side));
-    }
-  };
-
-  records([&](const shm::GpuRecord& r) {
+  // Second pass: one record into its plane, when it lies wholly inside the capture (as
+  // upstream).
+  void Add(const shm::GpuRecord& r) {
     if (r.kind == shm::GpuRecordKind::kClock) return;
-    const int64_t start = clock.ToWall(r.start);
-    const int64_t end = std::max(start, clock.ToWall(r.end));
-    // As upstream: only what lies wholly inside the capture.
-    if (start < start_ns_ || end > stop_ns_) {
-      ++stats_.outside_window;
+    const int64_t start = clock_.ToWall(r.start);
+    const int64_t end = std::max(start, clock_.ToWall(r.end));
+    if (start < converter_.start_ns_ || end > converter_.stop_ns_) {
+      ++converter_.stats_.outside_window;
       return;
     }
     switch (r.kind) {
       case shm::GpuRecordKind::kKernel:
       case shm::GpuRecordKind::kMemcpy:
-      case shm::GpuRecordKind::kMemset: {
-        auto [line, key] = device_line(r.device_id, r.stream_id);
-        XPlaneBuilder& plane = device_plane(r.device_id);
-        std::string_view name;
-        uint32_t kind = 0;
-        std::string details;
-        std::string_view details_stat;
-        if (r.kind == shm::GpuRecordKind::kKernel) {
-          name = kernel_name(r.name_id);
-          kind = kKernelKind;
-          details_stat = xspace::kKernelDetails;
-          details =
-              StrCat("regs:", r.kernel.registers, " static_shared:", r.kernel.static_shared,
-                     " dynamic_shared:", r.kernel.dynamic_shared, " grid:", r.kernel.grid[0], ",",
-                     r.kernel.grid[1], ",", r.kernel.grid[2], " block:", r.kernel.block[0], ",",
-                     r.kernel.block[1], ",", r.kernel.block[2]);
-        } else if (r.kind == shm::GpuRecordKind::kMemcpy) {
-          std::tie(name, kind) = MemcpyName(r.subkind);
-          details_stat = xspace::kMemcpyDetails;
-          const double seconds = static_cast<double>(end - start) / 1e9;
-          char bandwidth[32];
-          std::snprintf(bandwidth, sizeof(bandwidth), "%.3f",
-                        seconds > 0 ? static_cast<double>(r.memcpy.bytes) / seconds / 1e9 : 0.0);
-          details = StrCat("kind_src:", MemoryKindName(r.memcpy.src_kind),
-                           " kind_dst:", MemoryKindName(r.memcpy.dst_kind),
-                           " size:", r.memcpy.bytes, " dest:", r.memcpy.dst_device,
-                           " async:", r.memcpy.async ? 1 : 0, " bandwidth_gbps:", bandwidth);
-        } else {
-          name = "Memset";
-          kind = kMemsetKind;
-          details_stat = xspace::kMemsetDetails;
-          details = StrCat("kind:", MemoryKindName(r.memset.memory_kind),
-                           " num_bytes:", r.memset.bytes, " async:", r.memset.async ? 1 : 0);
-        }
-        kinds_of_line[key] |= kind;
-        XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(name));
-        event.SetTimestampNs(start);
-        event.SetDurationNs(end - start);
-        add_common(plane, event, r, /*launch_side=*/false);
-        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
-                           StrCat("$$", r.context_id));
-        if (r.kind == shm::GpuRecordKind::kKernel) {
-          // Kernels repeat their launch shapes: intern the text.
-          event.AddStatValue(*plane.GetOrCreateStatMetadata(details_stat),
-                             *plane.GetOrCreateStatMetadata(details));
-        } else {
-          event.AddStatValue(*plane.GetOrCreateStatMetadata(details_stat), details);
-        }
+      case shm::GpuRecordKind::kMemset:
+        AddDeviceActivity(r, start, end);
         break;
-      }
-      case shm::GpuRecordKind::kSync: {
-        auto device = device_of_context.find(r.context_id);
-        const int ordinal = device != device_of_context.end() ? device->second : 0;
-        const bool stream_sync = r.stream_id != kInvalidId;
-        auto [line, key] =
-            device_line(ordinal, kSyncLineBase + (stream_sync ? r.stream_id : kInvalidId));
-        line.SetNameIfEmpty(stream_sync ? StrCat("Stream #", r.stream_id, " synchronization")
-                                        : std::string("Synchronization"));
-        XPlaneBuilder& plane = device_plane(ordinal);
-        XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(SyncName(r.subkind)));
-        event.SetTimestampNs(start);
-        event.SetDurationNs(end - start);
-        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
-                           uint64_t{r.correlation_id});
-        event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
-                           StrCat("$$", r.context_id));
+      case shm::GpuRecordKind::kSync:
+        AddSync(r, start, end);
         break;
-      }
       case shm::GpuRecordKind::kRuntimeApi:
-      case shm::GpuRecordKind::kDriverApi: {
-        XLineBuilder line = thread_line(host, r.stream_id, "");
-        std::string_view name = strings(r.name_id);
-        if (name.empty()) name = "(CUDA call)";
-        XEventBuilder event = line.AddEvent(*host.GetOrCreateEventMetadata(name));
-        event.SetTimestampNs(start);
-        event.SetDurationNs(end - start);
-        add_common(host, event, r, /*launch_side=*/true);
+      case shm::GpuRecordKind::kDriverApi:
+        AddApiCall(r, start, end);
         break;
-      }
-      case shm::GpuRecordKind::kNvtxRange: {
-        if (nvtx == nullptr) {
-          nvtx = std::make_unique<XPlaneBuilder>(
-              xspace::FindOrAddMutablePlaneWithName(space_, xspace::kNvtxPlaneName));
-        }
-        XLineBuilder line = thread_line(*nvtx, r.stream_id, " NVTX");
-        std::string_view name = strings(r.name_id);
-        if (name.empty()) name = "(unnamed range)";
-        XEventBuilder event = line.AddEvent(*nvtx->GetOrCreateEventMetadata(name));
-        event.SetTimestampNs(start);
-        event.SetDurationNs(end - start);
-        if (const std::string_view domain = strings(r.nvtx.domain_id); !domain.empty()) {
-          event.AddStatValue(*nvtx->GetOrCreateStatMetadata("domain"), domain);
-        }
+      case shm::GpuRecordKind::kNvtxRange:
+        AddNvtxRange(r, start, end);
         break;
-      }
       default:
         return;  // a kind from a newer library
     }
-    ++stats_.events;
-  });
-
-  for (const auto& [key, kinds] : kinds_of_line) {
-    std::vector<std::string_view> names;
-    for (const auto& [bit, name] : kKindNames) {
-      if ((kinds & bit) != 0) names.push_back(name);
-    }
-    const int64_t stream = key.second & 0xFFFFFFFF;
-    std::string line_name = StrCat("Stream #", stream, "(", names.front());
-    for (size_t i = 1; i < names.size(); ++i) line_name += StrCat(",", names[i]);
-    line_name += ")";
-    device_plane(key.first).GetOrCreateLine(key.second).SetName(line_name);
+    ++converter_.stats_.events;
   }
+
+  // Names each stream line after the kinds of work it holds: "Stream #7(Kernel,MemcpyH2D)".
+  void NameStreamLines() {
+    for (const auto& [key, kinds] : kinds_of_line_) {
+      std::vector<std::string_view> names;
+      for (const auto& [bit, name] : kKindNames) {
+        if ((kinds & bit) != 0) names.push_back(name);
+      }
+      const int64_t stream = key.second & 0xFFFFFFFF;
+      std::string line_name = StrCat("Stream #", stream, "(", names.front());
+      for (size_t i = 1; i < names.size(); ++i) line_name += StrCat(",", names[i]);
+      line_name += ")";
+      DevicePlane(key.first).GetOrCreateLine(key.second).SetName(line_name);
+    }
+  }
+
+ private:
+  // What a kernel, copy or memset is called, its kind bit, and its details stat.
+  struct Activity {
+    std::string_view name;
+    uint32_t kind = 0;
+    std::string_view details_stat;
+    std::string details;
+  };
+
+  Activity DescribeActivity(const shm::GpuRecord& r, int64_t start, int64_t end) {
+    Activity out;
+    if (r.kind == shm::GpuRecordKind::kKernel) {
+      out.name = KernelName(r.name_id);
+      out.kind = kKernelKind;
+      out.details_stat = xspace::kKernelDetails;
+      out.details =
+          StrCat("regs:", r.kernel.registers, " static_shared:", r.kernel.static_shared,
+                 " dynamic_shared:", r.kernel.dynamic_shared, " grid:", r.kernel.grid[0], ",",
+                 r.kernel.grid[1], ",", r.kernel.grid[2], " block:", r.kernel.block[0], ",",
+                 r.kernel.block[1], ",", r.kernel.block[2]);
+    } else if (r.kind == shm::GpuRecordKind::kMemcpy) {
+      std::tie(out.name, out.kind) = MemcpyName(r.subkind);
+      out.details_stat = xspace::kMemcpyDetails;
+      const double seconds = static_cast<double>(end - start) / 1e9;
+      char bandwidth[32];
+      std::snprintf(bandwidth, sizeof(bandwidth), "%.3f",
+                    seconds > 0 ? static_cast<double>(r.memcpy.bytes) / seconds / 1e9 : 0.0);
+      out.details = StrCat("kind_src:", MemoryKindName(r.memcpy.src_kind),
+                           " kind_dst:", MemoryKindName(r.memcpy.dst_kind),
+                           " size:", r.memcpy.bytes, " dest:", r.memcpy.dst_device,
+                           " async:", r.memcpy.async ? 1 : 0, " bandwidth_gbps:", bandwidth);
+    } else {
+      out.name = "Memset";
+      out.kind = kMemsetKind;
+      out.details_stat = xspace::kMemsetDetails;
+      out.details = StrCat("kind:", MemoryKindName(r.memset.memory_kind),
+                           " num_bytes:", r.memset.bytes, " async:", r.memset.async ? 1 : 0);
+    }
+    return out;
+  }
+
+  void AddDeviceActivity(const shm::GpuRecord& r, int64_t start, int64_t end) {
+    auto [line, key] = DeviceLine(r.device_id, r.stream_id);
+    XPlaneBuilder& plane = DevicePlane(r.device_id);
+    const Activity activity = DescribeActivity(r, start, end);
+    kinds_of_line_[key] |= activity.kind;
+    XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(activity.name));
+    event.SetTimestampNs(start);
+    event.SetDurationNs(end - start);
+    AddLaunchLink(plane, event, r, /*launch_side=*/false);
+    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
+                       StrCat("$$", r.context_id));
+    if (r.kind == shm::GpuRecordKind::kKernel) {
+      // Kernels repeat their launch shapes: intern the text.
+      event.AddStatValue(*plane.GetOrCreateStatMetadata(activity.details_stat),
+                         *plane.GetOrCreateStatMetadata(activity.details));
+    } else {
+      event.AddStatValue(*plane.GetOrCreateStatMetadata(activity.details_stat), activity.details);
+    }
+  }
+
+  void AddSync(const shm::GpuRecord& r, int64_t start, int64_t end) {
+    auto device = device_of_context_.find(r.context_id);
+    const int ordinal = device != device_of_context_.end() ? device->second : 0;
+    const bool stream_sync = r.stream_id != kInvalidId;
+    auto [line, key] =
+        DeviceLine(ordinal, kSyncLineBase + (stream_sync ? r.stream_id : kInvalidId));
+    line.SetNameIfEmpty(stream_sync ? StrCat("Stream #", r.stream_id, " synchronization")
+                                    : std::string("Synchronization"));
+    XPlaneBuilder& plane = DevicePlane(ordinal);
+    XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata(SyncName(r.subkind)));
+    event.SetTimestampNs(start);
+    event.SetDurationNs(end - start);
+    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
+                       uint64_t{r.correlation_id});
+    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kContextId),
+                       StrCat("$$", r.context_id));
+  }
+
+  void AddApiCall(const shm::GpuRecord& r, int64_t start, int64_t end) {
+    XLineBuilder line = ThreadLine(*host_, r.stream_id, "");
+    std::string_view name = strings_(r.name_id);
+    if (name.empty()) name = "(CUDA call)";
+    XEventBuilder event = line.AddEvent(*host_->GetOrCreateEventMetadata(name));
+    event.SetTimestampNs(start);
+    event.SetDurationNs(end - start);
+    AddLaunchLink(*host_, event, r, /*launch_side=*/true);
+  }
+
+  void AddNvtxRange(const shm::GpuRecord& r, int64_t start, int64_t end) {
+    if (nvtx_ == nullptr) {
+      nvtx_ = std::make_unique<XPlaneBuilder>(
+          xspace::FindOrAddMutablePlaneWithName(converter_.space_, xspace::kNvtxPlaneName));
+    }
+    XLineBuilder line = ThreadLine(*nvtx_, r.stream_id, " NVTX");
+    std::string_view name = strings_(r.name_id);
+    if (name.empty()) name = "(unnamed range)";
+    XEventBuilder event = line.AddEvent(*nvtx_->GetOrCreateEventMetadata(name));
+    event.SetTimestampNs(start);
+    event.SetDurationNs(end - start);
+    if (const std::string_view domain = strings_(r.nvtx.domain_id); !domain.empty()) {
+      event.AddStatValue(*nvtx_->GetOrCreateStatMetadata("domain"), domain);
+    }
+  }
+
+  // The correlation id, and a flow between a launch and its work when both were recorded.
+  void AddLaunchLink(XPlaneBuilder& plane, XEventBuilder& event, const shm::GpuRecord& r,
+                     bool launch_side) {
+    event.AddStatValue(*plane.GetOrCreateStatMetadata(xspace::kCorrelationId),
+                       uint64_t{r.correlation_id});
+    const bool linked = launch_side ? device_correlations_.contains(r.correlation_id)
+                                    : api_correlations_.contains(r.correlation_id);
+    if (linked) {
+      event.AddStatValue(*plane.GetOrCreateStatMetadata(kFlowStat),
+                         EncodeGpuLaunchFlow(GpuLaunchFlowId(pid_, r.correlation_id), launch_side));
+    }
+  }
+
+  XPlaneBuilder& DevicePlane(int ordinal) {
+    std::unique_ptr<XPlaneBuilder>& plane = device_planes_[ordinal];
+    if (plane != nullptr) return *plane;
+    plane = std::make_unique<XPlaneBuilder>(xspace::FindOrAddMutablePlaneWithName(
+        converter_.space_, StrCat(xspace::kGpuPlanePrefix, ordinal)));
+    DescribeDevice(ordinal, *plane);
+    return *plane;
+  }
+
+  // The device's capabilities on its plane, once per converter.
+  void DescribeDevice(int ordinal, XPlaneBuilder& p) {
+    auto it = std::find_if(devices_.begin(), devices_.end(), [ordinal](const auto& d) {
+      return static_cast<int>(d.ordinal) == ordinal;
+    });
+    if (it == devices_.end() || converter_.device_described_[ordinal]) return;
+    converter_.device_described_[ordinal] = true;
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevVendor), xspace::kDeviceVendorNvidia);
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kGpuDeviceName),
+                   std::string_view(it->name, strnlen(it->name, sizeof(it->name))));
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapClockRateKHz), it->clock_rate_khz);
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapCoreCount), uint64_t{it->core_count});
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemoryBandwidth),
+                   it->memory_bandwidth);
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapMemorySize), it->memory_size);
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMajor),
+                   int64_t{it->compute_cap_major});
+    p.AddStatValue(*p.GetOrCreateStatMetadata(xspace::kDevCapComputeCapMinor),
+                   int64_t{it->compute_cap_minor});
+    const char zero[16] = {};
+    if (std::memcmp(it->uuid, zero, sizeof(zero)) != 0) {
+      converter_.ordinal_by_uuid_.try_emplace(FormatGpuUuid(it->uuid), ordinal);
+    }
+  }
+
+  // A device line of this process: (device, id) owned by another process gets an id of its own.
+  std::pair<XLineBuilder, std::pair<int, int64_t>> DeviceLine(int ordinal, int64_t id) {
+    auto [it, inserted] = converter_.line_owner_.try_emplace({ordinal, id}, pid_);
+    if (!inserted && it->second != pid_) {
+      id = (int64_t{pid_} << 32) | (id & 0xFFFFFFFF);
+      converter_.line_owner_.try_emplace({ordinal, id}, pid_);
+    }
+    XLineBuilder line = DevicePlane(ordinal).GetOrCreateLine(id);
+    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
+      line.SetTimestampNs(converter_.start_ns_);
+    }
+    return {line, {ordinal, id}};
+  }
+
+  XLineBuilder ThreadLine(XPlaneBuilder& plane, uint32_t tid, std::string_view suffix) {
+    XLineBuilder line = plane.GetOrCreateLine(tid);
+    if (line.proto()->name().empty()) {
+      line.SetName(tid == pid_ ? StrCat(process_name_, suffix)
+                               : StrCat(process_name_, "/", tid, suffix));
+    }
+    if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
+      line.SetTimestampNs(converter_.start_ns_);
+    }
+    return line;
+  }
+
+  const std::string& KernelName(uint32_t id) {
+    auto [it, inserted] = kernel_names_.try_emplace(id);
+    if (inserted) {
+      const std::string_view mangled = strings_(id);
+      it->second = mangled.empty() ? "(unnamed kernel)" : DemangleKernelName(mangled);
+    }
+    return it->second;
+  }
+
+  GpuXPlaneConverter& converter_;
+  const uint32_t pid_;
+  const std::string_view process_name_;
+  const std::span<const shm::GpuDeviceInfo> devices_;
+  const std::function<std::string_view(uint32_t)>& strings_;
+  GpuClockMap clock_;
+  absl::flat_hash_set<uint32_t> device_correlations_;
+  absl::flat_hash_set<uint32_t> api_correlations_;
+  absl::flat_hash_map<uint32_t, int> device_of_context_;
+  std::map<int, std::unique_ptr<XPlaneBuilder>> device_planes_;
+  std::unique_ptr<XPlaneBuilder> host_;  // set by Scan
+  std::unique_ptr<XPlaneBuilder> nvtx_;
+  std::map<std::pair<int, int64_t>, uint32_t> kinds_of_line_;
+  absl::flat_hash_map<uint32_t, std::string> kernel_names_;
+};
+
+void GpuXPlaneConverter::AddProcess(uint32_t pid, std::string_view process_name,
+                                    std::span<const shm::GpuDeviceInfo> devices,
+                                    const ForEachRecord& records,
+                                    const std::function<std::string_view(uint32_t)>& strings) {
+  Process process(*this, pid, process_name, devices, strings);
+  if (!process.Scan(records)) return;  // nothing to place the records in time with
+  records([&process](const shm::GpuRecord& r) { process.Add(r); });
+  process.NameStreamLines();
 }
 
 }  // namespace clusterprof::sidecar

@@ -73,6 +73,9 @@ class GpuXPlaneConverter {
   const GpuConversionStats& stats() const { return stats_; }
 
  private:
+  // One process's records on their way into the planes (gpu_xplane.cc).
+  class Process;
+
   tensorflow::profiler::XSpace* space_;
   const int64_t start_ns_;
   const int64_t stop_ns_;
