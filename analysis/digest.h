@@ -1,0 +1,74 @@
+// A host's capture reduced to what the cross-host analysis needs (docs/analysis.md): its steps,
+// and per step when the host first entered a collective and where its time went (device work,
+// host work, waiting on input, inside collectives). A digest of 1,000 steps is a few tens of
+// KiB, so hosts can be compared without holding their traces.
+#ifndef CLUSTERPROF_ANALYSIS_DIGEST_H_
+#define CLUSTERPROF_ANALYSIS_DIGEST_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tensorflow::profiler {
+class XSpace;
+}  // namespace tensorflow::profiler
+
+namespace clusterprof::analysis {
+
+// Collectives: NCCL's kernels (old and new names), XLA's collective ops, and host annotations
+// named after all-reduce or NCCL.
+inline constexpr char kDefaultCollectivePattern[] =
+    "ncclKernel_|ncclDevKernel_|all-reduce|all-gather|reduce-scatter|all-to-all|"
+    "collective-permute|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|"
+    "nccl";
+// Waiting on the input pipeline: common data-loader and iterator names.
+inline constexpr char kDefaultInputPattern[] =
+    "data_?load|load_batch|dataloader|input_?pipeline|iterator::|GetNext|next_batch|"
+    "infeed|prefetch";
+
+struct DigestOptions {
+  // Step markers: events whose name matches (ECMAScript, case-insensitive). Empty: events that
+  // carry a step_num stat (the TF/JAX and clusterprof convention).
+  std::string step_pattern;
+  std::string collective_pattern = kDefaultCollectivePattern;
+  std::string input_pattern = kDefaultInputPattern;
+};
+
+// One step of one host. Times are on the host's clock, ns since the Unix epoch; durations are
+// the union of the intervals of that kind inside the step.
+struct StepDigest {
+  int64_t step = 0;
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  // The first collective that starts inside the step; 0 when there is none.
+  int64_t collective_entry_ns = 0;
+  int64_t collective_ns = 0;
+  // Device planes (/device:*): work other than collectives.
+  int64_t device_busy_ns = 0;
+  // Host threads: annotated work other than the step marker, collectives and input.
+  int64_t host_busy_ns = 0;
+  int64_t input_ns = 0;
+
+  int64_t duration_ns() const { return end_ns - start_ns; }
+};
+
+struct HostDigest {
+  std::string host;
+  // By step number, each step once.
+  std::vector<StepDigest> steps;
+  // Events read, and what marked the steps ("step_num stat" or the pattern).
+  int64_t events = 0;
+  std::string step_source;
+};
+
+// Reduces `space` to its digest. INVALID_ARGUMENT for a pattern that is not a regular
+// expression; a space without steps is a digest without steps (the caller says which markers
+// were looked for).
+absl::StatusOr<HostDigest> DigestXSpace(const tensorflow::profiler::XSpace& space,
+                                        std::string host, const DigestOptions& options = {});
+
+}  // namespace clusterprof::analysis
+
+#endif  // CLUSTERPROF_ANALYSIS_DIGEST_H_

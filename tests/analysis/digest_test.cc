@@ -1,0 +1,75 @@
+#include "analysis/digest.h"
+
+#include "common/xspace/builder.h"
+#include "common/xspace/schema.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/analysis/synthetic_run.h"
+
+namespace clusterprof::analysis {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(DigestTest, StepsComeFromStepNumAndTimeIsSplitByKind) {
+  testing::RunSpec spec;
+  spec.hosts = {{}, {}};
+  spec.steps = 3;
+  spec.jitter = 0;
+  const std::vector<tensorflow::profiler::XSpace> run = testing::MakeRun(spec);
+  absl::StatusOr<HostDigest> digest = DigestXSpace(run[0], "host-0");
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  EXPECT_EQ(digest->host, "host-0");
+  EXPECT_THAT(digest->step_source, HasSubstr("step_num"));
+  ASSERT_EQ(digest->steps.size(), 3u);
+  const StepDigest& step = digest->steps[0];
+  EXPECT_EQ(step.step, 100);
+  EXPECT_EQ(digest->steps[2].step, 102);
+  // input 2 ms, compute 20 ms (host ops), a kernel over its last 15 ms, all-reduce 5 ms.
+  EXPECT_EQ(step.duration_ns(), 27'000'000);
+  EXPECT_EQ(step.input_ns, 2'000'000);
+  EXPECT_EQ(step.host_busy_ns, 20'000'000);
+  EXPECT_EQ(step.device_busy_ns, 15'000'000);
+  EXPECT_EQ(step.collective_ns, 5'000'000) << "host annotation and NCCL kernel overlap: once";
+  EXPECT_EQ(step.collective_entry_ns - step.start_ns, 22'000'000);
+  EXPECT_GT(digest->events, 0);
+}
+
+TEST(DigestTest, AStepPatternMarksStepsWithoutStepNum) {
+  tensorflow::profiler::XSpace space;
+  xspace::XPlaneBuilder plane(
+      xspace::FindOrAddMutablePlaneWithName(&space, xspace::kHostThreadsPlaneName));
+  xspace::XLineBuilder line = plane.GetOrCreateLine(1);
+  line.SetTimestampNs(1'000'000'000);
+  for (int i = 0; i < 4; ++i) {
+    xspace::XEventBuilder event = line.AddEvent(*plane.GetOrCreateEventMetadata("TrainStep"));
+    event.SetTimestampNs(1'000'000'000 + i * 10'000'000);
+    event.SetDurationNs(9'000'000);
+  }
+  absl::StatusOr<HostDigest> none = DigestXSpace(space, "h");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->steps.empty()) << "no step_num stat";
+  absl::StatusOr<HostDigest> named = DigestXSpace(space, "h", {.step_pattern = "^trainstep$"});
+  ASSERT_TRUE(named.ok()) << named.status();
+  ASSERT_EQ(named->steps.size(), 4u);
+  EXPECT_EQ(named->steps[3].step, 3) << "numbered in time order";
+  EXPECT_THAT(named->step_source, HasSubstr("^trainstep$"));
+}
+
+TEST(DigestTest, ABadPatternIsNamed) {
+  tensorflow::profiler::XSpace space;
+  absl::StatusOr<HostDigest> digest = DigestXSpace(space, "h", {.step_pattern = "step("});
+  ASSERT_FALSE(digest.ok());
+  EXPECT_EQ(digest.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(digest.status().message()), HasSubstr("step pattern 'step('"));
+}
+
+TEST(DigestTest, AnEmptySpaceHasNoSteps) {
+  absl::StatusOr<HostDigest> digest = DigestXSpace(tensorflow::profiler::XSpace(), "h");
+  ASSERT_TRUE(digest.ok());
+  EXPECT_TRUE(digest->steps.empty());
+  EXPECT_EQ(digest->events, 0);
+}
+
+}  // namespace
+}  // namespace clusterprof::analysis
