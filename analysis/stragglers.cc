@@ -166,6 +166,7 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
   };
   std::vector<Compared> compared;
   std::vector<int64_t> pooled;  // every host's lateness in every compared step
+  int out_of_lockstep = 0;
   for (const auto& [number, steps] : common) {
     Compared c{&steps, {}, {}, 0};
     for (size_t h = 0; h < steps.size(); ++h) {
@@ -173,17 +174,30 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
       c.entries.push_back(steps[h]->collective_entry_ns - usable[h]->clock_offset_ns);
     }
     if (c.entries.size() != steps.size()) continue;  // a host without a collective in this step
-    const int64_t earliest = *std::min_element(c.entries.begin(), c.entries.end());
+    const auto [earliest, latest] = std::minmax_element(c.entries.begin(), c.entries.end());
     std::vector<int64_t> durations;
     for (size_t h = 0; h < steps.size(); ++h) {
-      c.lateness.push_back(c.entries[h] - earliest);
+      c.lateness.push_back(c.entries[h] - *earliest);
       durations.push_back(steps[h]->duration_ns());
     }
-    pooled.insert(pooled.end(), c.lateness.begin(), c.lateness.end());
     c.median_step_ns = Median(std::move(durations));
+    // Hosts that meet in a collective cannot be a whole step apart in it: the others wait within
+    // the step. Further apart, the steps of one number did not run together.
+    if (*latest - *earliest > c.median_step_ns) {
+      ++out_of_lockstep;
+      continue;
+    }
+    pooled.insert(pooled.end(), c.lateness.begin(), c.lateness.end());
     compared.push_back(std::move(c));
   }
   out.compared_steps = static_cast<int>(compared.size());
+  if (out_of_lockstep > 0) {
+    out.notes.push_back(StrCat(
+        out_of_lockstep, " of the ", out.steps,
+        " steps in common were not compared: the hosts entered their collectives more than a "
+        "step apart, so they did not run those steps together (hosts that do not meet in "
+        "collectives, or clocks that disagree)"));
+  }
   // The noise: the median absolute deviation of all hosts' lateness over all compared steps
   // (a straggler is a minority of the samples, so it barely moves it). With two hosts every
   // other sample is the gap itself, so only the step-time share applies.
@@ -219,9 +233,11 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     }
   }
   if (out.compared_steps == 0) {
-    out.notes.push_back(StrCat("no step of the ", out.steps,
-                               " in common has a collective on every host: nothing to compare "
-                               "(collectives are found by name; see --collective-pattern)"));
+    if (out_of_lockstep == 0) {
+      out.notes.push_back(StrCat("no step of the ", out.steps,
+                                 " in common has a collective on every host: nothing to compare "
+                                 "(collectives are found by name; see --collective-pattern)"));
+    }
     return out;
   }
   const int needed = std::max(

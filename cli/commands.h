@@ -42,6 +42,22 @@ struct InspectOptions {
 // clusterprof inspect <run dir or file>
 int RunInspect(const InspectOptions& options, std::ostream& out, std::ostream& err);
 
+struct ReportOptions {
+  // A run directory (<logdir>/plugins/profile/<run>), local or gs://.
+  std::string path;
+  // Where to write the JSON report too ("" for none).
+  std::string json;
+  // Empty: events with a step_num stat mark the steps.
+  std::string step_pattern;
+  std::string collective_pattern;  // empty: the default (analysis/digest.h)
+  std::string input_pattern;       // empty: the default
+  // Per-host progress lines on stderr (only on a terminal).
+  bool progress = true;
+};
+
+// clusterprof report <run dir>: which host holds the job back (docs/analysis.md).
+int RunReport(const ReportOptions& options, std::ostream& out, std::ostream& err);
+
 struct CaptureOptions {
   // host:port[,host:port...]; grpc:// prefixes are accepted.
   std::string service_addr;

@@ -45,6 +45,23 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 100000))
       ->capture_default_str();
 
+  clusterprof::cli::ReportOptions report;
+  CLI::App* report_cmd = app.add_subcommand(
+      "report", "Which host holds the job back: step times and stragglers of a run directory");
+  report_cmd->add_option("path", report.path, "Run directory (<logdir>/plugins/profile/<run>)")
+      ->required();
+  report_cmd->add_option("--json", report.json, "Also write the report as JSON to this file");
+  report_cmd->add_option("--step-pattern", report.step_pattern,
+                         "Regular expression for the step markers' names (default: events with "
+                         "a step_num stat)");
+  report_cmd->add_option("--collective-pattern", report.collective_pattern,
+                         "Regular expression for collectives' names (default: NCCL kernels, XLA "
+                         "collectives, allreduce annotations)");
+  report_cmd->add_option("--input-pattern", report.input_pattern,
+                         "Regular expression for input-pipeline events (default: data loaders, "
+                         "iterators, infeed)");
+  report_cmd->add_flag("!--no-progress", report.progress, "No progress lines");
+
   clusterprof::cli::CaptureOptions capture;
   CLI::App* capture_cmd = app.add_subcommand(
       "capture",
@@ -124,5 +141,6 @@ int main(int argc, char** argv) {
   if (*capture_cmd) return clusterprof::cli::RunCapture(capture, std::cout, std::cerr);
   if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
   if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
+  if (*report_cmd) return clusterprof::cli::RunReport(report, std::cout, std::cerr);
   return clusterprof::cli::kExitUsage;
 }

@@ -81,6 +81,21 @@ TEST(StragglersTest, ClockOffsetsMeasuredAtCaptureTimeAreTakenOut) {
   EXPECT_NE(Stragglers(FindStragglers(unaligned)), std::vector<std::string>{"host-3"});
 }
 
+TEST(StragglersTest, HostsThatDoNotRunTheirStepsTogetherAreNotCompared) {
+  // Independent processes (no collective couples them): step 120 of one host ran half a second
+  // before step 120 of the other.
+  testing::RunSpec spec;
+  spec.hosts.resize(4);
+  spec.hosts[2].clock_offset_ns = 500'000'000;
+  std::vector<HostRun> runs = Digests(spec);
+  for (HostRun& run : runs) run.clock_offset_ns = 0;  // and no manifest to say so
+  const Analysis analysis = FindStragglers(runs);
+  EXPECT_THAT(Stragglers(analysis), ::testing::IsEmpty());
+  EXPECT_EQ(analysis.compared_steps, 0);
+  ASSERT_FALSE(analysis.notes.empty());
+  EXPECT_THAT(analysis.notes[0], HasSubstr("did not run those steps together"));
+}
+
 TEST(StragglersTest, HostsWithoutStepsAreLeftOutByName) {
   testing::RunSpec spec;
   spec.hosts.resize(4);

@@ -1,0 +1,47 @@
+// A run's cross-host report: every host's file of a run directory digested one at a time (never
+// two traces in memory), the clock offsets from the run's manifest, the straggler verdict, and
+// the report as text for a terminal and as JSON (schema: docs/analysis.md, "The JSON report").
+#ifndef CLUSTERPROF_ANALYSIS_REPORT_H_
+#define CLUSTERPROF_ANALYSIS_REPORT_H_
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "analysis/digest.h"
+#include "analysis/stragglers.h"
+
+namespace clusterprof::storage {
+class Storage;
+}  // namespace clusterprof::storage
+
+namespace clusterprof::analysis {
+
+inline constexpr int kReportSchemaVersion = 1;
+
+struct RunReport {
+  std::string run_dir;
+  std::string run;  // the directory's last component
+  DigestOptions options;
+  Analysis analysis;
+  // Whether clusterprof_run.json was there (clock offsets); without it offsets are taken as 0.
+  bool manifest_found = false;
+};
+
+// Reads the run directory `run_dir` through `storage`: each <host>.xplane.pb in turn, and the
+// manifest. A file that cannot be read is left out with its reason; `progress` (may be null) is
+// told of each host as it is read. An error only when the directory cannot be listed or holds no
+// host file.
+absl::StatusOr<RunReport> AnalyzeRunDirectory(
+    storage::Storage& storage, const std::string& run_dir, const DigestOptions& options,
+    const std::function<void(const std::string& host, int index, int total)>& progress = nullptr);
+
+// The report for a terminal: the verdict first, then one row per host.
+std::string FormatReportText(const RunReport& report);
+// The report as JSON, kind clusterprof.io/v1alpha1/RunReport, schema_version kReportSchemaVersion.
+std::string ReportJson(const RunReport& report);
+
+}  // namespace clusterprof::analysis
+
+#endif  // CLUSTERPROF_ANALYSIS_REPORT_H_

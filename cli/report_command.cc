@@ -1,0 +1,60 @@
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+
+#include "analysis/report.h"
+#include "cli/commands.h"
+#include "common/base/clock.h"
+#include "common/storage/logdir.h"
+#include "common/storage/storage_set.h"
+#include "fmt/format.h"
+
+namespace clusterprof::cli {
+
+int RunReport(const ReportOptions& options, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<storage::Logdir> path = storage::ParseLogdir(options.path);
+  if (!path.ok()) {
+    err << "clusterprof report: " << path.status().message() << "\n";
+    return kExitUsage;
+  }
+  analysis::DigestOptions digest;
+  digest.step_pattern = options.step_pattern;
+  if (!options.collective_pattern.empty()) digest.collective_pattern = options.collective_pattern;
+  if (!options.input_pattern.empty()) digest.input_pattern = options.input_pattern;
+  RealClock clock;
+  storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
+  absl::StatusOr<storage::Storage*> storage = storages.For(*path);
+  if (!storage.ok()) {
+    err << "clusterprof report: " << storage.status().message() << "\n";
+    return kExitFailure;
+  }
+  const bool progress = options.progress && isatty(STDERR_FILENO) == 1;
+  absl::StatusOr<analysis::RunReport> report = analysis::AnalyzeRunDirectory(
+      **storage, path->uri, digest, [&](const std::string& host, int index, int total) {
+        if (progress) err << fmt::format("\rreading {} ({} of {})\x1b[K", host, index + 1, total);
+      });
+  if (progress) err << "\r\x1b[K";
+  if (!report.ok()) {
+    err << "clusterprof report: " << report.status().message() << "\n";
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                                          : kExitFailure;
+  }
+  out << analysis::FormatReportText(*report);
+  if (!options.json.empty()) {
+    std::ofstream file(options.json, std::ios::binary | std::ios::trunc);
+    file << analysis::ReportJson(*report);
+    if (!file.flush()) {
+      err << "clusterprof report: cannot write " << options.json << "\n";
+      return kExitFailure;
+    }
+    out << "\nJSON report: " << options.json << "\n";
+  }
+  if (report->analysis.hosts.empty()) {
+    err << "clusterprof report: no host could be analyzed (see \"left out\" above)\n";
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+}  // namespace clusterprof::cli

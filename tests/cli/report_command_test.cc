@@ -1,0 +1,116 @@
+// `clusterprof report` on run directories written to disk: synthetic hosts (one straggling, with
+// clock offsets known only from the manifest), a corrupt host file, and bad input.
+#include <sstream>
+
+#include "cli/commands.h"
+#include "common/base/strings.h"
+#include "cpprest/json.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/analysis/synthetic_run.h"
+#include "tests/support/temp_dir.h"
+
+namespace clusterprof::cli {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Output {
+  int code = 0;
+  std::string out;
+  std::string err;
+};
+
+Output Report(ReportOptions options) {
+  options.progress = false;
+  std::ostringstream out, err;
+  Output result;
+  result.code = RunReport(options, out, err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+// Writes a run of `spec` as <dir>/host-N.xplane.pb files and a manifest with the offsets.
+void WriteRun(const analysis::testing::RunSpec& spec, const std::string& dir) {
+  const std::vector<tensorflow::profiler::XSpace> spaces = analysis::testing::MakeRun(spec);
+  std::string manifest = R"({"kind":"clusterprof.io/v1alpha1/CaptureRun","targets":[)";
+  for (size_t h = 0; h < spaces.size(); ++h) {
+    testing::WriteFileOrDie(StrCat(dir, "/host-", h, ".xplane.pb"), spaces[h].SerializeAsString());
+    StrAppend(&manifest, h == 0 ? "" : ",", R"({"host":"host-)", h, R"(","clock_offset_ns":)",
+              spec.hosts[h].clock_offset_ns, "}");
+  }
+  manifest += "]}";
+  testing::WriteFileOrDie(StrCat(dir, "/clusterprof_run.json"), manifest);
+}
+
+TEST(ReportCommandTest, NamesTheStragglerUsingTheManifestsClockOffsets) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(6);
+  spec.hosts[4].compute_scale = 1.3;
+  for (size_t h = 0; h < spec.hosts.size(); ++h) {
+    spec.hosts[h].clock_offset_ns = (h % 2 == 0 ? 4 : -4) * 1'000'000;
+  }
+  WriteRun(spec, dir.path());
+  Output result = Report({.path = dir.path(), .json = dir.Join("report.json")});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("STRAGGLER host-4 (compute): enters the collectives"));
+  EXPECT_THAT(result.out, HasSubstr("6 hosts, steps 100-149 in common (50 compared)"));
+  const web::json::value json =
+      web::json::value::parse(testing::ReadFileOrDie(dir.Join("report.json")));
+  EXPECT_EQ(json.at("kind").as_string(), "clusterprof.io/v1alpha1/RunReport");
+  EXPECT_EQ(json.at("schema_version").as_integer(), 1);
+  ASSERT_EQ(json.at("stragglers").size(), 1u);
+  EXPECT_EQ(json.at("stragglers").at(0).as_string(), "host-4");
+  EXPECT_EQ(json.at("hosts").at(4).at("cause").as_string(), "compute");
+  EXPECT_TRUE(json.at("hosts").at(4).at("straggler").as_bool());
+  EXPECT_FALSE(json.at("hosts").at(0).at("straggler").as_bool());
+}
+
+TEST(ReportCommandTest, ACorruptHostFileIsLeftOutAndTheRestAnalyzed) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(4);
+  spec.hosts[1].compute_scale = 1.3;
+  WriteRun(spec, dir.path());
+  testing::WriteFileOrDie(dir.Join("host-3.xplane.pb"), "\xff\xfe garbage");
+  Output result = Report({.path = dir.path()});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("left out: host-3: unreadable"));
+  EXPECT_THAT(result.out, HasSubstr("STRAGGLER host-1"));
+}
+
+TEST(ReportCommandTest, NoStepsSaysWhatWasLookedFor) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(2);
+  WriteRun(spec, dir.path());
+  Output result = Report({.path = dir.path(), .step_pattern = "^NoSuchStep$"});
+  EXPECT_EQ(result.code, kExitFailure) << "no host could be analyzed";
+  EXPECT_THAT(result.err, HasSubstr("no host could be analyzed"));
+  EXPECT_THAT(result.out, HasSubstr("host-0: no steps found (looked for events named like "
+                                    "'^NoSuchStep$')"));
+  EXPECT_THAT(result.out, HasSubstr("nothing to compare"));
+}
+
+TEST(ReportCommandTest, BadInputGetsAClearError) {
+  testing::TempDir dir;
+  Output empty = Report({.path = dir.path()});
+  EXPECT_EQ(empty.code, kExitFailure);
+  EXPECT_THAT(empty.err, HasSubstr("holds no .xplane.pb files"));
+
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(2);
+  WriteRun(spec, dir.path());
+  Output pattern = Report({.path = dir.path(), .collective_pattern = "all(reduce"});
+  EXPECT_EQ(pattern.code, kExitUsage);
+  EXPECT_THAT(pattern.err, HasSubstr("collective pattern 'all(reduce'"));
+
+  Output missing = Report({.path = dir.Join("nope")});
+  EXPECT_EQ(missing.code, kExitFailure);
+  EXPECT_THAT(missing.err, HasSubstr("nope"));
+}
+
+}  // namespace
+}  // namespace clusterprof::cli
