@@ -46,7 +46,7 @@ int64_t UnionLength(std::vector<Interval>& intervals) {
   int64_t covered_to = INT64_MIN;
   for (const auto& [start, end] : intervals) {
     const int64_t from = std::max(start, covered_to);
-    if (end > from) total += end - from;
+    if (end > from) total = SaturatingAdd(total, SaturatingSub(end, from));
     covered_to = std::max(covered_to, end);
   }
   return total;
@@ -63,7 +63,7 @@ std::optional<int64_t> StepNumber(const XPlane& plane, const XEvent& event, int6
         case tensorflow::profiler::XStat::kUint64Value:
           return static_cast<int64_t>(stat.uint64_value());
         case tensorflow::profiler::XStat::kDoubleValue:
-          return static_cast<int64_t>(stat.double_value());
+          return SaturatingCast(stat.double_value());
         case tensorflow::profiler::XStat::kStrValue: {
           int64_t value = 0;
           if (absl::SimpleAtoi(stat.str_value(), &value)) return value;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/base/saturating.h"
 
 namespace tensorflow::profiler {
 class XSpace;
@@ -51,7 +52,7 @@ struct StepDigest {
   int64_t host_busy_ns = 0;
   int64_t input_ns = 0;
 
-  int64_t duration_ns() const { return end_ns - start_ns; }
+  int64_t duration_ns() const { return SaturatingSub(end_ns, start_ns); }
 };
 
 struct HostDigest {

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/base/json_writer.h"
+#include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/storage/logdir.h"
 #include "common/storage/storage.h"
@@ -16,7 +17,7 @@
 namespace clusterprof::analysis {
 namespace {
 
-std::string Duration(int64_t ns) { return xspace::FormatDurationPs(ns * 1000); }
+std::string Duration(int64_t ns) { return xspace::FormatDurationPs(SaturatingMul(ns, 1000)); }
 
 // The whole object at `uri`, for the small manifest.
 absl::StatusOr<std::string> ReadSmallObject(storage::Storage& storage, const std::string& uri) {

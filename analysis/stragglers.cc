@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 
+#include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/xspace/summary.h"
 
@@ -26,7 +27,7 @@ int64_t Percentile(std::vector<int64_t> values, double fraction) {
   return values[std::min(index, values.size() - 1)];
 }
 
-std::string Duration(int64_t ns) { return xspace::FormatDurationPs(ns * 1000); }
+std::string Duration(int64_t ns) { return xspace::FormatDurationPs(SaturatingMul(ns, 1000)); }
 
 // What the late host did before entering the collective, beyond the others' median, summed
 // over its late steps.
@@ -59,7 +60,7 @@ Cause CauseOf(const Excess& excess) {
   if (excess.lateness_ns <= 0) return Cause::kNone;
   // The larger of the two explanations, when it explains at least a third of the lateness.
   const int64_t explained = std::max(excess.compute_ns, excess.input_ns);
-  if (explained * 3 < excess.lateness_ns) return Cause::kOverhead;
+  if (explained < excess.lateness_ns / 3) return Cause::kOverhead;
   return excess.input_ns > excess.compute_ns ? Cause::kInput : Cause::kCompute;
 }
 
@@ -171,19 +172,19 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     Compared c{&steps, {}, {}, 0};
     for (size_t h = 0; h < steps.size(); ++h) {
       if (steps[h]->collective_entry_ns == 0) break;
-      c.entries.push_back(steps[h]->collective_entry_ns - usable[h]->clock_offset_ns);
+      c.entries.push_back(SaturatingSub(steps[h]->collective_entry_ns, usable[h]->clock_offset_ns));
     }
     if (c.entries.size() != steps.size()) continue;  // a host without a collective in this step
     const auto [earliest, latest] = std::minmax_element(c.entries.begin(), c.entries.end());
     std::vector<int64_t> durations;
     for (size_t h = 0; h < steps.size(); ++h) {
-      c.lateness.push_back(c.entries[h] - *earliest);
+      c.lateness.push_back(SaturatingSub(c.entries[h], *earliest));
       durations.push_back(steps[h]->duration_ns());
     }
     c.median_step_ns = Median(std::move(durations));
     // Hosts that meet in a collective cannot be a whole step apart in it: the others wait within
     // the step. Further apart, the steps of one number did not run together.
-    if (*latest - *earliest > c.median_step_ns) {
+    if (SaturatingSub(*latest, *earliest) > c.median_step_ns) {
       ++out_of_lockstep;
       continue;
     }
@@ -205,7 +206,9 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
   if (usable.size() >= 3 && !pooled.empty()) {
     const int64_t center = Median(pooled);
     std::vector<int64_t> deviations;
-    for (int64_t l : pooled) deviations.push_back(std::llabs(l - center));
+    for (int64_t l : pooled) {
+      deviations.push_back(std::max(SaturatingSub(l, center), SaturatingSub(center, l)));
+    }
     noise = rule.mad_factor * static_cast<double>(Median(std::move(deviations)));
   }
 
@@ -220,16 +223,21 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
       ++t.late;
       t.lateness.push_back(c.lateness[h]);
       for (size_t o = 0; o < steps.size(); ++o) {
-        if (o != h && c.entries[h] > c.entries[o]) t.others_wait_ns += c.entries[h] - c.entries[o];
+        if (o != h && c.entries[h] > c.entries[o]) {
+          t.others_wait_ns =
+              SaturatingAdd(t.others_wait_ns, SaturatingSub(c.entries[h], c.entries[o]));
+        }
       }
-      const int64_t compute =
-          steps[h]->device_busy_ns + steps[h]->host_busy_ns -
-          MedianOthers(steps, h, &StepDigest::device_busy_ns) -
-          MedianOthers(steps, h, &StepDigest::host_busy_ns);
-      t.excess.compute_ns += std::max<int64_t>(0, compute);
-      t.excess.input_ns += std::max<int64_t>(
-          0, steps[h]->input_ns - MedianOthers(steps, h, &StepDigest::input_ns));
-      t.excess.lateness_ns += c.lateness[h];
+      const int64_t compute = SaturatingSub(
+          SaturatingAdd(steps[h]->device_busy_ns, steps[h]->host_busy_ns),
+          SaturatingAdd(MedianOthers(steps, h, &StepDigest::device_busy_ns),
+                        MedianOthers(steps, h, &StepDigest::host_busy_ns)));
+      t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
+      t.excess.input_ns = SaturatingAdd(
+          t.excess.input_ns,
+          std::max<int64_t>(
+              0, SaturatingSub(steps[h]->input_ns, MedianOthers(steps, h, &StepDigest::input_ns))));
+      t.excess.lateness_ns = SaturatingAdd(t.excess.lateness_ns, c.lateness[h]);
     }
   }
   if (out.compared_steps == 0) {
