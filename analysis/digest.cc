@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -117,10 +118,16 @@ struct Marker {
   std::optional<int64_t> step;
 };
 
-// The step markers of `space`, outermost per step number, in time order.
-std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re) {
+// The lines (plane index, line id) that carry step markers: the threads that run the steps.
+using LineKey = std::pair<int, int64_t>;
+
+// The step markers of `space`, outermost per step number, in time order; the lines they are on
+// go into `step_lines`.
+std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re,
+                                  std::set<LineKey>* step_lines) {
   std::vector<Marker> markers;
-  for (const XPlane& plane : space.planes()) {
+  for (int p = 0; p < space.planes_size(); ++p) {
+    const XPlane& plane = space.planes(p);
     if (IsDevicePlane(plane)) continue;
     const int64_t step_stat = StepStatId(plane);
     if (step_re == nullptr && step_stat < 0) continue;
@@ -133,7 +140,10 @@ std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re
             step_stat >= 0 ? StepNumber(plane, event, step_stat) : std::nullopt;
         const bool marker = step_re != nullptr ? names->Matches(plane, event.metadata_id())
                                                : step.has_value();
-        if (marker) markers.push_back({Span(line, event), step});
+        if (marker) {
+          markers.push_back({Span(line, event), step});
+          step_lines->emplace(p, line.id());
+        }
       }
     }
   }
@@ -186,7 +196,8 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
   digest.step_source = step_re.has_value() ? StrCat("events named like '", options.step_pattern,
                                                     "'")
                                            : StrCat("events with a ", xspace::kStepNum, " stat");
-  digest.steps = FindSteps(space, step_re.has_value() ? &*step_re : nullptr);
+  std::set<LineKey> step_lines;
+  digest.steps = FindSteps(space, step_re.has_value() ? &*step_re : nullptr, &step_lines);
   if (digest.steps.empty()) return digest;
 
   std::vector<StepIntervals> intervals(digest.steps.size());
@@ -199,7 +210,8 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
     --it;
     return start < it->end_ns ? static_cast<int>(it - digest.steps.begin()) : -1;
   };
-  for (const XPlane& plane : space.planes()) {
+  for (int p = 0; p < space.planes_size(); ++p) {
+    const XPlane& plane = space.planes(p);
     const bool device = IsDevicePlane(plane);
     const int64_t step_stat = device ? -1 : StepStatId(plane);
     NameMatcher collective(*collective_re);
@@ -208,6 +220,9 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
     if (step_re.has_value()) marker_names.emplace(*step_re);
     for (const XLine& line : plane.lines()) {
       if (xspace::IsCounterLine(line.name())) continue;
+      // Host work counts on the threads that run the steps; elsewhere (a loader thread, async
+      // lanes such as a batch's time in a queue) only input waits and collectives do.
+      const bool step_thread = !device && step_lines.count({p, line.id()}) > 0;
       for (const XEvent& event : line.events()) {
         ++digest.events;
         if (!device) {
@@ -231,7 +246,7 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
           into.input.emplace_back(start, end);
         } else if (device) {
           into.device.emplace_back(start, end);
-        } else {
+        } else if (step_thread) {
           into.host.emplace_back(start, end);
         }
       }

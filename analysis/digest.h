@@ -48,7 +48,9 @@ struct StepDigest {
   int64_t collective_ns = 0;
   // Device planes (/device:*): work other than collectives.
   int64_t device_busy_ns = 0;
-  // Host threads: annotated work other than the step marker, collectives and input.
+  // The threads that run the steps (those with step markers): annotated work other than the
+  // step marker, collectives and input. Other threads and async lanes count only for input
+  // and collectives.
   int64_t host_busy_ns = 0;
   int64_t input_ns = 0;
 

@@ -9,6 +9,15 @@
 // async event (batch_in_queue) that begins on the loader and ends on the trainer. The ops burn
 // CPU for their share of the step and allreduce sleeps the rest, so the process uses about
 // --busy-percent of one core. Runs until --seconds have passed, or until SIGINT/SIGTERM.
+//
+// Several processes can train "together", as the workers of a data-parallel job do:
+//   train_loop --sync-dir /tmp/sync --world 4 --rank R [--straggle-ms N]
+// makes allreduce a barrier (every rank waits there for the last one to finish its compute, then
+// all spend the rest of the step "communicating"), so their steps run in lockstep and a rank with
+// --straggle-ms (extra compute each step) holds every other rank back: a straggler to find with
+// `clusterprof report`. The barrier is files: rank r writes the step it finished to
+// <sync-dir>/rank-<r> (a rename, so readers see whole numbers) and waits until every rank's file
+// says at least that step.
 #include <unistd.h>
 
 #include <atomic>
@@ -19,7 +28,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -86,6 +99,48 @@ class BatchQueue {
   bool closed_ = false;
 };
 
+// The files barrier described at the top.
+class FileBarrier {
+ public:
+  FileBarrier(std::string dir, int rank, int world)
+      : dir_(std::move(dir)), rank_(rank), world_(world) {
+    std::filesystem::create_directories(dir_);
+  }
+
+  // Says `step` is done here, then waits for every rank to say so; false when a rank has not
+  // moved for `patience` (it ended, or never started) or the process is stopping.
+  bool Arrive(int64_t step, std::chrono::seconds patience) {
+    const std::string path = dir_ + "/rank-" + std::to_string(rank_);
+    {
+      std::ofstream out(path + ".tmp", std::ios::trunc);
+      out << step << "\n";
+    }
+    std::filesystem::rename(path + ".tmp", path);
+    const Clock::time_point give_up = Clock::now() + patience;
+    while (g_stop == 0 && Clock::now() < give_up) {
+      if (Slowest() >= step) return true;
+      std::this_thread::sleep_for(microseconds(200));
+    }
+    return false;
+  }
+
+ private:
+  int64_t Slowest() const {
+    int64_t slowest = INT64_MAX;
+    for (int r = 0; r < world_; ++r) {
+      std::ifstream in(dir_ + "/rank-" + std::to_string(r));
+      int64_t step = -1;
+      if (!(in >> step)) return -1;
+      slowest = std::min(slowest, step);
+    }
+    return slowest;
+  }
+
+  const std::string dir_;
+  const int rank_;
+  const int world_;
+};
+
 struct Timing {
   microseconds step;
   microseconds load;  // the loader's CPU per batch
@@ -123,12 +178,27 @@ int main(int argc, char** argv) {
   double seconds = 0;
   int step_ms = 30;
   int busy_percent = 50;
+  std::string sync_dir;
+  int rank = 0;
+  int world = 1;
+  int straggle_ms = 0;
+  app.add_option("--sync-dir", sync_dir,
+                 "train in lockstep with the other ranks that share this directory");
+  app.add_option("--rank", rank, "this process's rank, 0 to --world - 1")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--world", world, "how many ranks train together")->check(CLI::Range(1, 1024));
+  app.add_option("--straggle-ms", straggle_ms, "extra compute in each step (a slow worker)")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--seconds", seconds, "stop after this long (0: run until killed)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--step-ms", step_ms, "duration of one step")->check(CLI::Range(1, 60000));
   app.add_option("--busy-percent", busy_percent, "CPU busy share of each step, loader included")
       ->check(CLI::Range(0, 100));
   CLI11_PARSE(app, argc, argv);
+  if (rank >= world) {
+    std::fprintf(stderr, "train_loop: --rank %d is not below --world %d\n", rank, world);
+    return 2;
+  }
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
@@ -146,6 +216,12 @@ int main(int argc, char** argv) {
   std::atomic<uint64_t> sink{0};
   BatchQueue queue(2);
   std::thread loader([&] { LoaderLoop(timing, queue, sink); });
+  std::optional<FileBarrier> barrier;
+  if (!sync_dir.empty()) barrier.emplace(sync_dir, rank, world);
+  // In lockstep, what a step has left after the nominal compute is spent "communicating" once
+  // every rank has arrived, so all ranks end the step together.
+  const microseconds communicate =
+      timing.step - timing.forward - timing.backward - timing.optimizer;
 
   clusterprof::SetThreadName("trainer");
   int64_t step = 0;
@@ -161,7 +237,7 @@ int main(int argc, char** argv) {
     }
     {
       clusterprof::Trace op("forward", {{"batch", batch}});
-      sink += Burn(timing.forward);
+      sink += Burn(timing.forward + std::chrono::milliseconds(straggle_ms));
     }
     {
       clusterprof::Trace op("backward");
@@ -174,7 +250,14 @@ int main(int argc, char** argv) {
     {
       // Waiting for the other workers' gradients: the rest of the step, idle.
       clusterprof::Trace op("allreduce");
-      std::this_thread::sleep_until(step_start + timing.step);
+      if (!barrier.has_value()) {
+        std::this_thread::sleep_until(step_start + timing.step);
+      } else if (barrier->Arrive(step, std::chrono::seconds(10))) {
+        std::this_thread::sleep_for(communicate);
+      } else if (g_stop == 0) {
+        std::fprintf(stderr, "train_loop: the other ranks stopped; ending\n");
+        break;
+      }
     }
   }
   queue.Close();

@@ -11,6 +11,10 @@ event (batch_in_queue) that begins on the loader and ends on the trainer. The op
 their share of the step and allreduce sleeps the rest, so the process uses about --busy-percent
 of one core. Runs until --seconds have passed, or until SIGINT/SIGTERM.
 
+With --sync-dir, --world and --rank several processes train in lockstep (allreduce is a barrier
+over files in --sync-dir, the same protocol as train_loop.cc's), and --straggle-ms makes this
+rank compute longer each step: a straggler that holds the others back.
+
 The clusterprof module is imported from sidecar/sdk/python of this checkout when it is not on
 the path already; it finds libclusterprof_annotate.so as its documentation says (in a checkout:
 the build tree), and without it the loop still runs, unrecorded.
@@ -60,6 +64,39 @@ def loader_loop(batches, load_seconds):
         batch += 1
 
 
+class FileBarrier:
+    """Rank r writes the step it finished to <dir>/rank-<r> (a rename) and waits until every
+    rank's file says at least that step."""
+
+    def __init__(self, directory, rank, world):
+        self.directory, self.rank, self.world = directory, rank, world
+        os.makedirs(directory, exist_ok=True)
+
+    def _slowest(self):
+        slowest = None
+        for r in range(self.world):
+            try:
+                with open(os.path.join(self.directory, "rank-%d" % r)) as f:
+                    step = int(f.read().strip() or -1)
+            except (OSError, ValueError):
+                return -1
+            slowest = step if slowest is None else min(slowest, step)
+        return slowest
+
+    def arrive(self, step, patience_s=10.0):
+        """False when a rank has not moved for patience_s, or the process is stopping."""
+        path = os.path.join(self.directory, "rank-%d" % self.rank)
+        with open(path + ".tmp", "w") as f:
+            f.write("%d\n" % step)
+        os.replace(path + ".tmp", path)
+        give_up = time.monotonic() + patience_s
+        while not _stop.is_set() and time.monotonic() < give_up:
+            if self._slowest() >= step:
+                return True
+            time.sleep(0.0002)
+        return False
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=0,
@@ -67,7 +104,15 @@ def main():
     parser.add_argument("--step-ms", type=float, default=30, help="duration of one step")
     parser.add_argument("--busy-percent", type=float, default=50,
                         help="CPU busy share of each step, loader included")
+    parser.add_argument("--sync-dir", default="",
+                        help="train in lockstep with the other ranks that share this directory")
+    parser.add_argument("--rank", type=int, default=0, help="this process's rank")
+    parser.add_argument("--world", type=int, default=1, help="how many ranks train together")
+    parser.add_argument("--straggle-ms", type=float, default=0,
+                        help="extra compute in each step (a slow worker)")
     args = parser.parse_args()
+    if not 0 <= args.rank < args.world:
+        parser.error("--rank %d is not in [0, --world %d)" % (args.rank, args.world))
 
     signal.signal(signal.SIGINT, lambda *_: _stop.set())
     signal.signal(signal.SIGTERM, lambda *_: _stop.set())
@@ -80,6 +125,9 @@ def main():
     load_s = busy_s * 0.15
     ops_s = busy_s - load_s
     forward_s, backward_s, optimizer_s = ops_s * 0.35, ops_s * 0.5, ops_s * 0.15
+    barrier = FileBarrier(args.sync_dir, args.rank, args.world) if args.sync_dir else None
+    # In lockstep, the rest of the nominal step is spent "communicating" once all have arrived.
+    communicate_s = max(0.0, step_s - ops_s)
 
     batches = queue.Queue(maxsize=2)
     loader = threading.Thread(target=loader_loop, args=(batches, load_s), daemon=True)
@@ -103,7 +151,7 @@ def main():
                     break
                 clusterprof.async_end(batch)
             with clusterprof.Trace("forward", clusterprof.INFO, batch=batch):
-                burn(forward_s)
+                burn(forward_s + args.straggle_ms / 1000.0)
             with clusterprof.Trace("backward", clusterprof.INFO):
                 burn(backward_s)
             with clusterprof.Trace("optimizer", clusterprof.INFO) as trace:
@@ -111,7 +159,13 @@ def main():
                 trace.set_metadata(lr=0.001)
             # Waiting for the other workers' gradients: the rest of the step, idle.
             with clusterprof.Trace("allreduce", clusterprof.INFO):
-                _stop.wait(max(0.0, step_start + step_s - time.monotonic()))
+                if barrier is None:
+                    _stop.wait(max(0.0, step_start + step_s - time.monotonic()))
+                elif barrier.arrive(step):
+                    _stop.wait(communicate_s)
+                elif not _stop.is_set():
+                    print("train_loop.py: the other ranks stopped; ending", file=sys.stderr)
+                    break
         step += 1
     _stop.set()
     loader.join()

@@ -35,6 +35,34 @@ TEST(DigestTest, StepsComeFromStepNumAndTimeIsSplitByKind) {
   EXPECT_GT(digest->events, 0);
 }
 
+TEST(DigestTest, HostWorkCountsOnTheStepThreadsOnly) {
+  testing::RunSpec spec;
+  spec.hosts = {{}};
+  spec.steps = 2;
+  spec.jitter = 0;
+  std::vector<tensorflow::profiler::XSpace> run = testing::MakeRun(spec);
+  // An async lane (a batch's wait in a queue) and a loader thread over the whole run: neither is
+  // the trainer's work; the loader's input is still input.
+  xspace::XPlaneBuilder plane(
+      xspace::FindOrAddMutablePlaneWithName(&run[0], xspace::kHostThreadsPlaneName));
+  const int64_t t0 = 1'767'225'600'000'000'000;
+  xspace::XLineBuilder lane = plane.GetOrCreateLine(int64_t{1} << 40);
+  lane.SetTimestampNs(t0);
+  xspace::XEventBuilder wait = lane.AddEvent(*plane.GetOrCreateEventMetadata("batch_in_queue"));
+  wait.SetTimestampNs(t0 + 1'000'000);
+  wait.SetDurationNs(60'000'000);
+  xspace::XLineBuilder loader = plane.GetOrCreateLine(2);
+  loader.SetTimestampNs(t0);
+  xspace::XEventBuilder load = loader.AddEvent(*plane.GetOrCreateEventMetadata("load_batch"));
+  load.SetTimestampNs(t0 + 1'000'000 + 10'000'000);
+  load.SetDurationNs(1'000'000);
+  absl::StatusOr<HostDigest> digest = DigestXSpace(run[0], "host-0");
+  ASSERT_TRUE(digest.ok()) << digest.status();
+  ASSERT_EQ(digest->steps.size(), 2u);
+  EXPECT_EQ(digest->steps[0].host_busy_ns, 20'000'000) << "the trainer's forward and backward";
+  EXPECT_EQ(digest->steps[0].input_ns, 3'000'000) << "its data_load and the loader's load_batch";
+}
+
 TEST(DigestTest, AStepPatternMarksStepsWithoutStepNum) {
   tensorflow::profiler::XSpace space;
   xspace::XPlaneBuilder plane(
