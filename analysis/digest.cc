@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "common/base/saturating.h"
 #include "common/base/strings.h"
@@ -40,9 +41,8 @@ Interval Span(const XLine& line, const XEvent& event) {
   return {start, SaturatingAdd(start, event.duration_ps() / 1000)};
 }
 
-// The union of `intervals`' lengths.
-int64_t UnionLength(std::vector<Interval>& intervals) {
-  std::sort(intervals.begin(), intervals.end());
+// The union of the lengths of `intervals`, which are in order.
+int64_t SortedUnionLength(const std::vector<Interval>& intervals) {
   int64_t total = 0;
   int64_t covered_to = INT64_MIN;
   for (const auto& [start, end] : intervals) {
@@ -53,34 +53,54 @@ int64_t UnionLength(std::vector<Interval>& intervals) {
   return total;
 }
 
-// The step number an event carries in its stat `step_stat` (on the event or its metadata).
-std::optional<int64_t> StepNumber(const XPlane& plane, const XEvent& event, int64_t step_stat) {
-  auto read = [step_stat](const auto& stats) -> std::optional<int64_t> {
-    for (const auto& stat : stats) {
-      if (stat.metadata_id() != step_stat) continue;
-      switch (stat.value_case()) {
-        case tensorflow::profiler::XStat::kInt64Value:
-          return stat.int64_value();
-        case tensorflow::profiler::XStat::kUint64Value:
-          return static_cast<int64_t>(stat.uint64_value());
-        case tensorflow::profiler::XStat::kDoubleValue:
-          return SaturatingCast(stat.double_value());
-        case tensorflow::profiler::XStat::kStrValue: {
-          int64_t value = 0;
-          if (absl::SimpleAtoi(stat.str_value(), &value)) return value;
-          return std::nullopt;
-        }
-        default:
-          return std::nullopt;
+// The step number in `stats` under `step_stat`, if any.
+template <typename Stats>
+std::optional<int64_t> ReadStepNumber(const Stats& stats, int64_t step_stat) {
+  for (const auto& stat : stats) {
+    if (stat.metadata_id() != step_stat) continue;
+    switch (stat.value_case()) {
+      case tensorflow::profiler::XStat::kInt64Value:
+        return stat.int64_value();
+      case tensorflow::profiler::XStat::kUint64Value:
+        return static_cast<int64_t>(stat.uint64_value());
+      case tensorflow::profiler::XStat::kDoubleValue:
+        return SaturatingCast(stat.double_value());
+      case tensorflow::profiler::XStat::kStrValue: {
+        int64_t value = 0;
+        if (absl::SimpleAtoi(stat.str_value(), &value)) return value;
+        return std::nullopt;
+      }
+      default:
+        return std::nullopt;
+    }
+  }
+  return std::nullopt;
+}
+
+// The step number an event carries in its stat `step_stat`: on the event, else on its metadata
+// (looked up once per metadata id).
+class StepNumbers {
+ public:
+  StepNumbers(const XPlane& plane, int64_t step_stat) : plane_(plane), step_stat_(step_stat) {}
+
+  std::optional<int64_t> Of(const XEvent& event) {
+    if (std::optional<int64_t> own = ReadStepNumber(event.stats(), step_stat_)) return own;
+    const int64_t id = event.metadata_id();
+    auto [it, inserted] = by_metadata_.try_emplace(id);
+    if (inserted) {
+      auto metadata = plane_.event_metadata().find(id);
+      if (metadata != plane_.event_metadata().end()) {
+        it->second = ReadStepNumber(metadata->second.stats(), step_stat_);
       }
     }
-    return std::nullopt;
-  };
-  if (std::optional<int64_t> own = read(event.stats())) return own;
-  auto it = plane.event_metadata().find(event.metadata_id());
-  if (it == plane.event_metadata().end()) return std::nullopt;
-  return read(it->second.stats());
-}
+    return it->second;
+  }
+
+ private:
+  const XPlane& plane_;
+  const int64_t step_stat_;
+  absl::flat_hash_map<int64_t, std::optional<int64_t>> by_metadata_;
+};
 
 int64_t StepStatId(const XPlane& plane) {
   for (const auto& [id, metadata] : plane.stat_metadata()) {
@@ -133,11 +153,12 @@ std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re
     if (step_re == nullptr && step_stat < 0) continue;
     std::optional<NameMatcher> names;
     if (step_re != nullptr) names.emplace(*step_re);
+    StepNumbers numbers(plane, step_stat);
     for (const XLine& line : plane.lines()) {
       if (xspace::IsCounterLine(line.name())) continue;
       for (const XEvent& event : line.events()) {
         const std::optional<int64_t> step =
-            step_stat >= 0 ? StepNumber(plane, event, step_stat) : std::nullopt;
+            step_stat >= 0 ? numbers.Of(event) : std::nullopt;
         const bool marker = step_re != nullptr ? names->Matches(plane, event.metadata_id())
                                                : step.has_value();
         if (marker) {
@@ -172,8 +193,107 @@ std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re
   return steps;
 }
 
+enum class EventClass : uint8_t { kUnknown, kMarker, kCollective, kInput, kOther };
+
+// What each event of a plane is, decided once per event metadata (names matched once): a step
+// marker, a collective, an input wait, or other work. An event marked by its own step_num stat
+// is a marker whatever its metadata.
+class EventClasses {
+ public:
+  EventClasses(const XPlane& plane, const std::regex& collective, const std::regex& input,
+               const std::regex* marker, int64_t step_stat)
+      : plane_(plane),
+        collective_(collective),
+        input_(input),
+        marker_(marker),
+        step_stat_(step_stat) {}
+
+  EventClass Of(const XEvent& event) {
+    if (marker_ == nullptr && step_stat_ >= 0) {
+      for (const auto& stat : event.stats()) {
+        if (stat.metadata_id() == step_stat_) return EventClass::kMarker;
+      }
+    }
+    const int64_t id = event.metadata_id();
+    if (id >= 0 && id < kDense) {
+      if (static_cast<size_t>(id) >= dense_.size()) dense_.resize(id + 1, EventClass::kUnknown);
+      EventClass& kind = dense_[id];
+      if (kind == EventClass::kUnknown) kind = Classify(id);
+      return kind;
+    }
+    auto [it, inserted] = sparse_.try_emplace(id, EventClass::kUnknown);
+    if (inserted) it->second = Classify(id);
+    return it->second;
+  }
+
+ private:
+  static constexpr int64_t kDense = 1 << 20;
+
+  EventClass Classify(int64_t id) const {
+    auto metadata = plane_.event_metadata().find(id);
+    if (metadata == plane_.event_metadata().end()) return EventClass::kOther;
+    const std::string& name = metadata->second.name().empty() ? metadata->second.display_name()
+                                                              : metadata->second.name();
+    if (marker_ != nullptr && std::regex_search(name, *marker_)) return EventClass::kMarker;
+    if (marker_ == nullptr && step_stat_ >= 0) {
+      // A step_num stat on the metadata marks every event of it.
+      for (const auto& stat : metadata->second.stats()) {
+        if (stat.metadata_id() == step_stat_) return EventClass::kMarker;
+      }
+    }
+    if (std::regex_search(name, collective_)) return EventClass::kCollective;
+    if (std::regex_search(name, input_)) return EventClass::kInput;
+    return EventClass::kOther;
+  }
+
+  const XPlane& plane_;
+  const std::regex& collective_;
+  const std::regex& input_;
+  const std::regex* marker_;
+  const int64_t step_stat_;
+  std::vector<EventClass> dense_;
+  std::unordered_map<int64_t, EventClass> sparse_;
+};
+
+// The intervals of one kind in one step, appended line by line: each line's are in time order
+// (XSpace lines are, and are checked), so putting them in order is merging a few sorted runs
+// rather than sorting.
+class Intervals {
+ public:
+  void Add(int line_serial, Interval interval) {
+    if (line_serial != last_line_) {
+      runs_.push_back(intervals_.size());
+      last_line_ = line_serial;
+    }
+    intervals_.push_back(interval);
+  }
+
+  // The union of their lengths.
+  int64_t UnionLength() {
+    runs_.push_back(intervals_.size());
+    bool sorted_runs = true;
+    for (size_t r = 0; r + 1 < runs_.size() && sorted_runs; ++r) {
+      sorted_runs = std::is_sorted(intervals_.begin() + runs_[r], intervals_.begin() + runs_[r + 1]);
+    }
+    if (!sorted_runs) {
+      std::sort(intervals_.begin(), intervals_.end());
+    } else {
+      for (size_t r = 1; r + 1 < runs_.size(); ++r) {
+        std::inplace_merge(intervals_.begin(), intervals_.begin() + runs_[r],
+                           intervals_.begin() + runs_[r + 1]);
+      }
+    }
+    return SortedUnionLength(intervals_);
+  }
+
+ private:
+  std::vector<Interval> intervals_;
+  std::vector<size_t> runs_;
+  int last_line_ = -1;
+};
+
 struct StepIntervals {
-  std::vector<Interval> collective, device, host, input;
+  Intervals collective, device, host, input;
 };
 
 }  // namespace
@@ -202,62 +322,69 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
 
   std::vector<StepIntervals> intervals(digest.steps.size());
   // The step whose span holds `start`, if any (steps in time order; the last that starts at or
-  // before it).
-  auto step_of = [&](int64_t start) -> int {
-    auto it = std::upper_bound(digest.steps.begin(), digest.steps.end(), start,
-                               [](int64_t t, const StepDigest& s) { return t < s.start_ns; });
-    if (it == digest.steps.begin()) return -1;
-    --it;
-    return start < it->end_ns ? static_cast<int>(it - digest.steps.begin()) : -1;
+  // before it). `hint` is where the line's previous event was: a line's events come in time
+  // order, so the answer is nearly always there or just after.
+  auto step_of = [&](int64_t start, int* hint) -> int {
+    const int n = static_cast<int>(digest.steps.size());
+    int i = *hint;
+    if (i < 0 || i >= n || start < digest.steps[i].start_ns) {
+      auto it = std::upper_bound(digest.steps.begin(), digest.steps.end(), start,
+                                 [](int64_t t, const StepDigest& s) { return t < s.start_ns; });
+      i = static_cast<int>(it - digest.steps.begin()) - 1;
+    } else {
+      while (i + 1 < n && digest.steps[i + 1].start_ns <= start) ++i;
+    }
+    *hint = std::max(i, 0);
+    return i >= 0 && start < digest.steps[i].end_ns ? i : -1;
   };
+  int line_serials = 0;
   for (int p = 0; p < space.planes_size(); ++p) {
     const XPlane& plane = space.planes(p);
     const bool device = IsDevicePlane(plane);
     const int64_t step_stat = device ? -1 : StepStatId(plane);
-    NameMatcher collective(*collective_re);
-    NameMatcher input(*input_re);
-    std::optional<NameMatcher> marker_names;
-    if (step_re.has_value()) marker_names.emplace(*step_re);
+    EventClasses classes(plane, *collective_re, *input_re,
+                         step_re.has_value() && !device ? &*step_re : nullptr, step_stat);
     for (const XLine& line : plane.lines()) {
       if (xspace::IsCounterLine(line.name())) continue;
       // Host work counts on the threads that run the steps; elsewhere (a loader thread, async
       // lanes such as a batch's time in a queue) only input waits and collectives do.
       const bool step_thread = !device && step_lines.count({p, line.id()}) > 0;
+      const int line_serial = line_serials++;
+      int hint = 0;
+      digest.events += line.events_size();
       for (const XEvent& event : line.events()) {
-        ++digest.events;
-        if (!device) {
-          const bool marker = marker_names.has_value()
-                                  ? marker_names->Matches(plane, event.metadata_id())
-                                  : step_stat >= 0 && StepNumber(plane, event, step_stat);
-          if (marker) continue;
-        }
+        const EventClass kind = classes.Of(event);
+        if (kind == EventClass::kMarker) continue;
+        if (kind == EventClass::kOther && !device && !step_thread) continue;
         auto [start, end] = Span(line, event);
-        const int index = step_of(start);
+        const int index = step_of(start, &hint);
         if (index < 0) continue;
         StepDigest& step = digest.steps[index];
         end = std::min(end, step.end_ns);
         StepIntervals& into = intervals[index];
-        if (collective.Matches(plane, event.metadata_id())) {
-          into.collective.emplace_back(start, end);
-          if (step.collective_entry_ns == 0 || start < step.collective_entry_ns) {
-            step.collective_entry_ns = start;
-          }
-        } else if (input.Matches(plane, event.metadata_id())) {
-          into.input.emplace_back(start, end);
-        } else if (device) {
-          into.device.emplace_back(start, end);
-        } else if (step_thread) {
-          into.host.emplace_back(start, end);
+        switch (kind) {
+          case EventClass::kCollective:
+            into.collective.Add(line_serial, {start, end});
+            if (step.collective_entry_ns == 0 || start < step.collective_entry_ns) {
+              step.collective_entry_ns = start;
+            }
+            break;
+          case EventClass::kInput:
+            into.input.Add(line_serial, {start, end});
+            break;
+          default:
+            (device ? into.device : into.host).Add(line_serial, {start, end});
+            break;
         }
       }
     }
   }
   for (size_t i = 0; i < digest.steps.size(); ++i) {
     StepDigest& step = digest.steps[i];
-    step.collective_ns = UnionLength(intervals[i].collective);
-    step.device_busy_ns = UnionLength(intervals[i].device);
-    step.host_busy_ns = UnionLength(intervals[i].host);
-    step.input_ns = UnionLength(intervals[i].input);
+    step.collective_ns = intervals[i].collective.UnionLength();
+    step.device_busy_ns = intervals[i].device.UnionLength();
+    step.host_busy_ns = intervals[i].host.UnionLength();
+    step.input_ns = intervals[i].input.UnionLength();
   }
   std::sort(digest.steps.begin(), digest.steps.end(),
             [](const StepDigest& a, const StepDigest& b) { return a.step < b.step; });

@@ -11,6 +11,7 @@
 #include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
+#include "common/xspace/xspace_io.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
 namespace clusterprof::analysis {
@@ -84,6 +85,27 @@ void BM_Digest(benchmark::State& state) {
   state.counters["events"] = static_cast<double>(events);
 }
 BENCHMARK(BM_Digest)->Args({1000, 1000})->Args({100, 10000})->Unit(benchmark::kMillisecond);
+
+// The same host read back from its file, as `clusterprof report` reads it (the parser puts the
+// events in an arena, next to each other).
+void BM_DigestParsed(benchmark::State& state) {
+  const std::string bytes = MakeHost(1000, 1000, 1).SerializeAsString();
+  absl::StatusOr<std::unique_ptr<xspace::LoadedXSpace>> loaded =
+      xspace::ParseXSpace(bytes, "benchmark");
+  if (!loaded.ok()) {
+    state.SkipWithError("parse failed");
+    return;
+  }
+  int64_t events = 0;
+  for (auto _ : state) {
+    absl::StatusOr<HostDigest> digest = DigestXSpace((*loaded)->space(), "host-0");
+    events = digest->events;
+    benchmark::DoNotOptimize(digest);
+  }
+  state.SetItemsProcessed(state.iterations() * events);
+  state.counters["events"] = static_cast<double>(events);
+}
+BENCHMARK(BM_DigestParsed)->Unit(benchmark::kMillisecond);
 
 void BM_FindStragglers(benchmark::State& state) {
   const int hosts = static_cast<int>(state.range(0));
