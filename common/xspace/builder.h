@@ -97,7 +97,11 @@ class XEventBuilder : public XStatsBuilder<XEvent> {
   void SetNumOccurrences(int64_t count) { owner_->set_num_occurrences(count); }
   void SetDurationPs(int64_t duration_ps) { owner_->set_duration_ps(duration_ps); }
   void SetDurationNs(int64_t duration_ns) { owner_->set_duration_ps(duration_ns * 1000); }
-  void SetEndTimestampNs(int64_t end_ns) { owner_->set_duration_ps(end_ns * 1000 - TimestampPs()); }
+  // Relative to the line's timestamp: end_ns * 1000 itself overflows for instants after 1970 + 106
+  // days.
+  void SetEndTimestampNs(int64_t end_ns) {
+    owner_->set_duration_ps((end_ns - line_->timestamp_ns()) * 1000 - owner_->offset_ps());
+  }
   XEvent* proto() { return owner_; }
 
  private:
