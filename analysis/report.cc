@@ -55,6 +55,34 @@ std::map<std::string, int64_t> ClockOffsets(const std::string& manifest) {
 
 }  // namespace
 
+absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::string& run_dir) {
+  absl::StatusOr<std::vector<storage::Entry>> entries = storage.List(run_dir);
+  if (!entries.ok()) return entries.status();
+  RunHosts run;
+  bool has_manifest = false;
+  for (const storage::Entry& entry : *entries) {
+    std::string_view name = entry.name;
+    if (entry.is_directory) continue;
+    if (name == storage::kManifestName) has_manifest = true;
+    if (ConsumeSuffix(&name, storage::kXPlaneSuffix)) run.hosts.emplace_back(name);
+  }
+  if (run.hosts.empty()) {
+    return absl::NotFoundError(StrCat(run_dir, " holds no ", storage::kXPlaneSuffix,
+                                      " files: give a run directory "
+                                      "(<logdir>/plugins/profile/<run>)"));
+  }
+  std::sort(run.hosts.begin(), run.hosts.end());
+  if (has_manifest) {
+    absl::StatusOr<std::string> manifest =
+        ReadSmallObject(storage, StrCat(run_dir, "/", storage::kManifestName));
+    if (manifest.ok()) {
+      run.clock_offsets_ns = ClockOffsets(*manifest);
+      run.manifest_found = !run.clock_offsets_ns.empty();
+    }
+  }
+  return run;
+}
+
 absl::StatusOr<RunReport> AnalyzeRunDirectory(
     storage::Storage& storage, const std::string& run_dir, const DigestOptions& options,
     const std::function<void(const std::string& host, int index, int total)>& progress) {
@@ -62,31 +90,10 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
   report.run_dir = run_dir;
   report.run = run_dir.substr(run_dir.find_last_of('/') + 1);
   report.options = options;
-  absl::StatusOr<std::vector<storage::Entry>> entries = storage.List(run_dir);
-  if (!entries.ok()) return entries.status();
-  std::vector<std::string> hosts;
-  bool has_manifest = false;
-  for (const storage::Entry& entry : *entries) {
-    std::string_view name = entry.name;
-    if (entry.is_directory) continue;
-    if (name == storage::kManifestName) has_manifest = true;
-    if (ConsumeSuffix(&name, storage::kXPlaneSuffix)) hosts.emplace_back(name);
-  }
-  if (hosts.empty()) {
-    return absl::NotFoundError(StrCat(run_dir, " holds no ", storage::kXPlaneSuffix,
-                                      " files: give a run directory "
-                                      "(<logdir>/plugins/profile/<run>)"));
-  }
-  std::sort(hosts.begin(), hosts.end());
-  std::map<std::string, int64_t> offsets;
-  if (has_manifest) {
-    absl::StatusOr<std::string> manifest =
-        ReadSmallObject(storage, StrCat(run_dir, "/", storage::kManifestName));
-    if (manifest.ok()) {
-      offsets = ClockOffsets(*manifest);
-      report.manifest_found = !offsets.empty();
-    }
-  }
+  absl::StatusOr<RunHosts> run = ListRunHosts(storage, run_dir);
+  if (!run.ok()) return run.status();
+  report.manifest_found = run->manifest_found;
+  const std::vector<std::string>& hosts = run->hosts;
   std::vector<HostRun> runs;
   std::vector<std::string> unreadable;
   for (size_t i = 0; i < hosts.size(); ++i) {
@@ -105,8 +112,7 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
     }
     absl::StatusOr<HostDigest> digest = DigestXSpace((*loaded)->space(), host, options);
     if (!digest.ok()) return digest.status();  // a bad pattern: the same for every host
-    auto offset = offsets.find(host);
-    runs.push_back({*std::move(digest), offset != offsets.end() ? offset->second : 0});
+    runs.push_back({*std::move(digest), run->OffsetOf(host)});
   }
   report.analysis = FindStragglers(runs);
   report.analysis.left_out.insert(report.analysis.left_out.begin(), unreadable.begin(),

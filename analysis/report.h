@@ -5,6 +5,7 @@
 #define CLUSTERPROF_ANALYSIS_REPORT_H_
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,20 @@ struct RunReport {
   // Whether clusterprof_run.json was there (clock offsets); without it offsets are taken as 0.
   bool manifest_found = false;
 };
+
+// The hosts of a run directory (its <host>.xplane.pb files, by name) and each one's clock offset
+// from the run's manifest (host clock minus the coordinator's; hosts it does not name: 0).
+struct RunHosts {
+  std::vector<std::string> hosts;
+  std::map<std::string, int64_t> clock_offsets_ns;
+  bool manifest_found = false;
+  int64_t OffsetOf(const std::string& host) const {
+    auto it = clock_offsets_ns.find(host);
+    return it == clock_offsets_ns.end() ? 0 : it->second;
+  }
+};
+// NotFound when the directory holds no host file; the listing's error when it cannot be listed.
+absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::string& run_dir);
 
 // Reads the run directory `run_dir` through `storage`: each <host>.xplane.pb in turn, and the
 // manifest. A file that cannot be read is left out with its reason; `progress` (may be null) is

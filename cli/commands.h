@@ -17,9 +17,13 @@ inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
 struct ConvertOptions {
-  // An .xplane.pb file.
+  // An .xplane.pb file; with `run`, a run directory whose hosts all go into one trace.
   std::string input;
-  // Output path; default: the input with .xplane.pb replaced by .trace.json.gz. A name ending
+  // One trace of every host of the run directory `input`: a process per host and plane, on one
+  // clock (each host shifted by its clock offset from the run's manifest), streamed.
+  bool run = false;
+  // Output path; default: the input with .xplane.pb replaced by .trace.json.gz (with `run`:
+  // <run>.trace.json.gz in the current directory). A name ending
   // in .json (not .gz) is written uncompressed; "-" writes uncompressed JSON to `out`.
   std::string output;
   // Leave out the top-level "metadata" key (the perfetto_trace.json.gz shape).

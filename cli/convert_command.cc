@@ -13,6 +13,9 @@
 #include "common/base/strings.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"
+#include "analysis/report.h"
+#include "common/base/saturating.h"
+#include "common/base/status.h"
 #include "fmt/format.h"
 #include "cli/commands.h"
 
@@ -46,6 +49,80 @@ std::string FormatBytes(uint64_t bytes) {
   return fmt::format("{} B", bytes);
 }
 
+
+// Converts the one file `input`, straight from its mapped pages.
+class FileConverter {
+ public:
+  static absl::StatusOr<std::unique_ptr<FileConverter>> Open(storage::StorageSet& storages,
+                                                             const std::string& input) {
+    absl::StatusOr<storage::Storage*> storage = storages.ForUri(input);
+    if (!storage.ok()) return storage.status();
+    auto local = storage::LocalCopy::Fetch(**storage, input);
+    if (!local.ok()) return local.status();
+    auto file = io::MappedFile::Open((*local)->path());
+    if (!file.ok()) return file.status();
+    return std::unique_ptr<FileConverter>(
+        new FileConverter(input, std::move(*local), std::move(*file)));
+  }
+
+  absl::StatusOr<xspace::TraceJsonStats> Convert(io::ByteSink* sink,
+                                                 const xspace::TraceJsonOptions& options) {
+    io::MappedFile& mapped = *file_;
+    return xspace::WriteTraceJsonFromSerialized(
+        mapped.data(), input_, sink, options,
+        [&mapped](size_t offset) { mapped.ReleaseBelow(offset); });
+  }
+
+ private:
+  FileConverter(std::string input, std::unique_ptr<storage::LocalCopy> local,
+                std::unique_ptr<io::MappedFile> file)
+      : input_(std::move(input)), local_(std::move(local)), file_(std::move(file)) {}
+  const std::string input_;
+  const std::unique_ptr<storage::LocalCopy> local_;
+  const std::unique_ptr<io::MappedFile> file_;
+};
+
+// Every host of a run directory into one trace: each host's planes become processes numbered
+// from (index + 1) * 1000, named "<host> <plane>", shifted onto the coordinator's clock. One host
+// file is open at a time.
+absl::StatusOr<xspace::TraceJsonStats> ConvertRun(storage::StorageSet& storages,
+                                                  const std::string& run_dir, bool perfetto,
+                                                  io::ByteSink* sink, std::ostream& err) {
+  absl::StatusOr<storage::Logdir> dir = storage::ParseLogdir(run_dir);
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<storage::Storage*> storage = storages.For(*dir);
+  if (!storage.ok()) return storage.status();
+  absl::StatusOr<analysis::RunHosts> run = analysis::ListRunHosts(**storage, dir->uri);
+  if (!run.ok()) return run.status();
+  if (!run->manifest_found && run->hosts.size() > 1) {
+    err << "clusterprof convert: no clock offsets in " << storage::kManifestName
+        << ": the hosts' clocks are taken to agree\n";
+  }
+  xspace::TraceJsonOptions options{.include_metadata = !perfetto};
+  CLUSTERPROF_RETURN_IF_ERROR(xspace::WriteTraceJsonHeader(sink, options));
+  xspace::TraceJsonStats total;
+  options.write_header = false;
+  options.write_footer = false;
+  for (size_t i = 0; i < run->hosts.size(); ++i) {
+    const std::string& host = run->hosts[i];
+    const std::string path = StrCat(dir->uri, "/", host, storage::kXPlaneSuffix);
+    absl::StatusOr<std::unique_ptr<FileConverter>> file = FileConverter::Open(storages, path);
+    if (!file.ok()) return file.status();
+    options.pid_base = static_cast<int>((i + 1) * 1000);
+    options.process_name_prefix = StrCat(host, " ");
+    options.shift_ps = SaturatingMul(run->OffsetOf(host), 1000);
+    absl::StatusOr<xspace::TraceJsonStats> stats = (*file)->Convert(sink, options);
+    if (!stats.ok()) return stats.status();
+    total.complete_events += stats->complete_events;
+    total.counter_events += stats->counter_events;
+    total.flow_events += stats->flow_events;
+    total.skipped_events += stats->skipped_events;
+    total.bytes += stats->bytes;
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(xspace::WriteTraceJsonFooter(sink, options));
+  return total;
+}
+
 }  // namespace
 
 int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err) {
@@ -54,25 +131,19 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
   RealClock clock;
   const int64_t started_ns = clock.MonotonicNs();
   storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
-  absl::StatusOr<storage::Storage*> input_storage = storages.ForUri(options.input);
-  absl::StatusOr<std::unique_ptr<storage::LocalCopy>> input =
-      input_storage.ok()
-          ? storage::LocalCopy::Fetch(**input_storage, options.input)
-          : absl::StatusOr<std::unique_ptr<storage::LocalCopy>>(input_storage.status());
-  if (!input.ok()) {
-    err << "clusterprof convert: " << input.status().message() << "\n";
-    return kExitFailure;
+  std::unique_ptr<FileConverter> single;
+  if (!options.run) {
+    absl::StatusOr<std::unique_ptr<FileConverter>> file =
+        FileConverter::Open(storages, options.input);
+    if (!file.ok()) {
+      err << "clusterprof convert: " << file.status().message() << "\n";
+      return kExitFailure;
+    }
+    single = std::move(*file);
   }
-  auto file = io::MappedFile::Open((*input)->path());
-  if (!file.ok()) {
-    err << "clusterprof convert: " << file.status().message() << "\n";
-    return kExitFailure;
-  }
-  io::MappedFile& mapped = **file;
-  const auto release = [&mapped](size_t offset) { mapped.ReleaseBelow(offset); };
-  const auto convert = [&](io::ByteSink* sink) {
-    return xspace::WriteTraceJsonFromSerialized(mapped.data(), options.input, sink,
-                                                {.include_metadata = !options.perfetto}, release);
+  const auto convert = [&](io::ByteSink* sink) -> absl::StatusOr<xspace::TraceJsonStats> {
+    if (options.run) return ConvertRun(storages, options.input, options.perfetto, sink, err);
+    return single->Convert(sink, {.include_metadata = !options.perfetto});
   };
 
   if (options.output == "-") {
@@ -86,7 +157,15 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     return kExitOk;
   }
 
-  const std::string output = options.output.empty() ? DefaultOutput(options.input) : options.output;
+  std::string output = options.output;
+  if (output.empty() && options.run) {
+    std::string_view run = options.input;
+    while (ConsumeSuffix(&run, "/")) {
+    }
+    output = StrCat(run.substr(run.find_last_of('/') + 1), storage::kTraceJsonSuffix);
+  } else if (output.empty()) {
+    output = DefaultOutput(options.input);
+  }
   auto path = storage::ParseLogdir(output);  // makes it absolute and rejects '..'
   if (!path.ok()) {
     err << "clusterprof convert: bad output path '" << output << "': " << path.status().message()

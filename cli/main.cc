@@ -22,7 +22,11 @@ int main(int argc, char** argv) {
   clusterprof::cli::ConvertOptions convert;
   CLI::App* convert_cmd =
       app.add_subcommand("convert", "Convert an .xplane.pb into Chrome trace JSON for Perfetto");
-  convert_cmd->add_option("input", convert.input, "The .xplane.pb file")->required();
+  convert_cmd->add_option("input", convert.input, "The .xplane.pb file (with --run: a run directory)")
+      ->required();
+  convert_cmd->add_flag("--run", convert.run,
+                        "One trace of every host of a run directory, on one clock (a process per "
+                        "host and plane)");
   convert_cmd->add_option("-o,--output", convert.output,
                           "Output file (default: <input>.trace.json.gz; *.json is written "
                           "uncompressed; - writes JSON to stdout)");

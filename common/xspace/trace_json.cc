@@ -104,8 +104,8 @@ class Output {
 
 // Writes a timestamp given as line.timestamp_ns + offset_ps, exactly, for any int64 inputs
 // (the sum is computed in 128 bits; epoch-scale picoseconds do not fit in 64).
-void PutTimestamp(Output& out, int64_t line_ns, int64_t offset_ps) {
-  __int128 ps = static_cast<__int128>(line_ns) * 1000 + offset_ps;
+void PutTimestamp(Output& out, int64_t line_ns, int64_t offset_ps, int64_t shift_ps = 0) {
+  __int128 ps = static_cast<__int128>(line_ns) * 1000 + offset_ps - shift_ps;
   if (ps < 0) {
     out.Put('-');
     ps = -ps;
@@ -181,9 +181,9 @@ class PlaneWriter {
  public:
   PlaneWriter(const XPlane& plane, int pid, const TraceJsonOptions& options, Output& out,
               TraceJsonStats& stats)
-      : plane_(plane), pid_(pid), options_(options), out_(out), stats_(stats) {
+      : plane_(plane), pid_(pid + options.pid_base), options_(options), out_(out), stats_(stats) {
     char buf[32];
-    pid_text_.assign(buf, std::to_chars(buf, buf + sizeof(buf), pid).ptr);
+    pid_text_.assign(buf, std::to_chars(buf, buf + sizeof(buf), pid_).ptr);
     BuildStatTable();
     BuildEventTable();
   }
@@ -208,7 +208,9 @@ class PlaneWriter {
   };
 
   void WriteProcessMetadata() {
-    WriteMetadataEvent("process_name", "\"name\":" + QuotedJson(plane_.name()), nullptr);
+    WriteMetadataEvent("process_name",
+                       "\"name\":" + QuotedJson(options_.process_name_prefix + plane_.name()),
+                       nullptr);
     WriteMetadataEvent("process_sort_index", "\"sort_index\":" + pid_text_, nullptr);
   }
 
@@ -387,7 +389,7 @@ class PlaneWriter {
       return false;
     }
     out_.Put(context.prefix);
-    PutTimestamp(out_, context.timestamp_ns, event.offset_ps());
+    PutTimestamp(out_, context.timestamp_ns, event.offset_ps(), options_.shift_ps);
     out_.Put(",\"dur\":");
     PutDuration(out_, event.duration_ps());
     out_.Put(name_json);
@@ -442,7 +444,7 @@ class PlaneWriter {
       return false;
     }
     out_.Put(context.prefix);
-    PutTimestamp(out_, context.timestamp_ns, event.offset_ps());
+    PutTimestamp(out_, context.timestamp_ns, event.offset_ps(), options_.shift_ps);
     out_.Put(info->name_json);
     out_.Put(",\"args\":{\"value\":");
     out_.Put(value);
@@ -492,6 +494,7 @@ class PidAllocator {
 };
 
 void WriteHeader(Output& out, const TraceJsonOptions& options) {
+  if (!options.write_header) return;
   out.Reserve(128);
   out.Put("{\"displayTimeUnit\":\"ns\",");
   if (options.include_metadata) out.Put("\"metadata\":{\"highres-ticks\":true},");
@@ -501,9 +504,11 @@ void WriteHeader(Output& out, const TraceJsonOptions& options) {
 
 absl::StatusOr<TraceJsonStats> Finish(Output& out, const TraceJsonOptions& options,
                                       TraceJsonStats& stats) {
-  out.Reserve(16);
-  out.Put("{}]}");
-  if (options.newline_per_event) out.Put('\n');
+  if (options.write_footer) {
+    out.Reserve(16);
+    out.Put("{}]}");
+    if (options.newline_per_event) out.Put('\n');
+  }
   if (!out.Flush()) return out.status();
   stats.bytes = out.bytes();
   return stats;
@@ -606,6 +611,22 @@ bool LineHasEvents(std::string_view line) {
 }
 
 }  // namespace
+
+absl::Status WriteTraceJsonHeader(io::ByteSink* sink, const TraceJsonOptions& options) {
+  Output out(sink);
+  TraceJsonOptions header = options;
+  header.write_header = true;
+  WriteHeader(out, header);
+  return out.Flush() ? absl::OkStatus() : out.status();
+}
+
+absl::Status WriteTraceJsonFooter(io::ByteSink* sink, const TraceJsonOptions& options) {
+  Output out(sink);
+  TraceJsonOptions footer = options;
+  footer.write_footer = true;
+  TraceJsonStats stats;
+  return Finish(out, footer, stats).status();
+}
 
 absl::StatusOr<TraceJsonStats> WriteTraceJson(const XSpace& space, io::ByteSink* sink,
                                               const TraceJsonOptions& options) {

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -20,7 +21,24 @@ struct TraceJsonOptions {
   bool include_metadata = true;
   // One event per line: a little larger, much friendlier to grep and diff.
   bool newline_per_event = true;
+
+  // For several hosts in one trace (`clusterprof convert --run`): added to every pid, put before
+  // every process name ("host-3 /host:CPU"), and subtracted from every timestamp (the host's
+  // clock offset, so that all hosts share one clock).
+  int pid_base = 0;
+  std::string process_name_prefix;
+  int64_t shift_ps = 0;
+  // Whether to write the document's opening (up to "traceEvents":[) and its closing. Without
+  // them the output is events only, each followed by a comma, for a caller that concatenates
+  // several.
+  bool write_header = true;
+  bool write_footer = true;
 };
+
+// The opening and closing of a trace document whose events a caller writes (with write_header
+// and write_footer off) in between.
+absl::Status WriteTraceJsonHeader(io::ByteSink* out, const TraceJsonOptions& options = {});
+absl::Status WriteTraceJsonFooter(io::ByteSink* out, const TraceJsonOptions& options = {});
 
 struct TraceJsonStats {
   int64_t complete_events = 0;  // "ph":"X"

@@ -1,5 +1,6 @@
 // `clusterprof report` on run directories written to disk: synthetic hosts (one straggling, with
 // clock offsets known only from the manifest), a corrupt host file, and bad input.
+#include <map>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -110,6 +111,57 @@ TEST(ReportCommandTest, BadInputGetsAClearError) {
   Output missing = Report({.path = dir.Join("nope")});
   EXPECT_EQ(missing.code, kExitFailure);
   EXPECT_THAT(missing.err, HasSubstr("nope"));
+}
+
+TEST(ConvertRunTest, EveryHostInOneTraceOnTheCoordinatorsClock) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(3);
+  spec.steps = 5;
+  spec.hosts[1].clock_offset_ns = 4'000'000;
+  spec.hosts[2].clock_offset_ns = -7'000'000;
+  WriteRun(spec, dir.path());
+  ConvertOptions options;
+  options.input = dir.path();
+  options.run = true;
+  options.output = dir.Join("all.trace.json");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunConvert(options, out, err), kExitOk) << err.str();
+  const web::json::value trace =
+      web::json::value::parse(testing::ReadFileOrDie(dir.Join("all.trace.json")));
+  std::map<std::string, int> pid_of;  // process name -> pid
+  std::map<int, double> first_train_us;
+  for (const web::json::value& event : trace.at("traceEvents").as_array()) {
+    if (!event.has_field("ph")) continue;
+    const std::string ph = event.at("ph").as_string();
+    if (ph == "M" && event.at("name").as_string() == "process_name") {
+      pid_of[event.at("args").at("name").as_string()] = event.at("pid").as_integer();
+    }
+    if (ph == "X" && event.at("name").as_string() == "train") {
+      const int pid = event.at("pid").as_integer();
+      const double ts = event.at("ts").as_double();
+      if (!first_train_us.count(pid) || ts < first_train_us[pid]) first_train_us[pid] = ts;
+    }
+  }
+  ASSERT_EQ(pid_of.size(), 6u) << "a /host:CPU and a /device:GPU:0 process per host";
+  EXPECT_EQ(pid_of.count("host-1 /host:CPU"), 1u);
+  EXPECT_NE(pid_of["host-0 /host:CPU"], pid_of["host-1 /host:CPU"]);
+  ASSERT_EQ(first_train_us.size(), 3u);
+  // The hosts' clocks disagreed by up to 11 ms; on the coordinator's clock their first steps start
+  // together, as they did.
+  const double t0 = first_train_us.begin()->second;
+  for (const auto& [pid, ts] : first_train_us) EXPECT_NEAR(ts, t0, 1.0) << "pid " << pid;
+}
+
+TEST(ConvertRunTest, ADirectoryWithoutHostsIsAnError) {
+  testing::TempDir dir;
+  ConvertOptions options;
+  options.input = dir.path();
+  options.run = true;
+  options.output = dir.Join("all.trace.json");
+  std::ostringstream out, err;
+  EXPECT_EQ(RunConvert(options, out, err), kExitFailure);
+  EXPECT_THAT(err.str(), HasSubstr("holds no .xplane.pb files"));
 }
 
 }  // namespace
