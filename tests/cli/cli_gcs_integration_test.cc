@@ -10,6 +10,7 @@
 #include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/analysis/synthetic_run.h"
 #include "tests/support/gcs_test_server.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/xspace_samples.h"
@@ -103,6 +104,33 @@ TEST_F(CliGcsTest, ConvertsFromAndToABucket) {
   auto object = server_->GetObject("logs", "out.trace.json.gz");
   ASSERT_TRUE(object.has_value());
   EXPECT_THAT(Gunzip(object->data), HasSubstr("\"traceEvents\""));
+}
+
+TEST_F(CliGcsTest, ReportsAndMergesARunInABucket) {
+  // Four lockstep hosts, host-2 slower to compute, and the manifest with their clock offsets.
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(4);
+  spec.hosts[2].compute_scale = 1.3;
+  spec.hosts[1].clock_offset_ns = 3'000'000;
+  std::string manifest = R"({"targets":[)";
+  const std::vector<tensorflow::profiler::XSpace> spaces = analysis::testing::MakeRun(spec);
+  for (size_t h = 0; h < spaces.size(); ++h) {
+    server_->PutObject("logs", StrCat("tb/plugins/profile/lockstep/host-", h, ".xplane.pb"),
+                       spaces[h].SerializeAsString());
+    StrAppend(&manifest, h == 0 ? "" : ",", R"({"host":"host-)", h, R"(","clock_offset_ns":)",
+              spec.hosts[h].clock_offset_ns, "}");
+  }
+  server_->PutObject("logs", "tb/plugins/profile/lockstep/clusterprof_run.json", manifest + "]}");
+
+  Result report = Cli("report --no-progress gs://logs/tb/plugins/profile/lockstep");
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_THAT(report.output, HasSubstr("STRAGGLER host-2 (compute)"));
+
+  Result merged = Cli(StrCat("convert --run gs://logs/tb/plugins/profile/lockstep -o ",
+                             dir_.Join("all.trace.json")));
+  EXPECT_EQ(merged.exit_code, 0) << merged.output;
+  const std::string json = testing::ReadFileOrDie(dir_.Join("all.trace.json"));
+  EXPECT_THAT(json, AllOf(HasSubstr("host-0 /host:CPU"), HasSubstr("host-3 /device:GPU:0")));
 }
 
 TEST_F(CliGcsTest, MissingObjectsAndBucketsAreClearErrors) {
