@@ -265,6 +265,7 @@ class ResponseStream::Connection {
       SSL_set1_host(ssl_, endpoint.host.c_str());
     }
     while (true) {
+      ERR_clear_error();  // see Fill
       const int done = SSL_connect(ssl_);
       if (done == 1) return absl::OkStatus();
       const int error = SSL_get_error(ssl_, done);
@@ -287,6 +288,7 @@ class ResponseStream::Connection {
     while (!data.empty()) {
       ssize_t written;
       if (ssl_ != nullptr) {
+        ERR_clear_error();  // see Fill
         written = SSL_write(ssl_, data.data(), static_cast<int>(data.size()));
         if (written <= 0) {
           const int error = SSL_get_error(ssl_, static_cast<int>(written));
@@ -317,6 +319,9 @@ class ResponseStream::Connection {
       if (cancelled_) return Broken("cancelled");
       ssize_t got;
       if (ssl_ != nullptr) {
+        // SSL_get_error reads this thread's error queue: an error left there by earlier OpenSSL
+        // calls (reading a PEM bundle ends with one) would turn "no data yet" into a failure.
+        ERR_clear_error();
         got = SSL_read(ssl_, chunk, sizeof(chunk));
         if (got <= 0) {
           const int error = SSL_get_error(ssl_, static_cast<int>(got));

@@ -1,5 +1,6 @@
 #include "operator/kube/rest_client.h"
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 
@@ -35,6 +36,9 @@ absl::Status AddCertificateAuthorities(boost::asio::ssl::context& context, const
     X509_free(cert);
     ++added;
   }
+  // The loop ends on an error (no more PEM blocks) left in this thread's queue; OpenSSL calls
+  // later on this thread would read it as theirs.
+  ERR_clear_error();
   BIO_free(bio);
   if (added == 0) {
     return absl::InvalidArgumentError("the CA bundle holds no PEM certificate");

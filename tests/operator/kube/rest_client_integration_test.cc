@@ -1,6 +1,10 @@
 // The REST client against a real kube-apiserver: CRUD, patches, the status subresource, paging,
 // selectors, conflicts, RBAC errors, token rotation, watches, and the client-side rate limit.
+#include <openssl/err.h>
+#include <openssl/pem.h>
+
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -340,6 +344,36 @@ TEST_F(RestClientTest, UnreachableServerIsUnavailable) {
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(status.message(), HasSubstr("127.0.0.1:1"));
   EXPECT_TRUE(IsRetryable(status));
+}
+
+// OpenSSL keeps errors in a per-thread queue, and SSL_get_error reads it: a stale error there
+// (reading a PEM bundle ends with one) once turned a watch's "no data yet" into "the connection
+// broke", now and then, depending on whether the next event had arrived.
+TEST_F(RestClientTest, AnOpenSslErrorLeftOnTheThreadDoesNotBreakAWatch) {
+  absl::StatusOr<ObjectList> start = admin_->List(ConfigMaps(), ns_);
+  ASSERT_TRUE(start.ok());
+  ListOptions options;
+  options.resource_version = start->resource_version;
+  options.timeout_seconds = 60;
+  absl::StatusOr<std::unique_ptr<WatchStream>> watch = admin_->Watch(ConfigMaps(), ns_, options);
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  std::thread creator([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_TRUE(admin_->Create(ConfigMaps(), ns_, ConfigMap("late", "1")).ok());
+  });
+  // A failed PEM read leaves "no start line" in this thread's queue.
+  const std::string not_pem = "not a certificate";
+  BIO* bio = BIO_new_mem_buf(not_pem.data(), static_cast<int>(not_pem.size()));
+  EXPECT_EQ(PEM_read_bio_X509(bio, nullptr, nullptr, nullptr), nullptr);
+  BIO_free(bio);
+  ASSERT_NE(ERR_peek_error(), 0u) << "the queue holds an error";
+  // Next() finds no data at first (the object comes 200 ms later): SSL_read wants to read.
+  absl::StatusOr<std::optional<WatchEvent>> event = (*watch)->Next();
+  creator.join();
+  ASSERT_TRUE(event.ok()) << event.status();
+  ASSERT_TRUE(event->has_value());
+  EXPECT_EQ((*event)->type, WatchEvent::Type::kAdded);
+  (*watch)->Cancel();
 }
 
 TEST_F(RestClientTest, WatchSeesChangesInOrderAndCancels) {
