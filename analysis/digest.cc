@@ -128,7 +128,6 @@ class NameMatcher {
     }
     return it->second;
   }
-  void Reset() { cache_.clear(); }
 
  private:
   const std::regex& re_;

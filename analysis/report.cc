@@ -4,7 +4,6 @@
 #include <map>
 
 #include "common/base/json_writer.h"
-#include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/storage/logdir.h"
 #include "common/storage/storage.h"
@@ -17,22 +16,10 @@
 namespace clusterprof::analysis {
 namespace {
 
-std::string Duration(int64_t ns) { return xspace::FormatDurationPs(SaturatingMul(ns, 1000)); }
+using xspace::FormatDurationNs;
 
-// The whole object at `uri`, for the small manifest.
-absl::StatusOr<std::string> ReadSmallObject(storage::Storage& storage, const std::string& uri) {
-  absl::StatusOr<std::unique_ptr<storage::ObjectReader>> reader = storage.NewReader(uri);
-  if (!reader.ok()) return reader.status();
-  std::string data;
-  char buffer[64 * 1024];
-  while (true) {
-    absl::StatusOr<size_t> got = (*reader)->Read(buffer, sizeof(buffer));
-    if (!got.ok()) return got.status();
-    if (*got == 0) return data;
-    data.append(buffer, *got);
-    if (data.size() > (64 << 20)) return absl::ResourceExhaustedError("over 64 MiB");
-  }
-}
+// A manifest larger than this is not read (it names each target once: a few hundred bytes each).
+constexpr uint64_t kMaxManifestBytes = 64 << 20;
 
 // Each host's clock offset from the manifest, by host name.
 std::map<std::string, int64_t> ClockOffsets(const std::string& manifest) {
@@ -63,7 +50,7 @@ absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::stri
   for (const storage::Entry& entry : *entries) {
     std::string_view name = entry.name;
     if (entry.is_directory) continue;
-    if (name == storage::kManifestName) has_manifest = true;
+    if (name == storage::kManifestName) has_manifest = entry.bytes <= kMaxManifestBytes;
     if (ConsumeSuffix(&name, storage::kXPlaneSuffix)) run.hosts.emplace_back(name);
   }
   if (run.hosts.empty()) {
@@ -74,7 +61,7 @@ absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::stri
   std::sort(run.hosts.begin(), run.hosts.end());
   if (has_manifest) {
     absl::StatusOr<std::string> manifest =
-        ReadSmallObject(storage, StrCat(run_dir, "/", storage::kManifestName));
+        storage::ReadObject(storage, StrCat(run_dir, "/", storage::kManifestName));
     if (manifest.ok()) {
       run.clock_offsets_ns = ClockOffsets(*manifest);
       run.manifest_found = !run.clock_offsets_ns.empty();
@@ -151,13 +138,13 @@ std::string FormatReportText(const RunReport& report) {
                      "verdict");
   for (const HostVerdict& host : a.hosts) {
     out += fmt::format("  {:<24} {:>6} {:>11} {:>11} {:>11} {:>8} {:>12} {:>12}  {}\n", host.host,
-                       host.steps, Duration(host.step_p50_ns), Duration(host.step_p90_ns),
-                       Duration(host.step_max_ns),
+                       host.steps, FormatDurationNs(host.step_p50_ns), FormatDurationNs(host.step_p90_ns),
+                       FormatDurationNs(host.step_max_ns),
                        a.compared_steps > 0 ? fmt::format("{}/{}", host.late_steps,
                                                           a.compared_steps)
                                             : std::string("-"),
-                       host.late_steps > 0 ? Duration(host.median_lateness_ns) : "-",
-                       host.late_steps > 0 ? Duration(host.others_wait_ns) : "-",
+                       host.late_steps > 0 ? FormatDurationNs(host.median_lateness_ns) : "-",
+                       host.late_steps > 0 ? FormatDurationNs(host.others_wait_ns) : "-",
                        host.straggler ? fmt::format("straggler ({})", CauseName(host.cause))
                                       : std::string("ok"));
   }

@@ -27,7 +27,7 @@ int64_t Percentile(std::vector<int64_t> values, double fraction) {
   return values[std::min(index, values.size() - 1)];
 }
 
-std::string Duration(int64_t ns) { return xspace::FormatDurationPs(SaturatingMul(ns, 1000)); }
+using xspace::FormatDurationNs;
 
 // What the late host did before entering the collective, beyond the others' median, summed
 // over its late steps.
@@ -66,18 +66,18 @@ Cause CauseOf(const Excess& excess) {
 
 std::string Evidence(const HostVerdict& verdict, int compared, size_t hosts,
                      const Excess& excess) {
-  std::string text = StrCat("enters the collectives ", Duration(verdict.median_lateness_ns),
+  std::string text = StrCat("enters the collectives ", FormatDurationNs(verdict.median_lateness_ns),
                             " late (median) in ", verdict.late_steps, " of ", compared,
                             " steps; the other ", hosts - 1, " host", hosts == 2 ? "" : "s",
-                            " wait ", Duration(verdict.others_wait_ns), " for it in all");
+                            " wait ", FormatDurationNs(verdict.others_wait_ns), " for it in all");
   const int late = std::max(verdict.late_steps, 1);
   switch (verdict.cause) {
     case Cause::kCompute:
-      StrAppend(&text, "; per late step it computes ", Duration(excess.compute_ns / late),
+      StrAppend(&text, "; per late step it computes ", FormatDurationNs(excess.compute_ns / late),
                 " longer than the others (device kernels and host work)");
       break;
     case Cause::kInput:
-      StrAppend(&text, "; per late step it waits ", Duration(excess.input_ns / late),
+      StrAppend(&text, "; per late step it waits ", FormatDurationNs(excess.input_ns / late),
                 " longer than the others on its input pipeline");
       break;
     case Cause::kOverhead:

@@ -49,6 +49,8 @@ std::string FormatDurationPs(int64_t ps) {
   return absl::StrFormat("%d ps", ps);
 }
 
+std::string FormatDurationNs(int64_t ns) { return FormatDurationPs(SaturatingMul(ns, 1000)); }
+
 SpaceSummary Summarize(const XSpace& space, int top_n) {
   SpaceSummary summary;
   summary.hostnames.assign(space.hostnames().begin(), space.hostnames().end());

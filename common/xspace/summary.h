@@ -54,6 +54,8 @@ std::string FormatSummary(const SpaceSummary& summary, const std::string& source
 
 // "1.234 ms", "12.5 us", "3.2 s".
 std::string FormatDurationPs(int64_t ps);
+// The same for nanoseconds (saturating: any int64 is fine).
+std::string FormatDurationNs(int64_t ns);
 
 }  // namespace clusterprof::xspace
 
