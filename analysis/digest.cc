@@ -213,10 +213,10 @@ class EventClasses {
         step_stat_(step_stat) {}
 
   EventClass Of(const XEvent& event) {
-    if (marker_ == nullptr && step_stat_ >= 0) {
-      for (const auto& stat : event.stats()) {
-        if (stat.metadata_id() == step_stat_) return EventClass::kMarker;
-      }
+    // The same test as FindSteps: a step number that reads as one.
+    if (marker_ == nullptr && step_stat_ >= 0 &&
+        ReadStepNumber(event.stats(), step_stat_).has_value()) {
+      return EventClass::kMarker;
     }
     const int64_t id = event.metadata_id();
     if (id >= 0 && id < kDense) {
@@ -239,11 +239,10 @@ class EventClasses {
     const std::string& name = metadata->second.name().empty() ? metadata->second.display_name()
                                                               : metadata->second.name();
     if (marker_ != nullptr && std::regex_search(name, *marker_)) return EventClass::kMarker;
-    if (marker_ == nullptr && step_stat_ >= 0) {
-      // A step_num stat on the metadata marks every event of it.
-      for (const auto& stat : metadata->second.stats()) {
-        if (stat.metadata_id() == step_stat_) return EventClass::kMarker;
-      }
+    // A step_num stat on the metadata marks every event of it.
+    if (marker_ == nullptr && step_stat_ >= 0 &&
+        ReadStepNumber(metadata->second.stats(), step_stat_).has_value()) {
+      return EventClass::kMarker;
     }
     if (std::regex_search(name, collective_)) return EventClass::kCollective;
     if (std::regex_search(name, input_)) return EventClass::kInput;
