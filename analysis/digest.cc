@@ -299,6 +299,68 @@ struct StepIntervals {
   Intervals collective, device, host, input;
 };
 
+// Time per op of one plane, by event metadata id (dense ids in a vector, as EventClasses).
+class OpTotals {
+ public:
+  void Add(int64_t metadata_id, int64_t duration_ns) {
+    Totals* totals;
+    if (metadata_id >= 0 && metadata_id < kDense) {
+      if (static_cast<size_t>(metadata_id) >= dense_.size()) dense_.resize(metadata_id + 1);
+      totals = &dense_[metadata_id];
+    } else {
+      totals = &sparse_[metadata_id];
+    }
+    ++totals->count;
+    totals->total_ns = SaturatingAdd(totals->total_ns, duration_ns);
+  }
+
+  // Folds this plane's totals into `by_name`, by (device, name).
+  void FoldInto(const XPlane& plane, bool device,
+                std::map<std::pair<bool, std::string>, OpStat>* by_name) const {
+    auto fold = [&](int64_t id, const Totals& totals) {
+      if (totals.count == 0) return;
+      auto metadata = plane.event_metadata().find(id);
+      std::string name = metadata == plane.event_metadata().end()
+                             ? StrCat("#", id)
+                             : (metadata->second.name().empty() ? metadata->second.display_name()
+                                                                : metadata->second.name());
+      OpStat& op = (*by_name)[{device, name}];
+      if (op.count == 0) {
+        op.name = std::move(name);
+        op.device = device;
+      }
+      op.count += totals.count;
+      op.total_ns = SaturatingAdd(op.total_ns, totals.total_ns);
+    };
+    for (size_t id = 0; id < dense_.size(); ++id) fold(static_cast<int64_t>(id), dense_[id]);
+    for (const auto& [id, totals] : sparse_) fold(id, totals);
+  }
+
+ private:
+  static constexpr int64_t kDense = 1 << 20;
+  struct Totals {
+    int64_t count = 0;
+    int64_t total_ns = 0;
+  };
+  std::vector<Totals> dense_;
+  std::unordered_map<int64_t, Totals> sparse_;
+};
+
+std::vector<OpStat> TopOps(std::map<std::pair<bool, std::string>, OpStat> by_name) {
+  std::vector<OpStat> ops;
+  ops.reserve(by_name.size());
+  for (auto& [key, op] : by_name) ops.push_back(std::move(op));
+  auto most_first = [](const OpStat& a, const OpStat& b) {
+    if (a.total_ns != b.total_ns) return a.total_ns > b.total_ns;
+    if (a.device != b.device) return a.device;
+    return a.name < b.name;
+  };
+  const size_t keep = std::min<size_t>(ops.size(), kMaxTopOps);
+  std::partial_sort(ops.begin(), ops.begin() + keep, ops.end(), most_first);
+  ops.resize(keep);
+  return ops;
+}
+
 }  // namespace
 
 absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
@@ -341,9 +403,11 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
     return i >= 0 && start < digest.steps[i].end_ns ? i : -1;
   };
   int line_serials = 0;
+  std::map<std::pair<bool, std::string>, OpStat> ops_by_name;
   for (int p = 0; p < space.planes_size(); ++p) {
     const XPlane& plane = space.planes(p);
     const bool device = IsDevicePlane(plane);
+    OpTotals op_totals;
     const int64_t step_stat = device ? -1 : StepStatId(plane);
     EventClasses classes(plane, *collective_re, *input_re,
                          step_re.has_value() && !device ? &*step_re : nullptr, step_stat);
@@ -370,6 +434,7 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
         StepDigest& step = digest.steps[index];
         end = std::min(end, step.end_ns);
         StepIntervals& into = intervals[index];
+        op_totals.Add(event.metadata_id(), SaturatingSub(end, start));
         switch (kind) {
           case EventClass::kCollective:
             into.collective.Add(line_serial, {start, end});
@@ -386,7 +451,9 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
         }
       }
     }
+    op_totals.FoldInto(plane, device, &ops_by_name);
   }
+  digest.top_ops = TopOps(std::move(ops_by_name));
   for (size_t i = 0; i < digest.steps.size(); ++i) {
     StepDigest& step = digest.steps[i];
     step.collective_ns = intervals[i].collective.UnionLength();

@@ -57,10 +57,23 @@ struct StepDigest {
   int64_t duration_ns() const { return SaturatingSub(end_ns, start_ns); }
 };
 
+// The time one op (a kernel on a device, or an annotation on a step thread) took inside the steps.
+struct OpStat {
+  std::string name;
+  bool device = false;
+  int64_t count = 0;
+  int64_t total_ns = 0;
+};
+
+// How many ops a digest keeps, those with the most time first.
+inline constexpr int kMaxTopOps = 40;
+
 struct HostDigest {
   std::string host;
   // By step number, each step once.
   std::vector<StepDigest> steps;
+  // The kMaxTopOps ops with the most time inside the steps, most first (ties by name).
+  std::vector<OpStat> top_ops;
   // Events read, and what marked the steps ("step_num stat" or the pattern).
   int64_t events = 0;
   std::string step_source;

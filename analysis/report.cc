@@ -70,16 +70,43 @@ absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::stri
   return run;
 }
 
+RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
+                        std::vector<HostRun> runs, const std::vector<std::string>& left_out,
+                        bool offsets_known) {
+  RunReport report;
+  report.run_dir = std::move(run_dir);
+  report.run = report.run_dir.substr(report.run_dir.find_last_of('/') + 1);
+  report.options = options;
+  report.manifest_found = offsets_known;
+  report.analysis = FindStragglers(runs);
+  report.analysis.left_out.insert(report.analysis.left_out.begin(), left_out.begin(),
+                                  left_out.end());
+  if (!offsets_known && runs.size() + left_out.size() > 1) {
+    report.analysis.notes.push_back(
+        StrCat("no clock offsets (", storage::kManifestName,
+               " missing or without targets): the hosts' clocks are taken to agree"));
+  }
+  // In the order of the verdicts (hosts left out have none).
+  std::vector<HostRun> ordered;
+  ordered.reserve(runs.size());
+  for (const HostVerdict& verdict : report.analysis.hosts) {
+    for (HostRun& run : runs) {
+      if (run.digest.host == verdict.host && !run.digest.host.empty()) {
+        ordered.push_back(std::move(run));
+        run.digest.host.clear();
+        break;
+      }
+    }
+  }
+  report.runs = std::move(ordered);
+  return report;
+}
+
 absl::StatusOr<RunReport> AnalyzeRunDirectory(
     storage::Storage& storage, const std::string& run_dir, const DigestOptions& options,
     const std::function<void(const std::string& host, int index, int total)>& progress) {
-  RunReport report;
-  report.run_dir = run_dir;
-  report.run = run_dir.substr(run_dir.find_last_of('/') + 1);
-  report.options = options;
   absl::StatusOr<RunHosts> run = ListRunHosts(storage, run_dir);
   if (!run.ok()) return run.status();
-  report.manifest_found = run->manifest_found;
   const std::vector<std::string>& hosts = run->hosts;
   std::vector<HostRun> runs;
   std::vector<std::string> unreadable;
@@ -101,15 +128,7 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
     if (!digest.ok()) return digest.status();  // a bad pattern: the same for every host
     runs.push_back({*std::move(digest), run->OffsetOf(host)});
   }
-  report.analysis = FindStragglers(runs);
-  report.analysis.left_out.insert(report.analysis.left_out.begin(), unreadable.begin(),
-                                  unreadable.end());
-  if (!report.manifest_found && hosts.size() > 1) {
-    report.analysis.notes.push_back(
-        StrCat("no clock offsets (", storage::kManifestName,
-               " missing or without targets): the hosts' clocks are taken to agree"));
-  }
-  return report;
+  return MakeRunReport(run_dir, options, std::move(runs), unreadable, run->manifest_found);
 }
 
 std::string FormatReportText(const RunReport& report) {

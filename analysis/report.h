@@ -26,9 +26,17 @@ struct RunReport {
   std::string run;  // the directory's last component
   DigestOptions options;
   Analysis analysis;
+  // Each analyzed host's digest and clock offset, in the order of analysis.hosts.
+  std::vector<HostRun> runs;
   // Whether clusterprof_run.json was there (clock offsets); without it offsets are taken as 0.
   bool manifest_found = false;
 };
+
+// The report of digests already made (by the sidecars, or read here): the verdict over `runs`,
+// with `left_out` (hosts without a digest, each with why) put first among the left out.
+RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
+                        std::vector<HostRun> runs, const std::vector<std::string>& left_out,
+                        bool offsets_known);
 
 // The hosts of a run directory (its <host>.xplane.pb files, by name) and each one's clock offset
 // from the run's manifest (host clock minus the coordinator's; hosts it does not name: 0).

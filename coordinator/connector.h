@@ -22,6 +22,7 @@ using Done = std::function<void(absl::StatusOr<Response> response)>;
 // One server. Every call returns at once; `done` runs exactly once, on any thread, with the
 // answer or the call's error: DEADLINE_EXCEEDED after `timeout_ns`, CANCELLED after
 // CancelCalls(), UNIMPLEMENTED from a TF/JAX server asked a Sidecar method. Thread-safe.
+// Destroying a connection waits for its calls' `done` to return, so `done` must not destroy it.
 class ProfilerConnection {
  public:
   virtual ~ProfilerConnection() = default;

@@ -27,9 +27,12 @@ class GrpcConnection final : public ProfilerConnection {
   }
 
   ~GrpcConnection() override {
-    // Calls hold `this` until their callback ran; the owner waits for them (or cancels) first.
+    // Waits until every call's state, its ClientContext with it, is gone: a context holds the
+    // channel, and the channel must go here, on the owner's thread. The last reference to a
+    // gRPC 1.51 channel dropped on one of its callback threads, as a call's callback ends, frees
+    // the callback queue twice (a crash seen under ASan).
     MutexLock lock(&mu_);
-    mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return live_.empty(); });
+    mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return calls_ == 0; });
   }
 
   void GetInfo(int64_t timeout_ns, Done<v1alpha1::GetInfoResponse> done) override {
@@ -76,14 +79,35 @@ class GrpcConnection final : public ProfilerConnection {
   }
 
  private:
+  // Counts a call's state from its making to its end.
+  class CallTracker {
+   public:
+    explicit CallTracker(GrpcConnection* connection) : connection_(connection) {
+      MutexLock lock(&connection_->mu_);
+      ++connection_->calls_;
+    }
+    ~CallTracker() {
+      MutexLock lock(&connection_->mu_);
+      --connection_->calls_;
+    }
+    CallTracker(const CallTracker&) = delete;
+    CallTracker& operator=(const CallTracker&) = delete;
+
+   private:
+    GrpcConnection* const connection_;
+  };
+
   template <typename Request, typename Response, typename Start>
   void Call(const Request& request, int64_t timeout_ns, Done<Response> done, Start start) {
     struct State {
+      explicit State(GrpcConnection* connection) : tracker(connection) {}
+      // First, so that it is destroyed last, after the context.
+      CallTracker tracker;
       grpc::ClientContext context;
       Request request;
       Response response;
     };
-    auto state = std::make_shared<State>();
+    auto state = std::make_shared<State>(this);
     state->request = request;
     if (!auth_token_.empty()) {
       state->context.AddMetadata("authorization", "Bearer " + auth_token_);
@@ -98,17 +122,16 @@ class GrpcConnection final : public ProfilerConnection {
       live_.emplace(&state->context, std::shared_ptr<grpc::ClientContext>(state, &state->context));
     }
     start(&state->context, &state->request, &state->response,
-          [this, state, done = std::move(done)](grpc::Status status) {
-            {
-              MutexLock lock(&mu_);
-              live_.erase(&state->context);
-            }
-            // `this` may be gone from here on: the owner only waits for calls in flight.
+          [this, state, done = std::move(done)](grpc::Status status) mutable {
             if (status.ok()) {
               done(std::move(state->response));
             } else {
               done(FromGrpcStatus(status));
             }
+            grpc::ClientContext* key = &state->context;
+            MutexLock lock(&mu_);
+            live_.erase(key);
+            // The state goes with this lambda, or with CancelCalls' copy of its context.
           });
   }
 
@@ -120,6 +143,8 @@ class GrpcConnection final : public ProfilerConnection {
   // The calls in flight, each context kept alive by its call's state.
   std::map<grpc::ClientContext*, std::shared_ptr<grpc::ClientContext>> live_ ABSL_GUARDED_BY(mu_);
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  // Call states alive (CallTracker).
+  int calls_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace
