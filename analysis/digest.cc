@@ -120,9 +120,8 @@ class NameMatcher {
     if (inserted) {
       auto metadata = plane.event_metadata().find(metadata_id);
       if (metadata != plane.event_metadata().end()) {
-        const std::string& name = metadata->second.name().empty()
-                                      ? metadata->second.display_name()
-                                      : metadata->second.name();
+        const std::string& name = metadata->second.name().empty() ? metadata->second.display_name()
+                                                                  : metadata->second.name();
         it->second = std::regex_search(name, re_);
       }
     }
@@ -161,10 +160,9 @@ std::vector<StepDigest> FindSteps(const XSpace& space, const std::regex* step_re
       for (int e = 0; e < events; ++e) {
         if (e + kPrefetchAhead < events) __builtin_prefetch(&line.events(e + kPrefetchAhead));
         const XEvent& event = line.events(e);
-        const std::optional<int64_t> step =
-            step_stat >= 0 ? numbers.Of(event) : std::nullopt;
-        const bool marker = step_re != nullptr ? names->Matches(plane, event.metadata_id())
-                                               : step.has_value();
+        const std::optional<int64_t> step = step_stat >= 0 ? numbers.Of(event) : std::nullopt;
+        const bool marker =
+            step_re != nullptr ? names->Matches(plane, event.metadata_id()) : step.has_value();
         if (marker) {
           markers.push_back({Span(line, event), step});
           step_lines->emplace(p, line.id());
@@ -236,8 +234,8 @@ class EventClasses {
   EventClass Classify(int64_t id) const {
     auto metadata = plane_.event_metadata().find(id);
     if (metadata == plane_.event_metadata().end()) return EventClass::kOther;
-    const std::string& name = metadata->second.name().empty() ? metadata->second.display_name()
-                                                              : metadata->second.name();
+    const std::string& name =
+        metadata->second.name().empty() ? metadata->second.display_name() : metadata->second.name();
     if (marker_ != nullptr && std::regex_search(name, *marker_)) return EventClass::kMarker;
     // A step_num stat on the metadata marks every event of it.
     if (marker_ == nullptr && step_stat_ >= 0 &&
@@ -276,7 +274,8 @@ class Intervals {
     runs_.push_back(intervals_.size());
     bool sorted_runs = true;
     for (size_t r = 0; r + 1 < runs_.size() && sorted_runs; ++r) {
-      sorted_runs = std::is_sorted(intervals_.begin() + runs_[r], intervals_.begin() + runs_[r + 1]);
+      sorted_runs =
+          std::is_sorted(intervals_.begin() + runs_[r], intervals_.begin() + runs_[r + 1]);
     }
     if (!sorted_runs) {
       std::sort(intervals_.begin(), intervals_.end());
@@ -363,6 +362,18 @@ std::vector<OpStat> TopOps(std::map<std::pair<bool, std::string>, OpStat> by_nam
 
 }  // namespace
 
+absl::Status ValidateDigestOptions(const DigestOptions& options) {
+  if (!options.step_pattern.empty()) {
+    if (absl::StatusOr<std::regex> re = Compile(options.step_pattern, "step"); !re.ok()) {
+      return re.status();
+    }
+  }
+  if (absl::StatusOr<std::regex> re = Compile(options.collective_pattern, "collective"); !re.ok()) {
+    return re.status();
+  }
+  return Compile(options.input_pattern, "input").status();
+}
+
 absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
                                         const DigestOptions& options) {
   std::optional<std::regex> step_re;
@@ -378,9 +389,9 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
 
   HostDigest digest;
   digest.host = std::move(host);
-  digest.step_source = step_re.has_value() ? StrCat("events named like '", options.step_pattern,
-                                                    "'")
-                                           : StrCat("events with a ", xspace::kStepNum, " stat");
+  digest.step_source = step_re.has_value()
+                           ? StrCat("events named like '", options.step_pattern, "'")
+                           : StrCat("events with a ", xspace::kStepNum, " stat");
   std::set<LineKey> step_lines;
   digest.steps = FindSteps(space, step_re.has_value() ? &*step_re : nullptr, &step_lines);
   if (digest.steps.empty()) return digest;

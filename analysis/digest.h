@@ -37,6 +37,9 @@ struct DigestOptions {
   std::string input_pattern = kDefaultInputPattern;
 };
 
+// INVALID_ARGUMENT naming the pattern that is not a regular expression.
+absl::Status ValidateDigestOptions(const DigestOptions& options);
+
 // One step of one host. Times are on the host's clock, ns since the Unix epoch; durations are
 // the union of the intervals of that kind inside the step.
 struct StepDigest {
@@ -82,8 +85,8 @@ struct HostDigest {
 // Reduces `space` to its digest. INVALID_ARGUMENT for a pattern that is not a regular
 // expression; a space without steps is a digest without steps (the caller says which markers
 // were looked for).
-absl::StatusOr<HostDigest> DigestXSpace(const tensorflow::profiler::XSpace& space,
-                                        std::string host, const DigestOptions& options = {});
+absl::StatusOr<HostDigest> DigestXSpace(const tensorflow::profiler::XSpace& space, std::string host,
+                                        const DigestOptions& options = {});
 
 }  // namespace clusterprof::analysis
 

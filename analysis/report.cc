@@ -31,8 +31,7 @@ std::map<std::string, int64_t> ClockOffsets(const std::string& manifest) {
       if (!target.has_string_field("host") || !target.has_number_field("clock_offset_ns")) {
         continue;
       }
-      offsets[target.at("host").as_string()] =
-          target.at("clock_offset_ns").as_number().to_int64();
+      offsets[target.at("host").as_string()] = target.at("clock_offset_ns").as_number().to_int64();
     }
   } catch (const std::exception&) {
     // A manifest that does not parse gives no offsets; the report says so.
@@ -147,25 +146,25 @@ std::string FormatReportText(const RunReport& report) {
                          host->evidence);
     }
   } else if (a.compared_steps > 0) {
-    out += fmt::format("no straggler: no host entered the collectives late in half of the {} "
-                       "steps compared\n",
-                       a.compared_steps);
+    out += fmt::format(
+        "no straggler: no host entered the collectives late in half of the {} "
+        "steps compared\n",
+        a.compared_steps);
   }
   for (const std::string& note : a.notes) out += fmt::format("note: {}\n", note);
   out += fmt::format("\n  {:<24} {:>6} {:>11} {:>11} {:>11} {:>8} {:>12} {:>12}  {}\n", "host",
                      "steps", "step p50", "step p90", "step max", "late", "lateness", "others wait",
                      "verdict");
   for (const HostVerdict& host : a.hosts) {
-    out += fmt::format("  {:<24} {:>6} {:>11} {:>11} {:>11} {:>8} {:>12} {:>12}  {}\n", host.host,
-                       host.steps, FormatDurationNs(host.step_p50_ns), FormatDurationNs(host.step_p90_ns),
-                       FormatDurationNs(host.step_max_ns),
-                       a.compared_steps > 0 ? fmt::format("{}/{}", host.late_steps,
-                                                          a.compared_steps)
-                                            : std::string("-"),
-                       host.late_steps > 0 ? FormatDurationNs(host.median_lateness_ns) : "-",
-                       host.late_steps > 0 ? FormatDurationNs(host.others_wait_ns) : "-",
-                       host.straggler ? fmt::format("straggler ({})", CauseName(host.cause))
-                                      : std::string("ok"));
+    out += fmt::format(
+        "  {:<24} {:>6} {:>11} {:>11} {:>11} {:>8} {:>12} {:>12}  {}\n", host.host, host.steps,
+        FormatDurationNs(host.step_p50_ns), FormatDurationNs(host.step_p90_ns),
+        FormatDurationNs(host.step_max_ns),
+        a.compared_steps > 0 ? fmt::format("{}/{}", host.late_steps, a.compared_steps)
+                             : std::string("-"),
+        host.late_steps > 0 ? FormatDurationNs(host.median_lateness_ns) : "-",
+        host.late_steps > 0 ? FormatDurationNs(host.others_wait_ns) : "-",
+        host.straggler ? fmt::format("straggler ({})", CauseName(host.cause)) : std::string("ok"));
   }
   for (const std::string& left : a.left_out) out += fmt::format("  left out: {}\n", left);
   return out;

@@ -6,13 +6,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/commands.h"
 #include "common/base/clock.h"
-#include "common/storage/logdir.h"
 #include "common/base/strings.h"
 #include "common/base/token_file.h"
-#include "fmt/format.h"
-#include "cli/commands.h"
+#include "common/storage/logdir.h"
 #include "coordinator/coordinator.h"
+#include "fmt/format.h"
 
 namespace clusterprof::cli {
 namespace {

@@ -4,20 +4,20 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "analysis/report.h"
+#include "cli/commands.h"
 #include "common/base/clock.h"
+#include "common/base/saturating.h"
+#include "common/base/status.h"
+#include "common/base/strings.h"
 #include "common/io/background_sink.h"
 #include "common/io/gzip_sink.h"
 #include "common/io/mapped_file.h"
 #include "common/storage/logdir.h"
 #include "common/storage/storage_set.h"
-#include "common/base/strings.h"
 #include "common/xspace/trace_json.h"
 #include "common/xspace/xspace_io.h"
-#include "analysis/report.h"
-#include "common/base/saturating.h"
-#include "common/base/status.h"
 #include "fmt/format.h"
-#include "cli/commands.h"
 
 namespace clusterprof::cli {
 namespace {
@@ -48,7 +48,6 @@ std::string FormatBytes(uint64_t bytes) {
   if (bytes >= 1'000) return fmt::format("{:.1f} kB", bytes / 1e3);
   return fmt::format("{} B", bytes);
 }
-
 
 // Converts the one file `input`, straight from its mapped pages.
 class FileConverter {

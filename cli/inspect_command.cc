@@ -5,15 +5,15 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "cli/commands.h"
 #include "common/base/clock.h"
 #include "common/base/saturating.h"
+#include "common/base/strings.h"
 #include "common/storage/logdir.h"
 #include "common/storage/storage_set.h"
-#include "common/base/strings.h"
 #include "common/xspace/summary.h"
 #include "common/xspace/xspace_io.h"
 #include "fmt/format.h"
-#include "cli/commands.h"
 
 namespace clusterprof::cli {
 namespace {

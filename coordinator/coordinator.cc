@@ -6,15 +6,17 @@
 #include <optional>
 #include <set>
 
+#include "analysis/digest_proto.h"
+#include "analysis/report.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
-#include "common/retry/backoff.h"
 #include "common/base/cancel.h"
 #include "common/base/json_escape.h"
 #include "common/base/mutex.h"
 #include "common/base/status.h"
+#include "common/base/strings.h"
+#include "common/retry/backoff.h"
 #include "common/storage/storage.h"
 #include "common/storage/storage_set.h"
-#include "common/base/strings.h"
 #include "coordinator/connector.h"
 #include "spdlog/spdlog.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
@@ -152,6 +154,10 @@ class Run {
   // at all, the empty ones too (upstream retries the whole capture then).
   std::vector<size_t> ToRetry(const std::vector<size_t>& subset) const;
   void WriteManifest(RunResult* result, int64_t created_ns);
+  // The cross-host report of the targets' digests.
+  std::shared_ptr<const analysis::RunReport> MakeReport(const RunResult& result) const;
+  void WriteReport(RunResult* result);
+  storage::StorageSet& Storages();
   absl::Status Cancelled() const {
     return absl::CancelledError(StrCat("the capture of run ", layout_->run(), " was cancelled"));
   }
@@ -165,6 +171,8 @@ class Run {
   // with no call in flight.
   std::vector<TargetState> targets_;
   std::optional<storage::RunLayout> layout_;
+  analysis::DigestOptions digest_options_;
+  std::unique_ptr<storage::StorageSet> own_storages_;
   int64_t t0_ns_ = 0;
   int attempt_ = 0;
 };
@@ -270,34 +278,33 @@ std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
     if (targets_[i].result.is_sidecar) sidecars.push_back(i);
   }
   std::vector<bool> settled(targets_.size(), false);
-  AskSessions(
-      sidecars, [&](size_t i, const absl::StatusOr<GetSessionResponse>& answer) {
-        TargetState& target = targets_[i];
-        // Not found, or not reachable now: captured (or retried) like any target.
-        if (!answer.ok()) return;
-        const GetSessionResponse& response = *answer;
-        switch (response.state()) {
-          case clusterprof::v1alpha1::SESSION_STATE_DONE:
-          case clusterprof::v1alpha1::SESSION_STATE_FAILED:
-            settled[i] = true;
-            target.result.recovered = true;
-            target.result.attempts = std::max(target.result.attempts, 1);
-            target.t0_ns = options_.start_at_ns;
-            target.result.outcome = response.state() == clusterprof::v1alpha1::SESSION_STATE_FAILED
-                                        ? Outcome::kFailed
-                                    : response.empty_trace() ? Outcome::kEmpty
-                                                             : Outcome::kOk;
-            target.result.message = response.error();
-            target.result.phase = Phase::kDone;
-            ApplySession(response, target);
-            break;
-          default:
-            // Still running: the attempt joins it, and judges its start against the T0 it was
-            // started for.
-            target.t0_ns = options_.start_at_ns;
-            break;
-        }
-      });
+  AskSessions(sidecars, [&](size_t i, const absl::StatusOr<GetSessionResponse>& answer) {
+    TargetState& target = targets_[i];
+    // Not found, or not reachable now: captured (or retried) like any target.
+    if (!answer.ok()) return;
+    const GetSessionResponse& response = *answer;
+    switch (response.state()) {
+      case clusterprof::v1alpha1::SESSION_STATE_DONE:
+      case clusterprof::v1alpha1::SESSION_STATE_FAILED:
+        settled[i] = true;
+        target.result.recovered = true;
+        target.result.attempts = std::max(target.result.attempts, 1);
+        target.t0_ns = options_.start_at_ns;
+        target.result.outcome = response.state() == clusterprof::v1alpha1::SESSION_STATE_FAILED
+                                    ? Outcome::kFailed
+                                : response.empty_trace() ? Outcome::kEmpty
+                                                         : Outcome::kOk;
+        target.result.message = response.error();
+        target.result.phase = Phase::kDone;
+        ApplySession(response, target);
+        break;
+      default:
+        // Still running: the attempt joins it, and judges its start against the T0 it was
+        // started for.
+        target.t0_ns = options_.start_at_ns;
+        break;
+    }
+  });
   std::vector<size_t> rest;
   for (size_t i : subset) {
     if (!settled[i]) rest.push_back(i);
@@ -364,24 +371,26 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
     // Failed ones too: a capture whose upload failed is a failed Profile call with files.
     if (targets_[i].result.is_sidecar) sidecars.push_back(i);
   }
-  AskSessions(sidecars,
-              [&](size_t i, const absl::StatusOr<GetSessionResponse>& response) {
-                if (targets_[i].result.outcome == Outcome::kFailed) {
-                  if (response.ok()) ApplyUploads(*response, targets_[i].result);
-                  return;
-                }
-                if (!response.ok()) {
-                  targets_[i].result.warnings.push_back(
-                      StrCat("session status unavailable: ", Describe(response.status())));
-                  return;
-                }
-                ApplySession(*response, targets_[i]);
-              });
+  AskSessions(sidecars, [&](size_t i, const absl::StatusOr<GetSessionResponse>& response) {
+    if (targets_[i].result.outcome == Outcome::kFailed) {
+      if (response.ok()) ApplyUploads(*response, targets_[i].result);
+      return;
+    }
+    if (!response.ok()) {
+      targets_[i].result.warnings.push_back(
+          StrCat("session status unavailable: ", Describe(response.status())));
+      return;
+    }
+    ApplySession(*response, targets_[i]);
+  });
   for (size_t i : subset) targets_[i].result.phase = Phase::kDone;
   // Servers that are not sidecars: the file upstream's layout puts them in.
   for (size_t i : subset) {
     TargetResult& result = targets_[i].result;
     if (result.is_sidecar || result.outcome == Outcome::kFailed) continue;
+    result.digest_note =
+        "a TF/JAX profiler server: it makes no digest (`clusterprof report` on "
+        "the run directory reads its file)";
     absl::StatusOr<std::string> stem = storage::HostFileStem(result.host_name);
     if (stem.ok()) result.files = {layout_->XPlanePath(*stem)};
   }
@@ -419,6 +428,20 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
   }
   ApplyUploads(session, result);
   result.warnings.assign(session.warnings().begin(), session.warnings().end());
+  result.digest = nullptr;
+  if (session.has_digest()) {
+    absl::StatusOr<analysis::HostDigest> digest = analysis::DigestFromProto(session.digest());
+    if (digest.ok()) {
+      result.digest = std::make_shared<const analysis::HostDigest>(*std::move(digest));
+      result.digest_note.clear();
+    } else {
+      result.digest_note = std::string(digest.status().message());
+    }
+  } else {
+    result.digest_note = session.digest_error().empty()
+                             ? std::string("the sidecar returned no digest")
+                             : StrCat("no digest: ", session.digest_error());
+  }
   if (session.start_time_ns() > 0) {
     result.start_known = true;
     result.achieved_start_ns = session.start_time_ns() - AppliedOffset(result);
@@ -488,6 +511,8 @@ absl::Status Run::Prepare(int64_t created_ns) {
   if (options_.num_tracing_attempts < 1) {
     return absl::InvalidArgumentError("num_tracing_attempts must be at least 1");
   }
+  CLUSTERPROF_ASSIGN_OR_RETURN(digest_options_,
+                               analysis::DigestOptionsFromProfile(options_.profile));
   const std::string run = options_.run.empty() ? storage::DefaultRunName(created_ns) : options_.run;
   CLUSTERPROF_ASSIGN_OR_RETURN(storage::RunLayout layout,
                                storage::RunLayout::Create(options_.logdir, run));
@@ -558,15 +583,18 @@ std::vector<size_t> Run::ToRetry(const std::vector<size_t>& subset) const {
   return retry;
 }
 
+storage::StorageSet& Run::Storages() {
+  if (options_.storages != nullptr) return *options_.storages;
+  if (own_storages_ == nullptr) {
+    own_storages_ =
+        std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
+  }
+  return *own_storages_;
+}
+
 void Run::WriteManifest(RunResult* result, int64_t created_ns) {
   const std::string json = ManifestJson(options_, *result, created_ns);
-  std::unique_ptr<storage::StorageSet> own;
-  storage::StorageSet* storages = options_.storages;
-  if (storages == nullptr) {
-    own = std::make_unique<storage::StorageSet>(storage::StorageSetOptions{.clock = &clock_});
-    storages = own.get();
-  }
-  absl::StatusOr<storage::Storage*> store = storages->For(options_.logdir);
+  absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
   absl::StatusOr<storage::ObjectInfo> written =
       store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
                  : absl::StatusOr<storage::ObjectInfo>(store.status());
@@ -574,6 +602,38 @@ void Run::WriteManifest(RunResult* result, int64_t created_ns) {
   if (written.ok()) result->manifest_uri = written->uri;
   if (!committed.ok()) {
     spdlog::warn("the run manifest was not written: {}", std::string(committed.message()));
+  }
+}
+
+std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& result) const {
+  std::vector<analysis::HostRun> runs;
+  std::vector<std::string> left_out;
+  for (const TargetResult& target : result.targets) {
+    if (target.outcome == Outcome::kFailed || target.outcome == Outcome::kPending) {
+      left_out.push_back(StrCat(target.host_name, ": no capture (", target.message, ")"));
+    } else if (target.outcome == Outcome::kEmpty) {
+      left_out.push_back(StrCat(target.host_name, ": an empty trace"));
+    } else if (target.digest == nullptr) {
+      left_out.push_back(StrCat(target.host_name, ": ", target.digest_note));
+    } else {
+      runs.push_back({*target.digest, target.clock_offset_ns});
+    }
+  }
+  // Offsets are known when every digest came from a sidecar, which is always probed.
+  return std::make_shared<const analysis::RunReport>(analysis::MakeRunReport(
+      layout_->RunDir(), digest_options_, std::move(runs), left_out, /*offsets_known=*/true));
+}
+
+void Run::WriteReport(RunResult* result) {
+  absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
+  const std::string path = StrCat(layout_->RunDir(), "/", storage::kReportJsonName);
+  absl::StatusOr<storage::ObjectInfo> written =
+      store.ok() ? storage::WriteObject(**store, path, analysis::ReportJson(*result->report))
+                 : absl::StatusOr<storage::ObjectInfo>(store.status());
+  absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
+  if (written.ok()) result->report_json_uri = written->uri;
+  if (!committed.ok()) {
+    spdlog::warn("the run report was not written: {}", std::string(committed.message()));
   }
 }
 
@@ -628,6 +688,10 @@ absl::StatusOr<RunResult> Run::Execute() {
   if (cancelled()) return Cancelled();
   RunResult result = Snapshot();
   if (options_.write_manifest) WriteManifest(&result, created_ns);
+  if (result.succeeded > 0) {
+    result.report = MakeReport(result);
+    if (options_.write_report) WriteReport(&result);
+  }
   if (progress_) progress_(result, clock_.WallNs());
   if (result.succeeded == 0) return absl::UnavailableError(kNoTraceMessage);
   return result;

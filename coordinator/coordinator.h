@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <variant>
 #include <vector>
@@ -30,6 +31,11 @@ class CancelToken;
 namespace clusterprof::storage {
 class StorageSet;
 }  // namespace clusterprof::storage
+
+namespace clusterprof::analysis {
+struct HostDigest;
+struct RunReport;
+}  // namespace clusterprof::analysis
 
 namespace clusterprof::coordinator {
 
@@ -72,6 +78,9 @@ struct CaptureOptions {
   // Extra time allowed after the capture's end for collecting and writing.
   int64_t grace_ms = 30'000;
   bool write_manifest = true;
+  // The cross-host report (clusterprof_report.json and .html) from the sidecars' digests, into
+  // the run directory next to the manifest.
+  bool write_report = true;
   // Sent as "authorization: Bearer <token>" on every call, for sidecars started with
   // --auth-token-file; empty: none. Only for the default connector.
   std::string auth_token;
@@ -152,6 +161,10 @@ struct TargetResult {
   std::vector<std::string> warnings;
   // The last error, with its gRPC code name ("UNAVAILABLE: ...").
   std::string message;
+  // The capture's digest for the cross-host analysis (Sidecar.GetSession); null with why in
+  // digest_note ("a TF/JAX profiler server: it makes no digest").
+  std::shared_ptr<const analysis::HostDigest> digest;
+  std::string digest_note;
 };
 
 struct RunResult {
@@ -167,6 +180,12 @@ struct RunResult {
   int succeeded = 0;
   int empty = 0;
   int failed = 0;
+  // The cross-host analysis of the targets' digests (docs/analysis.md), once the capture is
+  // over; null before, and when no target returned data.
+  std::shared_ptr<const analysis::RunReport> report;
+  // Where it was written; empty when it was not.
+  std::string report_json_uri;
+  std::string report_html_uri;
 };
 
 // Called (from the coordinating thread) whenever a target's state changes, and about every

@@ -1,8 +1,8 @@
 #include <cstdint>
-#include <memory>
 #include <map>
-#include <vector>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"

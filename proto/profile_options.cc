@@ -22,9 +22,9 @@ absl::Status SetAdvancedOption(std::string_view key_equals_value,
                                tensorflow::ProfileOptions* options) {
   const size_t eq = key_equals_value.find('=');
   if (eq == std::string_view::npos || eq == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "'", std::string(key_equals_value),
-        "' is not KEY=VALUE (for example gpu_max_activity_api_events=4194304)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", std::string(key_equals_value),
+                     "' is not KEY=VALUE (for example gpu_max_activity_api_events=4194304)"));
   }
   const std::string key(key_equals_value.substr(0, eq));
   const std::string text(key_equals_value.substr(eq + 1));

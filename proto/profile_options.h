@@ -16,6 +16,12 @@ namespace clusterprof::proto {
 // name for the files.
 inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
 inline constexpr char kOverrideHostnameKey[] = "override_hostname";
+// The names the cross-host analysis looks for (docs/analysis.md), as regular expressions: step
+// markers (default: events with a step_num stat), collectives and input waits (defaults cover
+// NCCL, XLA and common data loaders). A sidecar digests its capture with them.
+inline constexpr char kStepPatternKey[] = "clusterprof_step_pattern";
+inline constexpr char kCollectivePatternKey[] = "clusterprof_collective_pattern";
+inline constexpr char kInputPatternKey[] = "clusterprof_input_pattern";
 
 // Upstream's defaults (what a server uses for a request with version 0): version 1, host tracer
 // level 2, device 1, Python 0, HLO protos and dataset ops included.

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_join.h"
+#include "analysis/digest_proto.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 
@@ -40,7 +41,9 @@ bool HasPathPrefix(std::string_view path, std::string_view prefix) {
 absl::Status CheckTracerOptions(const std::vector<const Tracer*>& tracers,
                                 const tensorflow::ProfileOptions& options,
                                 std::vector<std::string>* warnings) {
-  std::set<std::string, std::less<>> owned = {kOutliveClientKey, kOverrideHostnameKey};
+  std::set<std::string, std::less<>> owned = {kOutliveClientKey, kOverrideHostnameKey,
+                                              kStepPatternKey, kCollectivePatternKey,
+                                              kInputPatternKey};
   bool forwarded = false;
   for (const Tracer* tracer : tracers) {
     CLUSTERPROF_RETURN_IF_ERROR(tracer->Validate(options));
@@ -105,6 +108,7 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
     out.outlive_client = it->second.bool_value();
   }
   CLUSTERPROF_RETURN_IF_ERROR(CheckTracerOptions(policy.tracers, options, &out.warnings));
+  CLUSTERPROF_ASSIGN_OR_RETURN(out.digest_options, analysis::DigestOptionsFromProfile(options));
   out.emit_xspace = request.emit_xspace();
 
   out.session_id =

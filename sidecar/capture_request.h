@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "analysis/digest.h"
 #include "common/storage/logdir.h"
 #include "proto/profile_options.h"
 #include "sidecar/tracers/tracer.h"
@@ -31,9 +32,12 @@ struct RequestPolicy {
 };
 
 // The advanced_configuration keys the sidecar itself reads (the tracers own the others):
-// CaptureRequest::outlive_client, and upstream's way to name the host.
+// CaptureRequest::outlive_client, upstream's way to name the host, and the digest's patterns.
+using proto::kCollectivePatternKey;
+using proto::kInputPatternKey;
 using proto::kOutliveClientKey;
 using proto::kOverrideHostnameKey;
+using proto::kStepPatternKey;
 
 struct CaptureRequest {
   std::string session_id;
@@ -53,6 +57,8 @@ struct CaptureRequest {
   // What the tracers get: the options in effect (upstream defaults applied for version 0) and
   // the event cap.
   CaptureConfig config;
+  // What the capture's digest looks for (advanced_configuration's clusterprof_*_pattern keys).
+  analysis::DigestOptions digest_options;
   // What the request asked that this sidecar ignores (advanced_configuration keys no tracer
   // reads), for the XSpace's warnings.
   std::vector<std::string> warnings;

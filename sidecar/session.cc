@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "analysis/digest_proto.h"
 #include "common/base/check.h"
 #include "common/base/strings.h"
 #include "common/storage/host_files.h"
@@ -99,6 +100,7 @@ void CaptureSession::Run() {
     status_.set_empty_trace(result.empty_trace);
     for (const std::string& warning : space.warnings()) status_.add_warnings(warning);
   }
+  if (!result.empty_trace) AddDigest(space);
   uint64_t bytes = 0;
   absl::Status write_status;
   if (request_.emit_xspace) {
@@ -197,6 +199,28 @@ std::vector<Tracer*> CaptureSession::StartTracers(const CaptureWindow& window,
   status_.set_start_error_ns(
       request_.start_timestamp_ns > 0 ? window.start_ns - request_.start_timestamp_ns : 0);
   return started;
+}
+
+void CaptureSession::AddDigest(const XSpace& space) {
+  const int64_t begin_ns = clock_.MonotonicNs();
+  absl::StatusOr<analysis::HostDigest> digest =
+      analysis::DigestXSpace(space, request_.host_name, request_.digest_options);
+  clusterprof::v1alpha1::HostDigest proto;
+  if (digest.ok()) analysis::DigestToProto(*digest, &proto);
+  const double took_ms = static_cast<double>(clock_.MonotonicNs() - begin_ns) / 1e6;
+  if (digest.ok()) {
+    spdlog::info("session {}: digest of {} steps, {} bytes, in {:.1f} ms", request_.session_id,
+                 digest->steps.size(), proto.ByteSizeLong(), took_ms);
+  } else {
+    spdlog::warn("session {}: no digest: {}", request_.session_id,
+                 std::string(digest.status().message()));
+  }
+  MutexLock lock(&mu_);
+  if (digest.ok()) {
+    *status_.mutable_digest() = std::move(proto);
+  } else {
+    status_.set_digest_error(std::string(digest.status().message()));
+  }
 }
 
 XSpace CaptureSession::Collect(Recording& recording, TracerStats* stats) {

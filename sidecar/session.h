@@ -107,6 +107,8 @@ class CaptureSession {
                                     std::vector<std::string>* warnings);
   // Builds the XSpace from what the started tracers recorded.
   tensorflow::profiler::XSpace Collect(Recording& recording, TracerStats* stats);
+  // The capture's digest for cross-host analysis, into the session's status.
+  void AddDigest(const tensorflow::profiler::XSpace& space);
   // Writes the host's files into the request's run directory, filling in `result`; an error says
   // what was recorded and why it could not be written.
   absl::Status WriteFiles(const tensorflow::profiler::XSpace& space, const TracerStats& stats,

@@ -48,6 +48,9 @@ inline constexpr std::string_view kProfilePluginDir = "plugins/profile";
 inline constexpr std::string_view kXPlaneSuffix = ".xplane.pb";
 inline constexpr std::string_view kTraceJsonSuffix = ".trace.json.gz";
 inline constexpr std::string_view kManifestName = "clusterprof_run.json";
+// The cross-host report of a run (docs/analysis.md), next to the manifest.
+inline constexpr std::string_view kReportJsonName = "clusterprof_report.json";
+inline constexpr std::string_view kReportHtmlName = "clusterprof_report.html";
 
 // Where one run's files go.
 class RunLayout {

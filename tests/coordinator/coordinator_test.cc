@@ -4,9 +4,12 @@
 #include <fstream>
 #include <thread>
 
+#include "analysis/digest_proto.h"
+#include "analysis/report.h"
 #include "common/base/cancel.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/analysis/synthetic_run.h"
 #include "tests/support/clock_advancer.h"
 #include "tests/support/fake_profilers.h"
 #include "tests/support/temp_dir.h"
@@ -282,6 +285,83 @@ TEST_F(FakeCaptureTest, AFrameworkServerGetsOffsetZeroAndUpstreamsFileLayout) {
   EXPECT_EQ(servers_.ProfileRequests("tf:6009").at(0).opts().override_hostname(), "trainer");
   EXPECT_EQ(servers_.GetInfoCalls("tf:6009"), 1) << "probed once: UNIMPLEMENTED ends probing";
   EXPECT_EQ(servers_.GetSessionCalls("tf:6009"), 0) << "not a sidecar: no session to ask for";
+}
+
+// Digests as three sidecars would make them of a run where worker-1 computes 30% slower, their
+// clocks off by up to 5 ms.
+std::vector<v1alpha1::HostDigest> StragglerDigests(const std::vector<int64_t>& offsets) {
+  analysis::testing::RunSpec spec;
+  for (int64_t offset : offsets) spec.hosts.push_back({.clock_offset_ns = offset});
+  spec.hosts[1].compute_scale = 1.3;
+  std::vector<tensorflow::profiler::XSpace> spaces = analysis::testing::MakeRun(spec);
+  std::vector<v1alpha1::HostDigest> digests;
+  for (size_t i = 0; i < spaces.size(); ++i) {
+    absl::StatusOr<analysis::HostDigest> digest =
+        analysis::DigestXSpace(spaces[i], StrCat("worker-", i));
+    EXPECT_TRUE(digest.ok()) << digest.status();
+    analysis::DigestToProto(*digest, &digests.emplace_back());
+  }
+  return digests;
+}
+
+TEST_F(FakeCaptureTest, TheSidecarsDigestsMakeTheReportWrittenNextToTheManifest) {
+  const std::vector<int64_t> offsets = {5 * kNanosPerMilli, -4 * kNanosPerMilli, 0};
+  const std::vector<v1alpha1::HostDigest> digests = StragglerDigests(offsets);
+  for (int i = 0; i < 3; ++i) {
+    servers_.Add(
+        StrCat("w", i, ":1"),
+        {.host_name = StrCat("worker-", i), .clock_offset_ns = offsets[i], .digest = digests[i]});
+  }
+  servers_.Add("tf:6009", {.is_sidecar = false});
+  servers_.Add("w3:1", {.host_name = "worker-3", .empty_trace = true});
+  options_.targets = {
+      {"w0:1", ""}, {"w1:1", ""}, {"w2:1", ""}, {"tf:6009", "trainer"}, {"w3:1", ""}};
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_NE(result->report, nullptr);
+  const analysis::Analysis& analysis = result->report->analysis;
+  ASSERT_EQ(analysis.stragglers().size(), 1u) << analysis::FormatReportText(*result->report);
+  EXPECT_EQ(analysis.stragglers()[0]->host, "worker-1");
+  EXPECT_EQ(analysis.stragglers()[0]->cause, analysis::Cause::kCompute);
+  EXPECT_THAT(analysis.left_out,
+              ElementsAre(HasSubstr("trainer: a TF/JAX profiler server: it makes no digest"),
+                          HasSubstr("worker-3: an empty trace")));
+  EXPECT_NE(Find(*result, "w0:1").digest, nullptr);
+
+  const std::string path = StrCat(dir_.path(), "/plugins/profile/run1/clusterprof_report.json");
+  EXPECT_EQ(result->report_json_uri, path);
+  std::ifstream file(path);
+  const web::json::value json = web::json::value::parse(file);
+  EXPECT_EQ(json.at("kind").as_string(), "clusterprof.io/v1alpha1/RunReport");
+  EXPECT_EQ(json.at("stragglers").as_array().at(0).as_string(), "worker-1");
+}
+
+TEST_F(FakeCaptureTest, ACorruptedDigestLeavesItsHostOutAndTheOthersAreAnalyzed) {
+  std::vector<v1alpha1::HostDigest> digests = StragglerDigests({0, 0, 0});
+  digests[2].mutable_steps(3)->set_step(digests[2].steps(2).step());  // a repeated step
+  for (int i = 0; i < 3; ++i) {
+    servers_.Add(StrCat("w", i, ":1"), {.host_name = StrCat("worker-", i), .digest = digests[i]});
+  }
+  servers_.Add("w3:1", {.host_name = "worker-3", .digest_error = "the step pattern '(' is bad"});
+  options_.targets = {{"w0:1", ""}, {"w1:1", ""}, {"w2:1", ""}, {"w3:1", ""}};
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_NE(result->report, nullptr);
+  EXPECT_EQ(result->report->analysis.hosts.size(), 2u);
+  EXPECT_THAT(result->report->analysis.left_out,
+              ElementsAre(HasSubstr("worker-2: the digest of worker-2 is corrupted: step"),
+                          HasSubstr("worker-3: no digest: the step pattern '(' is bad")));
+}
+
+TEST_F(FakeCaptureTest, ABadDigestPatternIsAnInvalidArgumentBeforeAnythingIsCaptured) {
+  servers_.Add("a:1", {.host_name = "a"});
+  options_.targets = {{"a:1", ""}};
+  (*options_.profile.mutable_advanced_configuration())["clusterprof_step_pattern"].set_string_value(
+      "train(");
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.status().message(), HasSubstr("the step pattern 'train(' is not"));
+  EXPECT_TRUE(servers_.ProfileRequests("a:1").empty());
 }
 
 TEST_F(FakeCaptureTest, ResumingReadsFinishedSessionsBackInsteadOfCapturingAgain) {

@@ -180,6 +180,29 @@ TEST_F(CaptureRequestTest, BadGpuOptionsAreRefusedNamingTheKey) {
   EXPECT_THAT(std::string(Parse().status().message()), ::testing::HasSubstr("\"kernel\""));
 }
 
+TEST_F(CaptureRequestTest, TheDigestsPatternsAreTakenAndABadOneIsRefusedNamingTheKey) {
+  auto& config = *request_.mutable_opts()->mutable_advanced_configuration();
+  config["clusterprof_step_pattern"].set_string_value("^train_step$");
+  config["clusterprof_input_pattern"].set_string_value("my_loader");
+  absl::StatusOr<CaptureRequest> parsed = Parse();
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->digest_options.step_pattern, "^train_step$");
+  EXPECT_EQ(parsed->digest_options.input_pattern, "my_loader");
+  EXPECT_EQ(parsed->digest_options.collective_pattern, analysis::kDefaultCollectivePattern);
+  EXPECT_TRUE(parsed->warnings.empty()) << "the sidecar reads these keys itself";
+
+  config["clusterprof_collective_pattern"].set_string_value("nccl[");
+  parsed = Parse();
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              ::testing::HasSubstr("the collective pattern 'nccl[' is not a regular expression"));
+
+  config.erase("clusterprof_collective_pattern");
+  config["clusterprof_step_pattern"].set_int64_value(3);
+  EXPECT_THAT(std::string(Parse().status().message()),
+              ::testing::HasSubstr("clusterprof_step_pattern\"] must be a string"));
+}
+
 TEST_F(CaptureRequestTest, DurationFallsBackToTheRequestField) {
   request_.mutable_opts()->set_duration_ms(0);
   request_.set_duration_ms(250);

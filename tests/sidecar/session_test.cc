@@ -204,6 +204,25 @@ TEST_F(SessionTest, WaitsForTheStartThenCapturesForTheDuration) {
   EXPECT_EQ(sessions_.ActiveSessionId(), "");
 }
 
+TEST_F(SessionTest, TheSessionCarriesTheCapturesDigestForTheCrossHostAnalysis) {
+  tracer_.events = 4;
+  CaptureRequest request = Request("run1", 0, 1000);
+  request.digest_options.step_pattern = "^step$";
+  Waiter waiter;
+  Start(std::move(request), waiter);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(1000 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok()) << waiter.result.status();
+  const clusterprof::v1alpha1::GetSessionResponse done = sessions_.Find("run1")->Snapshot();
+  ASSERT_TRUE(done.has_digest()) << done.digest_error();
+  EXPECT_EQ(done.digest().host(), "worker-0");
+  EXPECT_EQ(done.digest().steps_size(), 4) << "each 'step' event is a step, in time order";
+  EXPECT_EQ(done.digest().events(), 4);
+  EXPECT_THAT(done.digest().step_source(), HasSubstr("^step$"));
+  EXPECT_EQ(done.digest_error(), "");
+}
+
 TEST_F(SessionTest, AStartInThePastStartsAtOnceWithAWarning) {
   const int64_t t0 = clock_.WallNs();
   Waiter waiter;

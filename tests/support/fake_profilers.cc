@@ -147,6 +147,13 @@ absl::StatusOr<tensorflow::ProfileResponse> FakeProfilers::FinishProfile(
       file->set_bytes_committed(server.script.bytes);
       file->set_upload_state(v1alpha1::UPLOAD_STATE_COMMITTED);
     }
+    session.clear_digest();
+    session.clear_digest_error();
+    if (!server.script.empty_trace && server.script.digest.has_value()) {
+      *session.mutable_digest() = *server.script.digest;
+    } else if (!server.script.empty_trace) {
+      session.set_digest_error(server.script.digest_error);
+    }
   }
   return response;
 }

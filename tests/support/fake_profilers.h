@@ -14,6 +14,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
     // Sidecars: what a finished session reports.
     uint64_t events = 100;
     uint64_t bytes = 4096;
+    // Sidecars: the session's digest; without one, digest_error is reported instead.
+    std::optional<v1alpha1::HostDigest> digest;
+    std::string digest_error = "no steps";
   };
 
   explicit FakeProfilers(Clock* clock) : clock_(clock) {}
