@@ -9,6 +9,12 @@
 #include "tsl/profiler/protos/profiler_options.pb.h"
 
 namespace clusterprof::analysis {
+namespace {
+
+// StepDigest.collective_entry_offset_ns of a step without a collective.
+constexpr int64_t kNoCollective = -1;
+
+}  // namespace
 
 absl::StatusOr<DigestOptions> DigestOptionsFromProfile(const tensorflow::ProfileOptions& options) {
   DigestOptions out;
@@ -48,9 +54,9 @@ void DigestToProto(const HostDigest& digest, v1alpha1::HostDigest* proto) {
     out->set_step(step.step);
     out->set_start_offset_ns(SaturatingSub(step.start_ns, base));
     out->set_duration_ns(step.duration_ns());
-    if (step.collective_entry_ns != 0) {
-      out->set_collective_entry_offset_ns(SaturatingSub(step.collective_entry_ns, step.start_ns));
-    }
+    out->set_collective_entry_offset_ns(
+        step.collective_entry_ns == 0 ? kNoCollective
+                                      : SaturatingSub(step.collective_entry_ns, step.start_ns));
     out->set_collective_ns(step.collective_ns);
     out->set_device_busy_ns(step.device_busy_ns);
     out->set_host_busy_ns(step.host_busy_ns);
@@ -81,13 +87,14 @@ absl::StatusOr<HostDigest> DigestFromProto(const v1alpha1::HostDigest& proto) {
     if (!digest.steps.empty() && in.step() <= digest.steps.back().step) {
       return invalid(StrCat("step ", in.step(), " comes after step ", digest.steps.back().step));
     }
+    const bool has_collective = in.collective_entry_offset_ns() != kNoCollective;
     const int64_t durations[] = {in.start_offset_ns(),
                                  in.duration_ns(),
                                  in.collective_ns(),
                                  in.device_busy_ns(),
                                  in.host_busy_ns(),
                                  in.input_ns(),
-                                 in.collective_entry_offset_ns()};
+                                 has_collective ? in.collective_entry_offset_ns() : 0};
     for (int64_t value : durations) {
       if (value < 0) return invalid(StrCat("step ", in.step(), " has a negative time"));
     }
@@ -95,17 +102,14 @@ absl::StatusOr<HostDigest> DigestFromProto(const v1alpha1::HostDigest& proto) {
         in.duration_ns() > kMax - proto.base_ns() - in.start_offset_ns()) {
       return invalid(StrCat("step ", in.step(), " ends past the end of time"));
     }
-    if (in.has_collective_entry_offset_ns() &&
-        in.collective_entry_offset_ns() >= in.duration_ns()) {
+    if (has_collective && in.collective_entry_offset_ns() >= in.duration_ns()) {
       return invalid(StrCat("step ", in.step(), " enters its collective after it ends"));
     }
     StepDigest step;
     step.step = in.step();
     step.start_ns = proto.base_ns() + in.start_offset_ns();
     step.end_ns = step.start_ns + in.duration_ns();
-    if (in.has_collective_entry_offset_ns()) {
-      step.collective_entry_ns = step.start_ns + in.collective_entry_offset_ns();
-    }
+    if (has_collective) step.collective_entry_ns = step.start_ns + in.collective_entry_offset_ns();
     step.collective_ns = in.collective_ns();
     step.device_busy_ns = in.device_busy_ns();
     step.host_busy_ns = in.host_busy_ns();

@@ -22,8 +22,8 @@ int64_t Median(std::vector<int64_t> values) {
 int64_t Percentile(std::vector<int64_t> values, double fraction) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
-  const size_t index = static_cast<size_t>(
-      std::ceil(fraction * static_cast<double>(values.size())) - 1);
+  const size_t index =
+      static_cast<size_t>(std::ceil(fraction * static_cast<double>(values.size())) - 1);
   return values[std::min(index, values.size() - 1)];
 }
 
@@ -64,8 +64,7 @@ Cause CauseOf(const Excess& excess) {
   return excess.input_ns > excess.compute_ns ? Cause::kInput : Cause::kCompute;
 }
 
-std::string Evidence(const HostVerdict& verdict, int compared, size_t hosts,
-                     const Excess& excess) {
+std::string Evidence(const HostVerdict& verdict, int compared, size_t hosts, const Excess& excess) {
   std::string text = StrCat("enters the collectives ", FormatDurationNs(verdict.median_lateness_ns),
                             " late (median) in ", verdict.late_steps, " of ", compared,
                             " steps; the other ", hosts - 1, " host", hosts == 2 ? "" : "s",
@@ -120,8 +119,8 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
   std::vector<const HostRun*> usable;
   for (const HostRun& host : hosts) {
     if (host.digest.steps.empty()) {
-      out.left_out.push_back(StrCat(host.digest.host, ": no steps found (looked for ",
-                                    host.digest.step_source, ")"));
+      out.left_out.push_back(
+          StrCat(host.digest.host, ": no steps found (looked for ", host.digest.step_source, ")"));
       continue;
     }
     usable.push_back(&host);
@@ -190,6 +189,7 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     }
     pooled.insert(pooled.end(), c.lateness.begin(), c.lateness.end());
     compared.push_back(std::move(c));
+    out.compared_step_numbers.push_back(number);
   }
   out.compared_steps = static_cast<int>(compared.size());
   if (out_of_lockstep > 0) {
@@ -228,10 +228,10 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
               SaturatingAdd(t.others_wait_ns, SaturatingSub(c.entries[h], c.entries[o]));
         }
       }
-      const int64_t compute = SaturatingSub(
-          SaturatingAdd(steps[h]->device_busy_ns, steps[h]->host_busy_ns),
-          SaturatingAdd(MedianOthers(steps, h, &StepDigest::device_busy_ns),
-                        MedianOthers(steps, h, &StepDigest::host_busy_ns)));
+      const int64_t compute =
+          SaturatingSub(SaturatingAdd(steps[h]->device_busy_ns, steps[h]->host_busy_ns),
+                        SaturatingAdd(MedianOthers(steps, h, &StepDigest::device_busy_ns),
+                                      MedianOthers(steps, h, &StepDigest::host_busy_ns)));
       t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
       t.excess.input_ns = SaturatingAdd(
           t.excess.input_ns,
@@ -248,8 +248,8 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     }
     return out;
   }
-  const int needed = std::max(
-      1, static_cast<int>(std::ceil(rule.min_late_fraction * out.compared_steps)));
+  const int needed =
+      std::max(1, static_cast<int>(std::ceil(rule.min_late_fraction * out.compared_steps)));
   for (size_t h = 0; h < usable.size(); ++h) {
     HostVerdict& verdict = out.hosts[h];
     const HostTally& t = tally[h];

@@ -4,7 +4,8 @@
 // host, entries are put on one clock (the offsets measured at capture time); a host's lateness is
 // its entry minus the earliest. A host is a straggler when its lateness exceeds
 // max(5% of the step time, 3 x the median absolute deviation of all hosts' lateness over all
-// steps) in at least half of the steps. The cause compares what it did before entering with what the others did.
+// steps) in at least half of the steps. The cause compares what it did before entering with what
+// the others did.
 #ifndef CLUSTERPROF_ANALYSIS_STRAGGLERS_H_
 #define CLUSTERPROF_ANALYSIS_STRAGGLERS_H_
 
@@ -62,6 +63,8 @@ struct Analysis {
   int64_t last_step = 0;
   int steps = 0;
   int compared_steps = 0;
+  // The numbers of the compared steps, ascending.
+  std::vector<int64_t> compared_step_numbers;
   std::vector<HostVerdict> hosts;  // in the order given
   // Hosts that could not be analyzed, each with why ("host-3: no steps (looked for ...)").
   std::vector<std::string> left_out;

@@ -51,6 +51,8 @@ struct ReportOptions {
   std::string path;
   // Where to write the JSON report too ("" for none).
   std::string json;
+  // Where to write the HTML report too ("" for none): one self-contained page.
+  std::string html;
   // Empty: events with a step_num stat mark the steps.
   std::string step_pattern;
   std::string collective_pattern;  // empty: the default (analysis/digest.h)

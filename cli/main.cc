@@ -2,10 +2,10 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "cli/commands.h"
 #include "common/base/logging.h"
 #include "common/base/process.h"
 #include "google/protobuf/stubs/logging.h"
-#include "cli/commands.h"
 #include "pplx/threadpool.h"
 #include "spdlog/spdlog.h"
 
@@ -22,7 +22,8 @@ int main(int argc, char** argv) {
   clusterprof::cli::ConvertOptions convert;
   CLI::App* convert_cmd =
       app.add_subcommand("convert", "Convert an .xplane.pb into Chrome trace JSON for Perfetto");
-  convert_cmd->add_option("input", convert.input, "The .xplane.pb file (with --run: a run directory)")
+  convert_cmd
+      ->add_option("input", convert.input, "The .xplane.pb file (with --run: a run directory)")
       ->required();
   convert_cmd->add_flag("--run", convert.run,
                         "One trace of every host of a run directory, on one clock (a process per "
@@ -55,6 +56,8 @@ int main(int argc, char** argv) {
   report_cmd->add_option("path", report.path, "Run directory (<logdir>/plugins/profile/<run>)")
       ->required();
   report_cmd->add_option("--json", report.json, "Also write the report as JSON to this file");
+  report_cmd->add_option("--html", report.html,
+                         "Also write the report as one self-contained HTML page to this file");
   report_cmd->add_option("--step-pattern", report.step_pattern,
                          "Regular expression for the step markers' names (default: events with "
                          "a step_num stat)");
@@ -94,7 +97,8 @@ int main(int argc, char** argv) {
   tensorflow::ProfileOptions& profile = capture.profile;
   capture_cmd
       ->add_option_function<uint32_t>(
-          "--host-tracer-level", [&profile](uint32_t level) { profile.set_host_tracer_level(level); },
+          "--host-tracer-level",
+          [&profile](uint32_t level) { profile.set_host_tracer_level(level); },
           "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
       ->check(CLI::Range(0, 3))
       ->default_str(std::to_string(profile.host_tracer_level()));

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/report.h"
+#include "analysis/report_html.h"
 #include "cli/commands.h"
 #include "common/base/clock.h"
 #include "common/storage/logdir.h"
@@ -11,6 +12,20 @@
 #include "fmt/format.h"
 
 namespace clusterprof::cli {
+namespace {
+
+// Writes `text` to `path`; false, having said why on `err`, when it cannot.
+bool WriteFile(const std::string& path, const std::string& text, std::ostream& err) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  if (!file.flush()) {
+    err << "clusterprof report: cannot write " << path << "\n";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 int RunReport(const ReportOptions& options, std::ostream& out, std::ostream& err) {
   absl::StatusOr<storage::Logdir> path = storage::ParseLogdir(options.path);
@@ -37,18 +52,16 @@ int RunReport(const ReportOptions& options, std::ostream& out, std::ostream& err
   if (progress) err << "\r\x1b[K";
   if (!report.ok()) {
     err << "clusterprof report: " << report.status().message() << "\n";
-    return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage
-                                                                          : kExitFailure;
+    return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   out << analysis::FormatReportText(*report);
   if (!options.json.empty()) {
-    std::ofstream file(options.json, std::ios::binary | std::ios::trunc);
-    file << analysis::ReportJson(*report);
-    if (!file.flush()) {
-      err << "clusterprof report: cannot write " << options.json << "\n";
-      return kExitFailure;
-    }
+    if (!WriteFile(options.json, analysis::ReportJson(*report), err)) return kExitFailure;
     out << "\nJSON report: " << options.json << "\n";
+  }
+  if (!options.html.empty()) {
+    if (!WriteFile(options.html, analysis::ReportHtml(*report), err)) return kExitFailure;
+    out << (options.json.empty() ? "\n" : "") << "HTML report: " << options.html << "\n";
   }
   if (report->analysis.hosts.empty()) {
     err << "clusterprof report: no host could be analyzed (see \"left out\" above)\n";

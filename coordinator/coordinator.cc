@@ -8,6 +8,7 @@
 
 #include "analysis/digest_proto.h"
 #include "analysis/report.h"
+#include "analysis/report_html.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
 #include "common/base/cancel.h"
 #include "common/base/json_escape.h"
@@ -626,15 +627,21 @@ std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& resu
 
 void Run::WriteReport(RunResult* result) {
   absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
-  const std::string path = StrCat(layout_->RunDir(), "/", storage::kReportJsonName);
-  absl::StatusOr<storage::ObjectInfo> written =
-      store.ok() ? storage::WriteObject(**store, path, analysis::ReportJson(*result->report))
-                 : absl::StatusOr<storage::ObjectInfo>(store.status());
-  absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
-  if (written.ok()) result->report_json_uri = written->uri;
-  if (!committed.ok()) {
-    spdlog::warn("the run report was not written: {}", std::string(committed.message()));
-  }
+  // Best effort: the captures are in whatever happens here, and `clusterprof report` can make
+  // the report again from the run directory.
+  auto write = [&](std::string_view name, const std::string& content, std::string* uri) {
+    const std::string path = StrCat(layout_->RunDir(), "/", name);
+    absl::StatusOr<storage::ObjectInfo> written =
+        store.ok() ? storage::WriteObject(**store, path, content)
+                   : absl::StatusOr<storage::ObjectInfo>(store.status());
+    absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
+    if (written.ok()) *uri = written->uri;
+    if (!committed.ok()) {
+      spdlog::warn("{} was not written: {}", name, std::string(committed.message()));
+    }
+  };
+  write(storage::kReportJsonName, analysis::ReportJson(*result->report), &result->report_json_uri);
+  write(storage::kReportHtmlName, analysis::ReportHtml(*result->report), &result->report_html_uri);
 }
 
 absl::StatusOr<RunResult> Run::Execute() {

@@ -11,9 +11,9 @@ namespace clusterprof::sidecar {
 namespace {
 
 // The files of a finished capture, as a serialized GetSessionResponse with only `files` set.
-std::string FilesTrailer(const std::vector<storage::ObjectInfo>& files) {
+std::string ResultTrailer(const CaptureResult& result) {
   clusterprof::v1alpha1::GetSessionResponse response;
-  for (const storage::ObjectInfo& info : files) {
+  for (const storage::ObjectInfo& info : result.files) {
     SetFileResult(info, response.add_files());
   }
   return response.SerializeAsString();
@@ -115,9 +115,11 @@ void ProfileCall::Complete(const std::shared_ptr<State>& state,
     if (result.ok()) {
       state->response->set_empty_trace(result->empty_trace);
       if (result->xspace != nullptr) *state->response->mutable_xspace() = *result->xspace;
-      // Where each file's upload stands, for clients that look (upstream ones ignore it).
+      // Where each file's upload stands, for clients that look (upstream ones ignore it). The
+      // digest is not here: a 1,000-step one is tens of KiB, past what gRPC peers accept in
+      // metadata (8 KiB by default); GetSession carries it.
       if (!result->files.empty()) {
-        state->context->AddTrailingMetadata(kFilesTrailer, FilesTrailer(result->files));
+        state->context->AddTrailingMetadata(kResultTrailer, ResultTrailer(*result));
       }
       status = UploadStatus(result->files);
     }

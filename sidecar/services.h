@@ -18,7 +18,7 @@ namespace clusterprof::sidecar {
 
 // Trailing metadata of a Profile response that wrote files: a serialized
 // clusterprof.v1alpha1.GetSessionResponse with only `files` set (each file's upload state).
-inline constexpr char kFilesTrailer[] = "clusterprof-files-bin";
+inline constexpr char kResultTrailer[] = "clusterprof-files-bin";
 
 class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackService {
  public:

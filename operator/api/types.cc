@@ -84,6 +84,19 @@ class Fields {
     *out = field->as_bool();
     return absl::OkStatus();
   }
+  absl::Status StringList(std::string_view key, std::vector<std::string>* out) const {
+    const value* field = Find(key);
+    if (field == nullptr) return absl::OkStatus();
+    if (!field->is_array())
+      return absl::InvalidArgumentError(StrCat(Path(key), ": must be a list"));
+    for (const value& item : field->as_array()) {
+      if (!item.is_string()) {
+        return absl::InvalidArgumentError(StrCat(Path(key), "[]: must be a string"));
+      }
+      out->push_back(item.as_string());
+    }
+    return absl::OkStatus();
+  }
   absl::Status StringMap(std::string_view key, std::map<std::string, std::string>* out) const {
     const value* field = Find(key);
     if (field == nullptr) return absl::OkStatus();
@@ -355,6 +368,87 @@ value ConditionsToJson(const std::vector<Condition>& conditions) {
   return out;
 }
 
+namespace {
+
+absl::StatusOr<JobAnalysis> ParseJobAnalysis(const value& json) {
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields a, Fields::Of(json, "status.analysis"));
+  JobAnalysis out;
+  CLUSTERPROF_RETURN_IF_ERROR(a.Int("firstStep", &out.first_step));
+  CLUSTERPROF_RETURN_IF_ERROR(a.Int("lastStep", &out.last_step));
+  CLUSTERPROF_RETURN_IF_ERROR(a.Int("steps", &out.steps));
+  CLUSTERPROF_RETURN_IF_ERROR(a.Int("comparedSteps", &out.compared_steps));
+  CLUSTERPROF_RETURN_IF_ERROR(a.String("stragglers", &out.stragglers));
+  CLUSTERPROF_RETURN_IF_ERROR(a.StringList("leftOut", &out.left_out));
+  CLUSTERPROF_RETURN_IF_ERROR(a.StringList("notes", &out.notes));
+  CLUSTERPROF_RETURN_IF_ERROR(a.String("reportURI", &out.report_uri));
+  CLUSTERPROF_RETURN_IF_ERROR(a.String("reportJSONURI", &out.report_json_uri));
+  if (const value* hosts = a.Find("hosts")) {
+    if (!hosts->is_array()) {
+      return absl::InvalidArgumentError("status.analysis.hosts: must be a list");
+    }
+    for (const value& item : hosts->as_array()) {
+      CLUSTERPROF_ASSIGN_OR_RETURN(Fields h, Fields::Of(item, "status.analysis.hosts[]"));
+      HostAnalysis host;
+      CLUSTERPROF_RETURN_IF_ERROR(h.String("host", &host.host));
+      CLUSTERPROF_RETURN_IF_ERROR(h.String("node", &host.node));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("steps", &host.steps));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("stepP50Ns", &host.step_p50_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("stepP90Ns", &host.step_p90_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("stepMaxNs", &host.step_max_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Bool("straggler", &host.straggler));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("lateSteps", &host.late_steps));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("medianLatenessNs", &host.median_lateness_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(h.Int("othersWaitNs", &host.others_wait_ns));
+      CLUSTERPROF_RETURN_IF_ERROR(h.String("cause", &host.cause));
+      CLUSTERPROF_RETURN_IF_ERROR(h.String("evidence", &host.evidence));
+      out.hosts.push_back(std::move(host));
+    }
+  }
+  return out;
+}
+
+value StringsToJson(const std::vector<std::string>& strings) {
+  value out = value::array();
+  for (size_t i = 0; i < strings.size(); ++i) out[i] = Str(strings[i]);
+  return out;
+}
+
+value JobAnalysisToJson(const JobAnalysis& analysis) {
+  value a = value::object();
+  a["firstStep"] = value::number(analysis.first_step);
+  a["lastStep"] = value::number(analysis.last_step);
+  a["steps"] = value::number(analysis.steps);
+  a["comparedSteps"] = value::number(analysis.compared_steps);
+  a["stragglers"] = Str(analysis.stragglers);
+  value hosts = value::array();
+  size_t i = 0;
+  for (const HostAnalysis& host : analysis.hosts) {
+    value h = value::object();
+    h["host"] = Str(host.host);
+    if (!host.node.empty()) h["node"] = Str(host.node);
+    h["steps"] = value::number(host.steps);
+    h["stepP50Ns"] = value::number(host.step_p50_ns);
+    h["stepP90Ns"] = value::number(host.step_p90_ns);
+    h["stepMaxNs"] = value::number(host.step_max_ns);
+    h["stepP50"] = Str(FormatDuration(host.step_p50_ns));
+    h["straggler"] = value::boolean(host.straggler);
+    h["lateSteps"] = value::number(host.late_steps);
+    h["medianLatenessNs"] = value::number(host.median_lateness_ns);
+    h["othersWaitNs"] = value::number(host.others_wait_ns);
+    if (!host.cause.empty()) h["cause"] = Str(host.cause);
+    if (!host.evidence.empty()) h["evidence"] = Str(host.evidence);
+    hosts[i++] = std::move(h);
+  }
+  a["hosts"] = std::move(hosts);
+  if (!analysis.left_out.empty()) a["leftOut"] = StringsToJson(analysis.left_out);
+  if (!analysis.notes.empty()) a["notes"] = StringsToJson(analysis.notes);
+  if (!analysis.report_uri.empty()) a["reportURI"] = Str(analysis.report_uri);
+  if (!analysis.report_json_uri.empty()) a["reportJSONURI"] = Str(analysis.report_json_uri);
+  return a;
+}
+
+}  // namespace
+
 absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json) {
   ProfileJobStatus out;
   if (status_json.is_null()) return out;
@@ -404,6 +498,9 @@ absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json)
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("failed", &summary.failed));
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("maxStartSkewNs", &summary.max_start_skew_ns));
     out.summary = summary;
+  }
+  if (const value* analysis = status.Find("analysis")) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(out.analysis, ParseJobAnalysis(*analysis));
   }
   return out;
 }
@@ -460,6 +557,7 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
   } else if (!status.targets.empty()) {
     out["targetsSucceeded"] = Str(StrCat(0, "/", status.targets.size()));
   }
+  if (status.analysis.has_value()) out["analysis"] = JobAnalysisToJson(*status.analysis);
   return out;
 }
 

@@ -129,6 +129,40 @@ struct JobSummary {
   int64_t max_start_skew_ns = 0;
 };
 
+// One host of the cross-host analysis (docs/analysis.md).
+struct HostAnalysis {
+  std::string host;  // the pod name (the host name in the run)
+  std::string node;
+  int32_t steps = 0;
+  int64_t step_p50_ns = 0;
+  int64_t step_p90_ns = 0;
+  int64_t step_max_ns = 0;
+  bool straggler = false;
+  // Steps it entered the collectives late in, its median lateness there, and what the other
+  // hosts spent waiting for it.
+  int32_t late_steps = 0;
+  int64_t median_lateness_ns = 0;
+  int64_t others_wait_ns = 0;
+  std::string cause;  // stragglers: "compute", "input" or "launch/host overhead"
+  std::string evidence;
+};
+
+// Which host holds the job back: the analysis of the targets' digests, made as the capture ends.
+struct JobAnalysis {
+  int64_t first_step = 0;
+  int64_t last_step = 0;
+  int32_t steps = 0;           // steps every analyzed host has
+  int32_t compared_steps = 0;  // of those, with a collective on every host
+  // For the STRAGGLERS printer column: "worker-1", "worker-1, worker-3", or "none".
+  std::string stragglers;
+  std::vector<HostAnalysis> hosts;
+  std::vector<std::string> left_out;
+  std::vector<std::string> notes;
+  // clusterprof_report.html and .json in the run directory.
+  std::string report_uri;
+  std::string report_json_uri;
+};
+
 // Everything a restarted operator needs to resume a job is here: the run, the targets, T0 and
 // the attempt.
 struct ProfileJobStatus {
@@ -145,6 +179,7 @@ struct ProfileJobStatus {
   std::vector<Condition> conditions;
   std::vector<TargetStatus> targets;
   std::optional<JobSummary> summary;
+  std::optional<JobAnalysis> analysis;
 };
 
 // Reads a status (null or absent: the empty status). Lenient about unknown fields; an error

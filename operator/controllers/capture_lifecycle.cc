@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "analysis/report.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/storage/logdir.h"
@@ -135,6 +136,56 @@ std::string FinalMessage(const coordinator::RunResult& result) {
                 JoinNames(TargetFailures(result), 5));
 }
 
+api::JobAnalysis AnalysisFor(const coordinator::RunResult& result,
+                             const std::vector<api::TargetStatus>& targets) {
+  const analysis::Analysis& a = result.report->analysis;
+  api::JobAnalysis out;
+  out.first_step = a.first_step;
+  out.last_step = a.last_step;
+  out.steps = a.steps;
+  out.compared_steps = a.compared_steps;
+  std::vector<std::string> stragglers;
+  for (const analysis::HostVerdict& verdict : a.hosts) {
+    api::HostAnalysis host;
+    host.host = verdict.host;
+    for (const api::TargetStatus& target : targets) {
+      if (target.name == verdict.host) host.node = target.node;
+    }
+    host.steps = verdict.steps;
+    host.step_p50_ns = verdict.step_p50_ns;
+    host.step_p90_ns = verdict.step_p90_ns;
+    host.step_max_ns = verdict.step_max_ns;
+    host.straggler = verdict.straggler;
+    host.late_steps = verdict.late_steps;
+    host.median_lateness_ns = verdict.median_lateness_ns;
+    host.others_wait_ns = verdict.others_wait_ns;
+    if (verdict.straggler) {
+      host.cause = std::string(analysis::CauseName(verdict.cause));
+      host.evidence = verdict.evidence;
+      stragglers.push_back(verdict.host);
+    }
+    out.hosts.push_back(std::move(host));
+  }
+  // A column stays narrow: a few names, then how many more.
+  out.stragglers = stragglers.empty() ? "none" : JoinNames(stragglers, 3);
+  out.left_out = a.left_out;
+  out.notes = a.notes;
+  out.report_uri = result.report_html_uri;
+  out.report_json_uri = result.report_json_uri;
+  return out;
+}
+
+std::vector<std::string> StragglerMessages(const api::JobAnalysis& analysis) {
+  std::vector<std::string> messages;
+  for (const api::HostAnalysis& host : analysis.hosts) {
+    if (!host.straggler) continue;
+    messages.push_back(StrCat("pod ", host.host,
+                              host.node.empty() ? "" : StrCat(" on node ", host.node),
+                              " holds the job back (", host.cause, "): ", host.evidence));
+  }
+  return messages;
+}
+
 absl::Status FinalStatus(api::ProfileJobStatus& status, const std::string& run,
                          const coordinator::RunResult& result, int64_t now_ns) {
   CLUSTERPROF_RETURN_IF_ERROR(CheckStillOurs(status, run));
@@ -155,6 +206,8 @@ absl::Status FinalStatus(api::ProfileJobStatus& status, const std::string& run,
                                    .empty = result.empty,
                                    .failed = result.failed,
                                    .max_start_skew_ns = result.max_start_skew_ns};
+  status.analysis.reset();
+  if (result.report != nullptr) status.analysis = AnalysisFor(result, status.targets);
   if (phase == api::JobPhase::kFailed) {
     api::SetCondition(status.conditions,
                       {std::string(kFailed), "True", "NoTraceData", message, 0, ""},

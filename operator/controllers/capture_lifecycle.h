@@ -56,6 +56,14 @@ std::string FinalMessage(const coordinator::RunResult& result);
 // "a, b, c, and 4 more".
 std::string JoinNames(const std::vector<std::string>& names, size_t limit);
 
+// The job's analysis from the run's report: every host with its node (from `targets`), the
+// stragglers named for the printer column, and where the report files are.
+api::JobAnalysis AnalysisFor(const coordinator::RunResult& result,
+                             const std::vector<api::TargetStatus>& targets);
+// One StragglerDetected Event message per straggler, naming its pod and node: "pod worker-1 on
+// node gpu-7 holds the job back (compute): enters the collectives 9.5 ms late ...".
+std::vector<std::string> StragglerMessages(const api::JobAnalysis& analysis);
+
 // Writes the finished run into `status` (the server's latest copy). FailedPrecondition, writing
 // nothing, when the job moved on: another run, or already finished.
 absl::Status FinalStatus(api::ProfileJobStatus& status, const std::string& run,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <future>
+#include <optional>
 
 #include "common/base/check.h"
 #include "common/base/status.h"
@@ -430,8 +431,14 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
   // Written until it lands, the job is gone, or the time runs out (the sidecars keep the
   // sessions for a resume).
   const int64_t now = clock_->WallNs();
+  std::optional<api::JobAnalysis> analysis;  // as written, with each host's node
   const absl::Status written = status_writer_.WriteUntilLanded(
-      job, [&](api::ProfileJobStatus& current) { return FinalStatus(current, run, result, now); },
+      job,
+      [&](api::ProfileJobStatus& current) {
+        absl::Status status = FinalStatus(current, run, result, now);
+        analysis = current.analysis;
+        return status;
+      },
       options_.final_status_retry_ns, &capture->cancel);
   if (!written.ok()) {
     spdlog::error("profilejob {}: the final status of run {} was not written: {}", key, run,
@@ -445,6 +452,11 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
         StrCat("Capture", api::JobPhaseName(phase)), message);
   for (const std::string& failure : TargetFailures(result)) {
     Event(job, kube::kEventTypeWarning, "TargetFailed", failure);
+  }
+  if (analysis.has_value()) {
+    for (const std::string& straggler : StragglerMessages(*analysis)) {
+      Event(job, kube::kEventTypeWarning, "StragglerDetected", straggler);
+    }
   }
   if (metrics_ != nullptr) {
     for (const coordinator::TargetResult& target : result.targets) {

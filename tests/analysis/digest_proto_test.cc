@@ -62,7 +62,7 @@ TEST(DigestProtoTest, AStepWithoutACollectiveStaysWithoutOne) {
   digest.steps = {{.step = 1, .start_ns = 1000, .end_ns = 2000}};
   v1alpha1::HostDigest proto;
   DigestToProto(digest, &proto);
-  EXPECT_FALSE(proto.steps(0).has_collective_entry_offset_ns());
+  EXPECT_EQ(proto.steps(0).collective_entry_offset_ns(), -1);
   absl::StatusOr<HostDigest> back = DigestFromProto(proto);
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->steps[0].collective_entry_ns, 0);

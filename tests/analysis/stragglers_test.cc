@@ -35,6 +35,9 @@ TEST(StragglersTest, AHostWithSlowerComputeIsFlaggedThoughEveryStepTimeIsEqual) 
   const Analysis analysis = FindStragglers(Digests(spec));
   EXPECT_EQ(analysis.steps, 50);
   EXPECT_EQ(analysis.compared_steps, 50);
+  ASSERT_EQ(analysis.compared_step_numbers.size(), 50u);
+  EXPECT_EQ(analysis.compared_step_numbers.front(), 100);
+  EXPECT_EQ(analysis.compared_step_numbers.back(), 149);
   ASSERT_THAT(Stragglers(analysis), ::testing::ElementsAre("host-5"));
   const HostVerdict& slow = analysis.hosts[5];
   EXPECT_EQ(slow.cause, Cause::kCompute);
@@ -92,6 +95,7 @@ TEST(StragglersTest, HostsThatDoNotRunTheirStepsTogetherAreNotCompared) {
   const Analysis analysis = FindStragglers(runs);
   EXPECT_THAT(Stragglers(analysis), ::testing::IsEmpty());
   EXPECT_EQ(analysis.compared_steps, 0);
+  EXPECT_THAT(analysis.compared_step_numbers, ::testing::IsEmpty());
   ASSERT_FALSE(analysis.notes.empty());
   EXPECT_THAT(analysis.notes[0], HasSubstr("did not run those steps together"));
 }

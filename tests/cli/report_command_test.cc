@@ -69,6 +69,24 @@ TEST(ReportCommandTest, NamesTheStragglerUsingTheManifestsClockOffsets) {
   EXPECT_FALSE(json.at("hosts").at(0).at("straggler").as_bool());
 }
 
+TEST(ReportCommandTest, WritesTheHtmlReport) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(3);
+  spec.hosts[2].compute_scale = 1.3;
+  WriteRun(spec, dir.path());
+  Output result = Report({.path = dir.path(), .html = dir.Join("report.html")});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr(StrCat("\nHTML report: ", dir.Join("report.html"), "\n")));
+  const std::string html = testing::ReadFileOrDie(dir.Join("report.html"));
+  EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
+  EXPECT_THAT(html, HasSubstr("<span class=\"host\">host-2</span>"));
+
+  Output unwritable = Report({.path = dir.path(), .html = dir.Join("no/such/dir/report.html")});
+  EXPECT_EQ(unwritable.code, kExitFailure);
+  EXPECT_THAT(unwritable.err, HasSubstr("cannot write"));
+}
+
 TEST(ReportCommandTest, ACorruptHostFileIsLeftOutAndTheRestAnalyzed) {
   testing::TempDir dir;
   analysis::testing::RunSpec spec;

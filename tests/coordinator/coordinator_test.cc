@@ -334,6 +334,9 @@ TEST_F(FakeCaptureTest, TheSidecarsDigestsMakeTheReportWrittenNextToTheManifest)
   const web::json::value json = web::json::value::parse(file);
   EXPECT_EQ(json.at("kind").as_string(), "clusterprof.io/v1alpha1/RunReport");
   EXPECT_EQ(json.at("stragglers").as_array().at(0).as_string(), "worker-1");
+  EXPECT_EQ(result->report_html_uri,
+            StrCat(dir_.path(), "/plugins/profile/run1/clusterprof_report.html"));
+  EXPECT_TRUE(testing::FileExists(result->report_html_uri));
 }
 
 TEST_F(FakeCaptureTest, ACorruptedDigestLeavesItsHostOutAndTheOthersAreAnalyzed) {

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "analysis/report.h"
 #include "common/base/clock.h"
 #include "common/base/strings.h"
 #include "common/storage/logdir.h"
@@ -41,6 +42,7 @@ namespace {
 using coordinator::Outcome;
 using coordinator::TargetResult;
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -324,10 +326,14 @@ TEST_F(TfServerIntegrationTest, CapturesATensorFlowServerBesideASidecar) {
   EXPECT_GT(xspace::CountEvents(space), 0);
   EXPECT_NE(xspace::FindPlaneWithName(space, "Task Environment"), nullptr);
 
-  // Both hosts in one run directory, beside the manifest.
+  // Both hosts in one run directory, beside the manifest and the report, which says the TF
+  // server made no digest.
   EXPECT_THAT(testing::ListFilesRecursively(StrCat(logs_, "/plugins/profile/tf_and_sidecar")),
-              ElementsAre(stem + ".xplane.pb", "clusterprof_run.json", "host-0.trace.json.gz",
-                          "host-0.xplane.pb"));
+              ElementsAre(stem + ".xplane.pb", "clusterprof_report.html", "clusterprof_report.json",
+                          "clusterprof_run.json", "host-0.trace.json.gz", "host-0.xplane.pb"));
+  ASSERT_NE(result->report, nullptr);
+  EXPECT_THAT(result->report->analysis.left_out,
+              Contains(HasSubstr("a TF/JAX profiler server: it makes no digest")));
 
   // What the server was sent, and what it did: version 1 (version 0 would discard the start),
   // the start T0 on its own clock, which it waited for.

@@ -435,6 +435,16 @@ web::json::value FullStatus() {
       {"name": "trainer-3", "address": "10.1.0.7:8466", "phase": "Empty", "attempts": 3}],
     "summary": {"targets": 4, "succeeded": 3, "empty": 1, "failed": 0,
                 "maxStartSkewNs": 142000, "maxStartSkew": "142us"},
+    "analysis": {"firstStep": 100, "lastStep": 149, "steps": 50, "comparedSteps": 50,
+                 "stragglers": "trainer-2",
+                 "hosts": [{"host": "trainer-2", "node": "gpu-7", "steps": 50,
+                            "stepP50Ns": 27500000, "stepP90Ns": 28000000, "stepMaxNs": 31000000,
+                            "stepP50": "27.5ms", "straggler": true, "lateSteps": 45,
+                            "medianLatenessNs": 6000000, "othersWaitNs": 810000000,
+                            "cause": "compute", "evidence": "enters the collectives late"}],
+                 "leftOut": ["trainer-3: an empty trace"], "notes": [],
+                 "reportURI": "gs://my-bucket/x/clusterprof_report.html",
+                 "reportJSONURI": "gs://my-bucket/x/clusterprof_report.json"},
     "manifestURI": "gs://my-bucket/x/clusterprof_run.json"})");
 }
 
@@ -509,15 +519,15 @@ TEST_F(CrdApplyTest, KubectlPrintsThePrinterColumns) {
   CommandResult result = Kubectl({"get", "pj", "-n", ns_});
   ASSERT_EQ(result.exit_code, 0) << Describe(result);
   EXPECT_THAT(HeaderWords(result.out),
-              ElementsAre("NAME", "PHASE", "SUCCEEDED", "SKEW", "RUN", "AGE"));
+              ElementsAre("NAME", "PHASE", "SUCCEEDED", "SKEW", "STRAGGLERS", "RUN", "AGE"));
   EXPECT_THAT(result.out,
               AllOf(HasSubstr("columns"), HasSubstr("PartiallySucceeded"), HasSubstr("3/4"),
-                    HasSubstr("142us"), HasSubstr("2024_01_02_03_04_05")));
+                    HasSubstr("142us"), HasSubstr("trainer-2"), HasSubstr("2024_01_02_03_04_05")));
 
   result = Kubectl({"get", "profilejobs", "-n", ns_, "-o", "wide"});
   ASSERT_EQ(result.exit_code, 0) << Describe(result);
-  EXPECT_THAT(HeaderWords(result.out),
-              ElementsAre("NAME", "PHASE", "SUCCEEDED", "SKEW", "RUN", "LOGDIR", "AGE"));
+  EXPECT_THAT(HeaderWords(result.out), ElementsAre("NAME", "PHASE", "SUCCEEDED", "SKEW",
+                                                   "STRAGGLERS", "RUN", "LOGDIR", "AGE"));
   EXPECT_THAT(result.out, HasSubstr("gs://my-bucket/tensorboard/llama"));
 
   result = Kubectl({"get", "psched", "-n", ns_});

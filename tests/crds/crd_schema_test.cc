@@ -298,6 +298,7 @@ const CrdCase kProfileJob = {"crds/profilejob.yaml",
                              {{"Phase", ".status.phase", "string", 0},
                               {"Succeeded", ".status.targetsSucceeded", "string", 0},
                               {"Skew", ".status.summary.maxStartSkew", "string", 0},
+                              {"Stragglers", ".status.analysis.stragglers", "string", 0},
                               {"Run", ".status.runName", "string", 0},
                               {"Logdir", ".spec.logdir", "string", 1},
                               {"Age", ".metadata.creationTimestamp", "date", 0}}};

@@ -23,10 +23,12 @@ class LocalHost {
  public:
   // Starts `sidecar` (the clusterprof-sidecar binary) on free loopback ports, writing under
   // `logs`, with `extra_sidecar_args`; then `annotator` (an annotating workload) on its
-  // shared-memory directory. Fails the test when the sidecar does not come up.
+  // shared-memory directory, or the command `workload` when given. Fails the test when the
+  // sidecar does not come up.
   LocalHost(const TempDir& root, const std::string& name, const std::string& logs,
             const std::string& sidecar, const std::string& annotator,
-            const std::vector<std::string>& extra_sidecar_args = {})
+            const std::vector<std::string>& extra_sidecar_args = {},
+            std::vector<std::string> workload = {})
       : name_(name) {
     const std::string shm_dir = root.Join(StrCat("shm-", name));
     const std::string port_file = root.Join(StrCat("ports-", name));
@@ -46,9 +48,9 @@ class LocalHost {
       if (port_ == 0 || http_port_ == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     EXPECT_NE(port_, 0) << "sidecar " << name << " wrote no gRPC port:\n" << Log();
+    if (workload.empty()) workload = {annotator, "--seconds", "600"};
     workload_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{annotator, "--seconds", "600"},
-        std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir}}, log_);
+        workload, std::map<std::string, std::string>{{"CLUSTERPROF_DIR", shm_dir}}, log_);
   }
 
   const std::string& name() const { return name_; }

@@ -39,12 +39,14 @@ constexpr char kSourceDir[] = CLUSTERPROF_SOURCE_DIR;
 constexpr char kOperator[] = CLUSTERPROF_OPERATOR_PATH;
 constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
 constexpr char kAnnotator[] = CLUSTERPROF_TEST_ANNOTATOR_PATH;
+constexpr char kTrainLoop[] = CLUSTERPROF_TRAIN_LOOP_PATH;
 
 // A pod's sidecar and workload, as local processes.
 class Host : public testing::LocalHost {
  public:
-  Host(const TempDir& root, const std::string& name, const std::string& logs)
-      : LocalHost(root, name, logs, kSidecar, kAnnotator) {}
+  Host(const TempDir& root, const std::string& name, const std::string& logs,
+       std::vector<std::string> workload = {})
+      : LocalHost(root, name, logs, kSidecar, kAnnotator, {}, std::move(workload)) {}
 };
 
 // A clusterprof-operator process.
@@ -267,9 +269,10 @@ TEST_F(OperatorE2eTest, FourPodsSucceed) {
     files.insert(file.substr(file.rfind('/') + 1));
   }
   EXPECT_EQ(files, (std::set<std::string>{
-                       "clusterprof_run.json", "trainer-0.trace.json.gz", "trainer-0.xplane.pb",
-                       "trainer-1.trace.json.gz", "trainer-1.xplane.pb", "trainer-2.trace.json.gz",
-                       "trainer-2.xplane.pb", "trainer-3.trace.json.gz", "trainer-3.xplane.pb"}));
+                       "clusterprof_report.html", "clusterprof_report.json", "clusterprof_run.json",
+                       "trainer-0.trace.json.gz", "trainer-0.xplane.pb", "trainer-1.trace.json.gz",
+                       "trainer-1.xplane.pb", "trainer-2.trace.json.gz", "trainer-2.xplane.pb",
+                       "trainer-3.trace.json.gz", "trainer-3.xplane.pb"}));
   EXPECT_EQ(status.at("manifestURI").as_string(),
             StrCat(logs_, "/plugins/profile/four_pods/clusterprof_run.json"));
   // The story in events, once written.
@@ -305,6 +308,50 @@ TEST_F(OperatorE2eTest, FourPodsSucceed) {
   EXPECT_THAT(got->out, HasSubstr("Succeeded"));
   EXPECT_THAT(got->out, HasSubstr("4/4"));
   EXPECT_THAT(got->out, HasSubstr("four_pods"));
+}
+
+TEST_F(OperatorE2eTest, AStragglingPodIsNamedInTheStatusAnEventAndTheRunsReports) {
+  // Three training ranks in lockstep (a file barrier each step); rank 1 computes 40 ms longer,
+  // well above what a loaded 2-core machine's scheduling adds at random.
+  const std::string sync = root_.Join("sync");
+  std::vector<std::unique_ptr<Host>> hosts;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string name = StrCat("rank-", rank);
+    hosts.push_back(std::make_unique<Host>(
+        root_, name, logs_,
+        std::vector<std::string>{kTrainLoop, "--sync-dir", sync, "--world", "3", "--rank",
+                                 std::to_string(rank), "--step-ms", "30", "--seconds", "600",
+                                 "--straggle-ms", rank == 1 ? "40" : "0"}));
+    CreateRunningPod(name, hosts.back()->port());
+  }
+  auto op = StartOperator("a");
+  ASSERT_TRUE(CreateJob("lockstep", JobSpec(3000)).ok());
+  const value job = WaitForFinish("lockstep");
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  const value& analysis = job.at("status").at("analysis");
+  EXPECT_EQ(analysis.at("stragglers").as_string(), "rank-1") << analysis.serialize();
+  EXPECT_GT(analysis.at("comparedSteps").as_integer(), 10);
+  for (const value& host : analysis.at("hosts").as_array()) {
+    EXPECT_EQ(host.at("straggler").as_bool(), host.at("host").as_string() == "rank-1");
+    EXPECT_EQ(host.at("node").as_string(), "node-a");
+  }
+
+  EXPECT_TRUE(Eventually([&] { return Events("lockstep").count("StragglerDetected") == 1; }))
+      << "events: " << Events("lockstep").size();
+  const auto events = Events("lockstep");
+  const auto straggler = events.find("StragglerDetected");
+  ASSERT_NE(straggler, events.end());
+  EXPECT_THAT(straggler->second,
+              HasSubstr("pod rank-1 on node node-a holds the job back (compute)"));
+
+  // Both report files next to the manifest, naming the same pod.
+  const std::string run_dir =
+      StrCat(logs_, "/plugins/profile/", job.at("status").at("runName").as_string());
+  EXPECT_EQ(analysis.at("reportJSONURI").as_string(), run_dir + "/clusterprof_report.json");
+  EXPECT_EQ(analysis.at("reportURI").as_string(), run_dir + "/clusterprof_report.html");
+  const value report = value::parse(testing::ReadFileOrDie(run_dir + "/clusterprof_report.json"));
+  EXPECT_EQ(report.at("stragglers").at(0).as_string(), "rank-1");
+  EXPECT_THAT(testing::ReadFileOrDie(run_dir + "/clusterprof_report.html"), HasSubstr("rank-1"));
 }
 
 TEST_F(OperatorE2eTest, ASidecarDownIsPartiallySucceededNamingThePod) {

@@ -134,7 +134,23 @@ TEST(ProfileJobStatusTest, RoundTripsThroughJson) {
   target.clock_uncertainty_ns = -1;
   status.targets = {target};
   status.summary = JobSummary{2, 1, 0, 1, 142'000};
+  JobAnalysis analysis;
+  analysis.steps = 50;
+  analysis.compared_steps = 48;
+  analysis.stragglers = "pod-0";
+  analysis.hosts.push_back({.host = "pod-0",
+                            .node = "node-1",
+                            .steps = 50,
+                            .step_p50_ns = 27'500'000,
+                            .straggler = true,
+                            .late_steps = 45,
+                            .cause = "compute",
+                            .evidence = "late"});
+  analysis.left_out = {"pod-1: an empty trace"};
+  analysis.report_uri = "/tb/plugins/profile/run/clusterprof_report.html";
+  status.analysis = analysis;
   const value json = ProfileJobStatusToJson(status);
+  EXPECT_EQ(json.at("analysis").at("hosts").at(0).at("stepP50").as_string(), "27.5ms");
   EXPECT_EQ(json.at("targetsSucceeded").as_string(), "1/2");
   EXPECT_EQ(json.at("summary").at("maxStartSkew").as_string(), "142us");
   EXPECT_EQ(json.at("startTime").as_string(), "2026-01-01T00:00:00Z");
@@ -149,7 +165,14 @@ TEST(ProfileJobStatusTest, RoundTripsThroughJson) {
   ASSERT_EQ(back->conditions.size(), 1u);
   EXPECT_EQ(back->conditions[0].last_transition_time, "2026-01-01T00:00:00Z");
   EXPECT_EQ(back->summary->max_start_skew_ns, 142'000);
+  ASSERT_TRUE(back->analysis.has_value());
+  EXPECT_EQ(back->analysis->hosts.at(0).cause, "compute");
+  EXPECT_EQ(back->analysis->left_out, analysis.left_out);
   EXPECT_EQ(ProfileJobStatusToJson(*back), json);
+  EXPECT_THAT(
+      std::string(
+          ParseProfileJobStatus(Json(R"({"analysis": {"leftOut": [3]}})")).status().message()),
+      ::testing::HasSubstr("status.analysis.leftOut[]: must be a string"));
   EXPECT_FALSE(ParseProfileJobStatus(Json(R"({"attempt": "x"})")).ok());
   EXPECT_EQ(ParseProfileJobStatus(value::null())->phase, JobPhase::kPending);
 }

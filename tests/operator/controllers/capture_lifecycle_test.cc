@@ -1,5 +1,6 @@
 #include "operator/controllers/capture_lifecycle.h"
 
+#include "analysis/report.h"
 #include "common/base/clock.h"
 #include "common/storage/logdir.h"
 #include "gmock/gmock.h"
@@ -164,6 +165,68 @@ TEST(FinalStatusTest, WritesThePhaseTargetsSummaryAndCondition) {
   ASSERT_EQ(status.conditions.size(), 1u);
   EXPECT_EQ(status.conditions[0].type, "Complete");
   EXPECT_EQ(status.conditions[0].reason, "PartiallySucceeded");
+}
+
+// A report in which `b` straggles on compute and `c` was left out.
+std::shared_ptr<const analysis::RunReport> ReportWithStraggler() {
+  auto report = std::make_shared<analysis::RunReport>();
+  analysis::Analysis& a = report->analysis;
+  a.first_step = 10;
+  a.last_step = 59;
+  a.steps = 50;
+  a.compared_steps = 48;
+  a.hosts.push_back({.host = "a", .steps = 50, .step_p50_ns = 27'000'000});
+  a.hosts.push_back({.host = "b",
+                     .steps = 50,
+                     .step_p50_ns = 27'100'000,
+                     .straggler = true,
+                     .late_steps = 45,
+                     .median_lateness_ns = 6'000'000,
+                     .others_wait_ns = 270'000'000,
+                     .cause = analysis::Cause::kCompute,
+                     .evidence = "enters the collectives 6.0 ms late (median) in 45 of 48 steps"});
+  a.left_out = {"c: an empty trace"};
+  return report;
+}
+
+TEST(AnalysisForTest, NamesTheStragglersWithTheirNodesAndTheReportFiles) {
+  coordinator::RunResult result = RunOf({Target("a", coordinator::Outcome::kOk)});
+  result.report = ReportWithStraggler();
+  result.report_html_uri = "/logs/plugins/profile/r1/clusterprof_report.html";
+  result.report_json_uri = "/logs/plugins/profile/r1/clusterprof_report.json";
+  const api::JobAnalysis analysis = AnalysisFor(result, Capturing("r1").targets);
+  EXPECT_EQ(analysis.stragglers, "b");
+  EXPECT_EQ(analysis.steps, 50);
+  EXPECT_EQ(analysis.compared_steps, 48);
+  ASSERT_EQ(analysis.hosts.size(), 2u);
+  EXPECT_EQ(analysis.hosts[0].node, "node-1");
+  EXPECT_FALSE(analysis.hosts[0].straggler);
+  EXPECT_EQ(analysis.hosts[0].cause, "") << "a cause only for stragglers";
+  EXPECT_EQ(analysis.hosts[1].node, "node-2");
+  EXPECT_EQ(analysis.hosts[1].cause, "compute");
+  EXPECT_EQ(analysis.hosts[1].late_steps, 45);
+  EXPECT_THAT(analysis.left_out, ::testing::ElementsAre("c: an empty trace"));
+  EXPECT_EQ(analysis.report_uri, result.report_html_uri);
+  EXPECT_EQ(StragglerMessages(analysis),
+            std::vector<std::string>{
+                "pod b on node node-2 holds the job back (compute): enters the collectives "
+                "6.0 ms late (median) in 45 of 48 steps"});
+
+  result.report = std::make_shared<analysis::RunReport>();
+  EXPECT_EQ(AnalysisFor(result, {}).stragglers, "none");
+  EXPECT_TRUE(StragglerMessages(AnalysisFor(result, {})).empty());
+}
+
+TEST(FinalStatusTest, CarriesTheAnalysisWhenTheRunHasAReport) {
+  api::ProfileJobStatus status = Capturing("r1");
+  coordinator::RunResult result = RunOf({Target("a", coordinator::Outcome::kOk)});
+  ASSERT_TRUE(FinalStatus(status, "r1", result, 0).ok());
+  EXPECT_FALSE(status.analysis.has_value()) << "no report, no analysis";
+  status = Capturing("r1");
+  result.report = ReportWithStraggler();
+  ASSERT_TRUE(FinalStatus(status, "r1", result, 0).ok());
+  ASSERT_TRUE(status.analysis.has_value());
+  EXPECT_EQ(status.analysis->stragglers, "b");
 }
 
 TEST(FinalStatusTest, AllFailedIsFailedWithNoTraceData) {

@@ -9,12 +9,15 @@
 #include <string>
 #include <thread>
 
+#include "analysis/digest_proto.h"
 #include "common/base/clock.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "operator/api/types.h"
+#include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
+#include "tests/analysis/synthetic_run.h"
 #include "tests/support/clock_advancer.h"
 #include "tests/support/fake_api_client.h"
 #include "tests/support/fake_profilers.h"
@@ -62,6 +65,7 @@ class ProfileJobControllerTest : public ::testing::Test {
   void TearDown() override {
     StopAdvancing();
     if (controller_ != nullptr) controller_->Stop(0);
+    events_.reset();
     jobs_->Stop();
     pods_->Stop();
   }
@@ -74,8 +78,11 @@ class ProfileJobControllerTest : public ::testing::Test {
     options.connector = &servers_;
     options.workers = 2;
     options.clock_probes = 1;
+    if (record_events_) {
+      events_ = std::make_unique<kube::EventRecorder>(&api_, &clock_, "clusterprof-operator", "op");
+    }
     controller_ = std::make_unique<ProfileJobController>(&api_, &clock_, jobs_.get(), pods_.get(),
-                                                         nullptr, nullptr, options);
+                                                         events_.get(), nullptr, options);
     controller_->Start();
   }
 
@@ -142,6 +149,8 @@ class ProfileJobControllerTest : public ::testing::Test {
   testing::TempDir dir_;
   std::unique_ptr<kube::Informer> jobs_;
   std::unique_ptr<kube::Informer> pods_;
+  bool record_events_ = false;
+  std::unique_ptr<kube::EventRecorder> events_;
   std::unique_ptr<ProfileJobController> controller_;
   std::unique_ptr<testing::ClockAdvancer> advancer_;
 };
@@ -178,6 +187,49 @@ TEST_F(ProfileJobControllerTest, APendingJobIsScheduledCapturedAndSucceeds) {
     completed = completed || condition.at("type").as_string() == "Complete";
   }
   EXPECT_TRUE(completed);
+}
+
+TEST_F(ProfileJobControllerTest, AStragglerIsInTheStatusAndAnEventNamesItsPodAndNode) {
+  // Three sidecars' digests of a job where worker-2 computes 30% slower.
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(3);
+  spec.hosts[2].compute_scale = 1.3;
+  std::vector<tensorflow::profiler::XSpace> spaces = analysis::testing::MakeRun(spec);
+  for (int i = 0; i < 3; ++i) {
+    FakeProfilers::Script script;
+    script.digest.emplace();
+    analysis::DigestToProto(*analysis::DigestXSpace(spaces[i], StrCat("worker-", i)),
+                            &*script.digest);
+    AddPod(StrCat("worker-", i), StrCat("10.0.0.", i + 1), true, std::move(script));
+  }
+  record_events_ = true;
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  const value& analysis = job.at("status").at("analysis");
+  EXPECT_EQ(analysis.at("stragglers").as_string(), "worker-2") << job.serialize();
+  EXPECT_EQ(analysis.at("comparedSteps").as_integer(), spec.steps);
+  ASSERT_EQ(analysis.at("hosts").size(), 3u);
+  const value& straggler = analysis.at("hosts").at(2);
+  EXPECT_EQ(straggler.at("host").as_string(), "worker-2");
+  EXPECT_EQ(straggler.at("node").as_string(), "node-1");
+  EXPECT_TRUE(straggler.at("straggler").as_bool());
+  EXPECT_EQ(straggler.at("cause").as_string(), "compute");
+  EXPECT_THAT(analysis.at("reportJSONURI").as_string(), HasSubstr("/clusterprof_report.json"));
+
+  ASSERT_TRUE(events_->Flush(10 * kNanosPerSecond));
+  absl::StatusOr<kube::ObjectList> events = api_.List(kube::Events(), kNs, {});
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<std::string> stragglers;
+  for (const value& event : events->items) {
+    if (event.at("reason").as_string() != "StragglerDetected") continue;
+    EXPECT_EQ(event.at("type").as_string(), "Warning");
+    stragglers.push_back(event.at("message").as_string());
+  }
+  ASSERT_EQ(stragglers.size(), 1u);
+  EXPECT_THAT(stragglers[0],
+              HasSubstr("pod worker-2 on node node-1 holds the job back (compute): enters the "
+                        "collectives"));
 }
 
 TEST_F(ProfileJobControllerTest, TooFewReadyTargetsFailsNamingTheOnesLeftOut) {

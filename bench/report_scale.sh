@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The cross-host analysis at scale: wall time and peak RSS of `clusterprof report` and of
+# `clusterprof convert --run` (one Perfetto trace of every host) over a synthetic run directory
+# written by make_run (N hosts of a training job, one straggling), and a check that the report
+# names the straggler.
+#
+#   bench/report_scale.sh [--build-dir DIR] [--hosts N] [--events N] [--steps N]
+#                         [--straggler I] [--cache DIR] [--json-size]
+#   HOSTS=4 EVENTS=100000 bench/report_scale.sh          # a quick check
+#
+# Defaults (the issue's targets): 64 hosts x 1,000,000 events (about 1.1 GB of xplane.pb),
+# 200 steps, the straggler at index hosts / 2, build/. It builds nothing: build make_run and
+# clusterprof first (cmake --build build --target make_run clusterprof).
+#
+# --cache DIR keeps the generated run under DIR/run-h<hosts>-e<events>-s<steps>-x<straggler> and
+# reuses it when one with the same parameters is there (regenerate after changing make_run.cc by
+# deleting it). Without it the run goes into a temporary directory, deleted at the end.
+# --json-size also measures the uncompressed size of the merged trace (gzip -dc | wc -c).
+#
+# The files are read from the page cache (just written, or reused): the figures leave out disk
+# reads. Exits 1 when the report does not name the straggler (alone), or a command fails; the
+# targets are printed as met or not met, not enforced (they depend on the machine and its load).
+set -euo pipefail
+
+build_dir="$(cd "$(dirname "$0")/.." && pwd)/build"
+hosts="${HOSTS:-64}"
+events="${EVENTS:-1000000}"
+steps="${STEPS:-200}"
+straggler="${STRAGGLER:-}"
+cache="${CACHE:-}"
+json_size=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build-dir) build_dir="$2"; shift 2 ;;
+    --hosts) hosts="$2"; shift 2 ;;
+    --events) events="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --straggler) straggler="$2"; shift 2 ;;
+    --cache) cache="$2"; shift 2 ;;
+    --json-size) json_size=1; shift ;;
+    *) echo "report_scale.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ -n "$straggler" ]] || straggler=$((hosts > 1 ? hosts / 2 : -1))
+
+make_run="$build_dir/bench/make_run"
+clusterprof="$build_dir/cli/clusterprof"
+for tool in "$make_run" "$clusterprof"; do
+  if [[ ! -x "$tool" ]]; then
+    echo "report_scale.sh: $tool is missing: cmake --build $build_dir --target make_run clusterprof" >&2
+    exit 2
+  fi
+done
+if [[ ! -x /usr/bin/time ]]; then
+  echo "report_scale.sh: needs GNU time as /usr/bin/time (Debian: apt-get install time)" >&2
+  exit 2
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+if [[ -n "$cache" ]]; then
+  mkdir -p "$cache"
+  run="$(cd "$cache" && pwd)/run-h$hosts-e$events-s$steps-x$straggler"
+else
+  run="$work/run"
+fi
+
+# About 17 bytes per event of xplane.pb, and 12 of gzipped trace JSON.
+need_kb=$(( hosts * events * (17 + 12) / 1024 ))
+avail_kb=$(df -Pk "$(dirname "$run")" | awk 'NR == 2 { print $4 }')
+if (( avail_kb < need_kb )); then
+  echo "report_scale.sh: about $((need_kb / 1024)) MiB needed under $(dirname "$run"), $((avail_kb / 1024)) MiB free" >&2
+  exit 2
+fi
+
+# make_run's summary line, beside the run (the run directory holds only what a capture writes);
+# its presence marks a run written to the end.
+summary="$run.make_run.out"
+if [[ -f "$summary" && -d "$run" ]]; then
+  echo "reusing $run"
+else
+  rm -rf "$run" "$summary"
+  echo "generating $hosts hosts x $events events into $run"
+  start=$(date +%s.%N)
+  "$make_run" --hosts "$hosts" --events-per-host "$events" --steps "$steps" \
+    --straggler "$straggler" --out "$run" 2> "$work/make_run.err" > "$work/make_run.out" ||
+    { cat "$work/make_run.err" >&2; exit 1; }
+  echo "generated in $(awk -v s="$start" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }') s"
+  mv "$work/make_run.out" "$summary"
+fi
+generated="$(cat "$summary")"
+total_events=$(sed -n 's/.*events=\([0-9]*\).*/\1/p' <<< "$generated")
+input_bytes=$(sed -n 's/.*bytes=\([0-9]*\).*/\1/p' <<< "$generated")
+expected=$(sed -n 's/.*straggler=\([^ ]*\).*/\1/p' <<< "$generated")
+
+# Field of a `/usr/bin/time -v` report.
+time_field() { sed -n "s/^[[:space:]]*$2: //p" "$1"; }
+# "h:mm:ss" or "m:ss.ss" as seconds.
+wall_seconds() { awk -F: '{ s = 0; for (i = 1; i <= NF; i++) s = s * 60 + $i; printf "%.2f", s }' <<< "$1"; }
+verdict() { awk -v v="$1" -v op="$2" -v t="$3" \
+  'BEGIN { ok = (op == "<=") ? v <= t : v >= t; print ok ? "met" : "NOT met" }'; }
+
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)   $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "input: $hosts hosts, $total_events events, $input_bytes bytes of xplane.pb"
+
+# The report.
+/usr/bin/time -v -o "$work/report.time" "$clusterprof" report "$run" --json "$work/report.json" \
+  --no-progress > "$work/report.txt" 2> "$work/report.err" ||
+  { cat "$work/report.err" "$work/report.time" >&2; exit 1; }
+report_wall=$(wall_seconds "$(time_field "$work/report.time" 'Elapsed (wall clock) time (h:mm:ss or m:ss)')")
+report_rss_kb=$(time_field "$work/report.time" 'Maximum resident set size (kbytes)')
+report_cpu=$(awk -v u="$(time_field "$work/report.time" 'User time (seconds)')" \
+  -v s="$(time_field "$work/report.time" 'System time (seconds)')" 'BEGIN { printf "%.2f", u + s }')
+# The report's JSON is one line; host names hold no quotes or commas (HostFileStem).
+stragglers=$(sed -n 's/.*"stragglers":\[\([^]]*\)\].*/\1/p' "$work/report.json" | tr -d '"')
+echo
+echo "report: wall ${report_wall} s (cpu ${report_cpu} s), peak RSS $((report_rss_kb / 1024)) MiB," \
+  "$(awk -v e="$total_events" -v w="$report_wall" 'BEGIN { printf "%.2f", e / w / 1e6 }') M events/s;" \
+  "stragglers: ${stragglers:-none} (expected ${expected})"
+echo "  target wall <= 20 s: $(verdict "$report_wall" '<=' 20);" \
+  "peak RSS <= 512 MiB: $(verdict "$report_rss_kb" '<=' $((512 * 1024)))"
+grep -m1 '^STRAGGLER\|^no straggler' "$work/report.txt" | sed 's/^/  /' || true
+
+# One merged trace of every host.
+/usr/bin/time -v -o "$work/convert.time" "$clusterprof" convert --run "$run" \
+  -o "$work/merged.trace.json.gz" > "$work/convert.out" 2> "$work/convert.err" ||
+  { cat "$work/convert.err" "$work/convert.time" >&2; exit 1; }
+convert_wall=$(wall_seconds "$(time_field "$work/convert.time" 'Elapsed (wall clock) time (h:mm:ss or m:ss)')")
+convert_rss_kb=$(time_field "$work/convert.time" 'Maximum resident set size (kbytes)')
+convert_cpu=$(awk -v u="$(time_field "$work/convert.time" 'User time (seconds)')" \
+  -v s="$(time_field "$work/convert.time" 'System time (seconds)')" 'BEGIN { printf "%.2f", u + s }')
+convert_rate=$(awk -v e="$total_events" -v w="$convert_wall" 'BEGIN { printf "%.2f", e / w / 1e6 }')
+output_bytes=$(stat -c %s "$work/merged.trace.json.gz")
+echo
+echo "convert --run: wall ${convert_wall} s (cpu ${convert_cpu} s), peak RSS $((convert_rss_kb / 1024)) MiB," \
+  "${convert_rate} M events/s, merged.trace.json.gz ${output_bytes} bytes"
+echo "  target >= 5 M events/s: $(verdict "$convert_rate" '>=' 5);" \
+  "peak RSS <= 256 MiB: $(verdict "$convert_rss_kb" '<=' $((256 * 1024)))"
+sed 's/^/  /' "$work/convert.out" "$work/convert.err"
+if (( json_size )); then
+  echo "  merged trace JSON: $(gzip -dc "$work/merged.trace.json.gz" | wc -c) bytes uncompressed"
+fi
+
+if [[ "$stragglers" != "$expected" && ! ( "$expected" == none && -z "$stragglers" ) ]]; then
+  echo "report_scale.sh: the report named '${stragglers:-no straggler}', not $expected" >&2
+  exit 1
+fi
