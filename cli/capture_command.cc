@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/report.h"
 #include "cli/commands.h"
 #include "common/base/clock.h"
 #include "common/base/strings.h"
@@ -116,6 +117,28 @@ void PrintSummary(const RunResult& result, std::ostream& out) {
                          : std::string("unknown"));
 }
 
+// The cross-host verdict from the sidecars' digests, in a few lines: the stragglers, or that
+// there is none, or why nothing could be compared.
+void PrintVerdict(const RunResult& result, std::ostream& out) {
+  if (result.report == nullptr) return;
+  const analysis::Analysis& a = result.report->analysis;
+  out << "\n";
+  for (const analysis::HostVerdict* host : a.stragglers()) {
+    out << fmt::format("  STRAGGLER {} ({}): {}\n", host->host, analysis::CauseName(host->cause),
+                       host->evidence);
+  }
+  if (a.stragglers().empty() && a.compared_steps > 0) {
+    out << fmt::format("  no straggler over {} steps compared across {} hosts\n", a.compared_steps,
+                       a.hosts.size());
+  } else if (a.compared_steps == 0) {
+    out << "  no cross-host verdict: "
+        << (a.notes.empty()
+                ? (a.left_out.empty() ? std::string("no steps in common") : a.left_out.front())
+                : a.notes.front())
+        << "\n";
+  }
+}
+
 }  // namespace
 
 int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err) {
@@ -178,9 +201,14 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
     err << "clusterprof capture: " << result.status().message() << "\n";
     return kExitFailure;
   }
+  PrintVerdict(final_result, out);
   out << "\n  run directory  " << final_result.run_dir << "\n";
   if (!final_result.manifest_uri.empty()) {
     out << "  manifest       " << final_result.manifest_uri << "\n";
+  }
+  if (!final_result.report_html_uri.empty()) {
+    out << "  report         " << final_result.report_html_uri << "   (and "
+        << storage::kReportJsonName << "; docs/analysis.md)\n";
   }
   out << "  open it with   xprof --logdir " << capture.logdir.uri << "   (or tensorboard --logdir "
       << capture.logdir.uri << ")\n";
