@@ -21,12 +21,14 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -103,19 +105,29 @@ class BatchQueue {
 class FileBarrier {
  public:
   FileBarrier(std::string dir, int rank, int world)
-      : dir_(std::move(dir)), rank_(rank), world_(world) {
-    std::filesystem::create_directories(dir_);
+      : dir_(std::move(dir)), rank_(rank), world_(world) {}
+
+  // Makes the directory and says no step is done here yet; false, with why in `error`, when the
+  // directory cannot be written.
+  bool Open(std::string* error) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir_, ec);
+    if (ec) {
+      *error = "cannot create --sync-dir " + dir_ + ": " + ec.message();
+      return false;
+    }
+    return Publish(-1, error);
   }
 
   // Says `step` is done here, then waits for every rank to say so; false when a rank has not
-  // moved for `patience` (it ended, or never started) or the process is stopping.
+  // moved for `patience` (it ended, or never started), the process is stopping, or this rank's
+  // file cannot be written.
   bool Arrive(int64_t step, std::chrono::seconds patience) {
-    const std::string path = dir_ + "/rank-" + std::to_string(rank_);
-    {
-      std::ofstream out(path + ".tmp", std::ios::trunc);
-      out << step << "\n";
+    std::string error;
+    if (!Publish(step, &error)) {
+      std::fprintf(stderr, "train_loop: %s\n", error.c_str());
+      return false;
     }
-    std::filesystem::rename(path + ".tmp", path);
     const Clock::time_point give_up = Clock::now() + patience;
     while (g_stop == 0 && Clock::now() < give_up) {
       if (Slowest() >= step) return true;
@@ -125,6 +137,26 @@ class FileBarrier {
   }
 
  private:
+  // Writes `step` to this rank's file whole (write, then rename).
+  bool Publish(int64_t step, std::string* error) {
+    const std::string path = dir_ + "/rank-" + std::to_string(rank_);
+    {
+      std::ofstream out(path + ".tmp", std::ios::trunc);
+      out << step << "\n";
+      if (!out.flush()) {
+        *error = "cannot write " + path + ".tmp: " + std::strerror(errno);
+        return false;
+      }
+    }
+    std::error_code ec;
+    std::filesystem::rename(path + ".tmp", path, ec);
+    if (ec) {
+      *error = "cannot rename " + path + ".tmp: " + ec.message();
+      return false;
+    }
+    return true;
+  }
+
   int64_t Slowest() const {
     int64_t slowest = INT64_MAX;
     for (int r = 0; r < world_; ++r) {
@@ -201,6 +233,15 @@ int main(int argc, char** argv) {
   }
 
   std::signal(SIGINT, OnSignal);
+  std::optional<FileBarrier> barrier;
+  if (!sync_dir.empty()) {
+    barrier.emplace(sync_dir, rank, world);
+    std::string error;
+    if (!barrier->Open(&error)) {
+      std::fprintf(stderr, "train_loop: %s\n", error.c_str());
+      return 1;
+    }
+  }
   std::signal(SIGTERM, OnSignal);
   const char* dir = std::getenv("CLUSTERPROF_DIR");
   std::printf("train_loop: pid %d, CLUSTERPROF_DIR=%s\n", static_cast<int>(getpid()),
@@ -216,8 +257,6 @@ int main(int argc, char** argv) {
   std::atomic<uint64_t> sink{0};
   BatchQueue queue(2);
   std::thread loader([&] { LoaderLoop(timing, queue, sink); });
-  std::optional<FileBarrier> barrier;
-  if (!sync_dir.empty()) barrier.emplace(sync_dir, rank, world);
   // In lockstep, what a step has left after the nominal compute is spent "communicating" once
   // every rank has arrived, so all ranks end the step together.
   const microseconds communicate =
