@@ -279,6 +279,9 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
       }
     }
   }
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("queueTimeoutSeconds", &out.queue_timeout_seconds));
+  CLUSTERPROF_RETURN_IF_ERROR(Range(spec.Path("queueTimeoutSeconds"), out.queue_timeout_seconds, 0,
+                                    kMaxQueueTimeoutSeconds, "seconds"));
   CLUSTERPROF_RETURN_IF_ERROR(
       spec.OptionalInt("ttlSecondsAfterFinished", &out.ttl_seconds_after_finished));
   if (out.ttl_seconds_after_finished.has_value()) {
@@ -332,6 +335,13 @@ void SetCondition(std::vector<Condition>& conditions, Condition condition,
   }
   condition.last_transition_time = std::string(now_rfc3339);
   conditions.push_back(std::move(condition));
+}
+
+const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type) {
+  for (const Condition& condition : conditions) {
+    if (condition.type == type) return &condition;
+  }
+  return nullptr;
 }
 
 absl::StatusOr<std::vector<Condition>> ParseConditions(const value& list, std::string_view where) {
@@ -562,7 +572,8 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
 }
 
 std::string FormatDuration(int64_t ns) {
-  const int64_t magnitude = ns < 0 ? -ns : ns;
+  // Unsigned: -ns overflows for INT64_MIN (a status read back from the API server may hold it).
+  const uint64_t magnitude = ns < 0 ? 0 - static_cast<uint64_t>(ns) : static_cast<uint64_t>(ns);
   const char* sign = ns < 0 ? "-" : "";
   char buffer[64];
   if (magnitude < 1000) {

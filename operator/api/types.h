@@ -47,6 +47,8 @@ kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, st
 inline constexpr int64_t kMaxDurationMs = 600'000;
 inline constexpr int64_t kMaxDelayMs = 3'600'000;
 inline constexpr int32_t kMaxTracingAttempts = 10;
+inline constexpr int64_t kDefaultQueueTimeoutSeconds = 600;
+inline constexpr int64_t kMaxQueueTimeoutSeconds = 86400;
 inline constexpr size_t kMaxAddresses = 1000;
 
 struct ProfileJobSpec {
@@ -69,6 +71,9 @@ struct ProfileJobSpec {
   // advancedConfiguration, on upstream's defaults.
   tensorflow::ProfileOptions profile_options = proto::DefaultProfileOptions();
   std::optional<int64_t> ttl_seconds_after_finished;
+  // How long the job may wait for other jobs to release its targets before it fails; 0: fail
+  // at once instead of waiting.
+  int64_t queue_timeout_seconds = kDefaultQueueTimeoutSeconds;
 };
 
 // Reads and validates a ProfileJob's spec (absent fields take the schema's defaults). The error
@@ -99,6 +104,8 @@ struct Condition {
 // change (and taking `now_rfc3339` when it did).
 void SetCondition(std::vector<Condition>& conditions, Condition condition,
                   std::string_view now_rfc3339);
+// The condition of `type`; null when there is none.
+const Condition* FindCondition(const std::vector<Condition>& conditions, std::string_view type);
 // A metav1.Condition list from JSON and back; `where` names the list in errors.
 absl::StatusOr<std::vector<Condition>> ParseConditions(const web::json::value& list,
                                                        std::string_view where);

@@ -97,9 +97,35 @@ void ProfileJobController::OnAdd(const kube::ObjectPtr& object, bool) {
 }
 void ProfileJobController::OnUpdate(const kube::ObjectPtr&, const kube::ObjectPtr& new_object) {
   queue_.Add(new_object->metadata.Key());
+  if (HoldsNoTargets(*new_object)) WakeQueued(new_object->metadata.namespace_);
 }
 void ProfileJobController::OnDelete(const kube::ObjectPtr& object, bool) {
   queue_.Add(object->metadata.Key());
+  WakeQueued(object->metadata.namespace_);
+}
+
+bool ProfileJobController::HoldsNoTargets(const kube::Object& object) {
+  const kube::JsonObject* job = dynamic_cast<const kube::JsonObject*>(&object);
+  if (job == nullptr || !job->json.has_field("status")) return false;
+  const web::json::value& status = job->json.at("status");
+  return status.has_string_field("phase") &&
+         api::IsTerminal(api::ParseJobPhase(status.at("phase").as_string()));
+}
+
+void ProfileJobController::WakeQueued(const std::string& ns) {
+  // A job that ended (or went) may have freed what queued jobs wait for: look at them now
+  // rather than at their next poll. From the cache only: this runs on capture threads, which
+  // must not take mu_ (a worker joins them under it).
+  for (const kube::ObjectPtr& object : jobs_->store().List(ns)) {
+    const kube::JsonObject* job = AsJson(object);
+    if (job == nullptr || !job->json.has_field("status")) continue;
+    absl::StatusOr<api::ProfileJobStatus> status =
+        api::ParseProfileJobStatus(job->json.at("status"));
+    if (!status.ok()) continue;
+    std::optional<JobClaim> claim =
+        ClaimOf(job->metadata.name, job->metadata.uid, job->metadata.creation_timestamp, *status);
+    if (claim.has_value() && claim->queued) queue_.Add(job->metadata.Key());
+  }
 }
 
 void ProfileJobController::Worker() {
@@ -227,6 +253,13 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     return Fail(meta, job, std::move(status), "NotEnoughTargets", message);
   }
 
+  JobClaim self{.name = meta.name, .uid = meta.uid, .created = meta.creation_timestamp};
+  for (const ResolvedTarget& target : resolution.targets) self.addresses.push_back(target.address);
+  MutexLock schedule_lock(&schedule_mu_);
+  if (std::optional<Blocker> blocker = FindBlocker(self, Claims(meta.namespace_))) {
+    return Wait(meta, job, spec, std::move(status), resolution, *blocker);
+  }
+
   const int64_t now = clock_->WallNs();
   const int64_t t0 = now + std::max(spec.delay_ms, options_.fan_out_lead_ms) * kNanosPerMilli;
   const std::string run = spec.run_name.empty() ? storage::DefaultRunName(t0) : spec.run_name;
@@ -262,6 +295,14 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
       status.conditions,
       {std::string(kTargetsResolved), "True", "Resolved", resolved, meta.generation, ""},
       api::FormatTime(now));
+  if (const api::Condition* queued = api::FindCondition(status.conditions, kQueued);
+      queued != nullptr && queued->status == "True") {
+    api::SetCondition(status.conditions,
+                      {std::string(kQueued), "False", "TargetsFree",
+                       StrCat("waited since ", queued->last_transition_time, " for its targets"),
+                       meta.generation, ""},
+                      api::FormatTime(now));
+  }
   CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
 
   const JobRef ref{meta.namespace_, meta.name, meta.uid};
@@ -272,6 +313,94 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
   }
   StartCapture(meta.Key(), ref, spec, status, /*resume=*/false);
+  return absl::OkStatus();
+}
+
+std::vector<JobClaim> ProfileJobController::Claims(const std::string& ns) const {
+  std::vector<JobClaim> claims;
+  for (const kube::ObjectPtr& object : jobs_->store().List(ns)) {
+    const kube::JsonObject* job = AsJson(object);
+    if (job == nullptr || !job->json.has_field("status")) continue;
+    absl::StatusOr<api::ProfileJobStatus> status =
+        api::ParseProfileJobStatus(job->json.at("status"));
+    if (!status.ok()) continue;
+    std::optional<JobClaim> claim =
+        ClaimOf(job->metadata.name, job->metadata.uid, job->metadata.creation_timestamp, *status);
+    if (claim.has_value()) claims.push_back(*std::move(claim));
+  }
+  MutexLock lock(&mu_);
+  for (const auto& [key, capture] : captures_) {
+    if (capture->finished || key.rfind(ns + "/", 0) != 0) continue;
+    claims.push_back({.name = capture->name,
+                      .uid = capture->uid,
+                      .phase = api::JobPhase::kCapturing,
+                      .addresses = capture->addresses});
+  }
+  return claims;
+}
+
+absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web::json::value& job,
+                                        const api::ProfileJobSpec& spec,
+                                        api::ProfileJobStatus status,
+                                        const TargetResolution& resolution,
+                                        const Blocker& blocker) {
+  const int64_t now = clock_->WallNs();
+  const api::Condition* queued = api::FindCondition(status.conditions, kQueued);
+  const bool waiting = queued != nullptr && queued->status == "True";
+  int64_t since = now;
+  if (waiting) {
+    if (absl::StatusOr<int64_t> t = api::ParseTime(queued->last_transition_time); t.ok()) {
+      since = *t;
+    }
+  }
+  std::vector<std::string> shared;
+  for (const ResolvedTarget& target : resolution.targets) {
+    if (std::binary_search(blocker.shared.begin(), blocker.shared.end(), target.address)) {
+      shared.push_back(target.name);
+    }
+  }
+  const std::string what =
+      blocker.phase == api::JobPhase::kPending
+          ? StrCat("ProfileJob ", blocker.job, ", queued before it for ", JoinNames(shared, 5))
+          : StrCat("ProfileJob ", blocker.job, " (", api::JobPhaseName(blocker.phase),
+                   "), which holds ", JoinNames(shared, 5));
+  const int64_t timeout_ns = spec.queue_timeout_seconds * kNanosPerSecond;
+  if (now - since >= timeout_ns) {
+    if (waiting) {
+      api::SetCondition(status.conditions,
+                        {std::string(kQueued), "False", "QueueTimeout", "", meta.generation, ""},
+                        api::FormatTime(now));
+    }
+    return Fail(meta, job, std::move(status), "QueueTimeout",
+                spec.queue_timeout_seconds == 0
+                    ? StrCat("its targets are busy: ", what,
+                             "; spec.queueTimeoutSeconds is 0, so it does not wait")
+                    : StrCat("waited ", (now - since) / kNanosPerSecond, " s for ", what,
+                             " (spec.queueTimeoutSeconds: ", spec.queue_timeout_seconds,
+                             "); create it again when the other job is done, or raise it"));
+  }
+  const std::string message = StrCat("waiting for ", what);
+  if (!waiting || status.message != message) {
+    status.message = message;
+    status.observed_generation = meta.generation;
+    status.targets.clear();
+    for (const ResolvedTarget& target : resolution.targets) {
+      status.targets.push_back(
+          {.name = target.name, .address = target.address, .node = target.node});
+    }
+    api::SetCondition(
+        status.conditions,
+        {std::string(kQueued), "True", "WaitingForTargets", message, meta.generation, ""},
+        api::FormatTime(now));
+    CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
+    if (!waiting) {
+      spdlog::info("profilejob {}: queued: {}", meta.Key(), message);
+      Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "Queued", message);
+    }
+  }
+  // Looked at again each second (and at once when the cache sees this job change), until its
+  // targets are free or its time is up.
+  queue_.AddAfter(meta.Key(), std::min(kNanosPerSecond, timeout_ns - (now - since)));
   return absl::OkStatus();
 }
 
@@ -331,6 +460,10 @@ void ProfileJobController::StartCapture(const std::string& key, const JobRef& jo
   if (stopping_) return;
   auto capture = std::make_unique<Capture>();
   capture->uid = job.uid;
+  capture->name = job.name;
+  for (const api::TargetStatus& target : status.targets) {
+    capture->addresses.push_back(target.address);
+  }
   Capture* raw = capture.get();
   capture->thread = std::thread([this, key, job, spec, status, resume, raw] {
     RunCapture(key, job, spec, status, resume, raw);
@@ -423,6 +556,8 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   }
   capture->finished = true;
   queue_.Add(key);
+  // Its targets are free now, also as far as this process's claims go.
+  WakeQueued(job.namespace_);
 }
 
 bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& job,

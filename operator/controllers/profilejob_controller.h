@@ -36,6 +36,8 @@
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/controllers/status_writer.h"
+#include "operator/controllers/target_queue.h"
+#include "operator/controllers/targets.h"
 #include "operator/kube/api_client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
@@ -107,6 +109,10 @@ class ProfileJobController : public kube::ResourceEventHandler {
  private:
   struct Capture {
     std::string uid;
+    // The targets it holds (addresses), while not finished: the queue's claim of this process,
+    // ahead of the informer's cache.
+    std::string name;
+    std::vector<std::string> addresses;
     std::thread thread;
     CancelToken cancel;
     std::atomic<bool> finished{false};
@@ -117,6 +123,18 @@ class ProfileJobController : public kube::ResourceEventHandler {
   void Worker();
   absl::Status Schedule(const kube::ObjectMeta& meta, const web::json::value& job,
                         const api::ProfileJobSpec& spec, api::ProfileJobStatus status);
+  // Keeps the job Pending, Queued behind `blocker`, until its targets are free or
+  // spec.queueTimeoutSeconds passes.
+  absl::Status Wait(const kube::ObjectMeta& meta, const web::json::value& job,
+                    const api::ProfileJobSpec& spec, api::ProfileJobStatus status,
+                    const TargetResolution& resolution, const Blocker& blocker);
+  // What every other job of `ns` claims: their statuses in the cache, and this process's
+  // captures still running.
+  std::vector<JobClaim> Claims(const std::string& ns) const;
+  // Whether the job has finished (its targets are free).
+  static bool HoldsNoTargets(const kube::Object& object);
+  // Requeues the queued jobs of `ns` (from the cache; takes no lock of this class).
+  void WakeQueued(const std::string& ns);
   absl::Status Fail(const kube::ObjectMeta& meta, const web::json::value& job,
                     api::ProfileJobStatus status, std::string_view reason,
                     std::string_view message);
@@ -148,6 +166,9 @@ class ProfileJobController : public kube::ResourceEventHandler {
   std::vector<std::thread> workers_;
   std::atomic<bool> stopping_{false};
 
+  // One scheduling decision at a time: the check that a job's targets are free and its claim
+  // (the Scheduled write and the capture) go together. Taken before mu_.
+  Mutex schedule_mu_;
   mutable Mutex mu_;
   // By job key.
   std::map<std::string, std::unique_ptr<Capture>> captures_ ABSL_GUARDED_BY(mu_);

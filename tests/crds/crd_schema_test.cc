@@ -581,7 +581,8 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
         return keys;
       }(),
       UnorderedElementsAre("targets", "durationMs", "delayMs", "logdir", "runName",
-                           "tracingAttempts", "options", "ttlSecondsAfterFinished"));
+                           "tracingAttempts", "options", "queueTimeoutSeconds",
+                           "ttlSecondsAfterFinished"));
 
   const std::optional<int64_t> none;
   for (const IntegerField& field : std::vector<IntegerField>{
@@ -593,6 +594,7 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
            {"options.hostTracerLevel", "int32", 0, 3, 2},
            {"options.deviceTracerLevel", "int32", 0, 2, 1},
            {"options.pythonTracerLevel", "int32", 0, 1, 0},
+           {"queueTimeoutSeconds", "int64", 0, 86400, 600},
            {"ttlSecondsAfterFinished", "int32", 0, none, none},
        }) {
     ExpectIntegerField(spec, field);

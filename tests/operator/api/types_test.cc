@@ -87,6 +87,8 @@ TEST(ProfileJobSpecTest, ErrorsNameTheFieldAndSayWhatIsAllowed) {
               HasSubstr("spec.options.hostTracerLevel: must be between 0 and 3"));
   EXPECT_THAT(Error(StrCat("{", base, R"(, "options": {"advancedConfiguration": {"x": 1.5}}})")),
               HasSubstr("spec.options.advancedConfiguration.x"));
+  EXPECT_THAT(Error(StrCat("{", base, R"(, "queueTimeoutSeconds": 86401})")),
+              HasSubstr("spec.queueTimeoutSeconds: must be between 0 and 86400 (seconds)"));
   EXPECT_THAT(Error(StrCat("{", base, R"(, "ttlSecondsAfterFinished": -1})")),
               HasSubstr("spec.ttlSecondsAfterFinished"));
   EXPECT_EQ(Error(R"({"targets": {"addresses": ["a:1"]}})"),
