@@ -723,6 +723,7 @@ std::string_view OutcomeName(Outcome outcome) {
 bool IsRetryable(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kAlreadyExists ||
+         status.code() == absl::StatusCode::kResourceExhausted ||
          (status.code() == absl::StatusCode::kUnknown &&
           status.message().find("Stream removed") != absl::string_view::npos);
 }

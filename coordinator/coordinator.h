@@ -199,7 +199,8 @@ using ProgressFn = std::function<void(const RunResult& state, int64_t now_ns)>;
 absl::StatusOr<RunResult> Capture(const CaptureOptions& options, Clock& clock,
                                   const ProgressFn& progress = nullptr);
 
-// Upstream's retry rule: UNAVAILABLE, ALREADY_EXISTS, and UNKNOWN "Stream removed".
+// Upstream's retry rule, UNAVAILABLE, ALREADY_EXISTS, and UNKNOWN "Stream removed"; and
+// RESOURCE_EXHAUSTED, a clusterprof sidecar with too many calls waiting (--max-profile-calls).
 bool IsRetryable(const absl::Status& status);
 
 // Parses "grpc://a:8466,b:8466" into targets (an empty entry is an error).

@@ -70,7 +70,15 @@ absl::Status CheckTracerOptions(const std::vector<const Tracer*>& tracers,
 bool IsUnderPrefix(const storage::Logdir& root, const storage::Logdir& allowed) {
   if (root.kind != allowed.kind) return false;
   if (root.kind == storage::Logdir::Kind::kGcs) return HasPathPrefix(root.uri, allowed.uri);
-  return HasPathPrefix(ResolveExisting(root.uri), ResolveExisting(allowed.uri));
+  // The path must name the prefix itself (as configured, or as its real path): that is where the
+  // files are then written from, walking down without leaving it (LocalStorageOptions::
+  // write_roots). A path that reaches the prefix only through a link elsewhere is refused here,
+  // before anything is captured.
+  const std::string real_allowed = ResolveExisting(allowed.uri);
+  if (!HasPathPrefix(root.uri, allowed.uri) && !HasPathPrefix(root.uri, real_allowed)) {
+    return false;
+  }
+  return HasPathPrefix(ResolveExisting(root.uri), real_allowed);
 }
 
 absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequest& request,

@@ -43,6 +43,7 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
        }},
       {"shm_dir", scalar(&c.shm_dir)},
       {"max_duration_ms", scalar(&c.max_duration_ms)},
+      {"max_profile_calls", scalar(&c.max_profile_calls)},
       {"max_events", scalar(&c.max_events)},
       {"log_format", scalar(&c.log_format)},
       {"log_level", scalar(&c.log_level)},

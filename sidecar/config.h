@@ -23,6 +23,9 @@ struct SidecarConfig {
   // The shared-memory directory; default: $CLUSTERPROF_DIR, else /var/run/clusterprof.
   std::string shm_dir;
   int64_t max_duration_ms = 10 * 60 * 1000;
+  // Profile calls served at once (joined ones wait for their capture); more are refused with
+  // RESOURCE_EXHAUSTED, so a flood of calls cannot grow the sidecar without bound. 0: no limit.
+  int max_profile_calls = 64;
   // Events kept per capture when a request does not say.
   uint64_t max_events = 4'000'000;
   std::string log_format = "text";

@@ -20,6 +20,13 @@ SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Regist
                   .Name("clusterprof_sidecar_refused_requests_total")
                   .Help("Profile requests refused before capturing, by gRPC status code")
                   .Register(*registry_);
+  profile_calls_ = &prometheus::BuildGauge()
+                        .Name("clusterprof_sidecar_profile_calls")
+                        .Help(
+                            "Profile calls in progress (most wait for their capture to end); "
+                            "at --max-profile-calls more are refused")
+                        .Register(*registry_)
+                        .Add({});
   events_ = &prometheus::BuildCounter()
                  .Name("clusterprof_sidecar_events_total")
                  .Help("Events collected into XSpaces")
@@ -89,6 +96,10 @@ SidecarMetrics::~SidecarMetrics() = default;
 void SidecarMetrics::RequestRefused(std::string_view code) {
   refused_->Add({{"code", std::string(code)}}).Increment();
 }
+
+void SidecarMetrics::ProfileCallStarted() { profile_calls_->Increment(); }
+
+void SidecarMetrics::ProfileCallEnded() { profile_calls_->Decrement(); }
 
 void SidecarMetrics::CaptureFinished(std::string_view outcome, const TracerStats& stats,
                                      uint64_t bytes_written, double start_error_seconds,

@@ -27,6 +27,9 @@ class SidecarMetrics final : public SessionObserver {
 
   // Profile requests refused before a session started, by gRPC code name.
   void RequestRefused(std::string_view code);
+  // A Profile call came in / was answered (the calls in progress; thread-safe).
+  void ProfileCallStarted();
+  void ProfileCallEnded();
 
   void CaptureFinished(std::string_view outcome, const TracerStats& stats, uint64_t bytes_written,
                        double start_error_seconds, double latency_seconds) override;
@@ -38,6 +41,7 @@ class SidecarMetrics final : public SessionObserver {
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* captures_;
   prometheus::Family<prometheus::Counter>* refused_;
+  prometheus::Gauge* profile_calls_;
   prometheus::Counter* events_;
   prometheus::Counter* dropped_;
   prometheus::Counter* bytes_;

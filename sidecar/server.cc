@@ -75,6 +75,10 @@ absl::Status ValidateConfig(const SidecarConfig& config) {
   if (config.max_duration_ms <= 0) {
     return absl::InvalidArgumentError("--max-duration-ms must be positive");
   }
+  if (config.max_profile_calls < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("--max-profile-calls ", config.max_profile_calls, " is negative (0: no limit)"));
+  }
   if (config.upload_wait_ms < 0) {
     return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
   }
@@ -135,7 +139,8 @@ struct SidecarServer::Impl {
   // The shared memory and the annotation and GPU tracers that read it.
   absl::Status StartShmTracers(const SidecarConfig& config);
   // The storages of the logdirs, with the spool an earlier sidecar left resumed in the background.
-  void StartStorage(const SidecarConfig& config);
+  // Local files go only beneath the policy's local prefixes.
+  void StartStorage(const SidecarConfig& config, const RequestPolicy& policy);
   absl::Status StartFrameworkTracer(const SidecarConfig& config);
   // The sessions, the gRPC services and the server.
   absl::Status StartGrpc(const SidecarConfig& config, RequestPolicy policy);
@@ -180,12 +185,20 @@ absl::Status SidecarServer::Impl::StartShmTracers(const SidecarConfig& config) {
   return absl::OkStatus();
 }
 
-void SidecarServer::Impl::StartStorage(const SidecarConfig& config) {
+void SidecarServer::Impl::StartStorage(const SidecarConfig& config, const RequestPolicy& policy) {
   metrics = std::make_unique<SidecarMetrics>();
   spool_dir = config.spool_dir.empty() ? storage::DefaultSpoolDir(GetEnv, storage::kSidecarSpoolDir)
                                        : config.spool_dir;
   storage::StorageSetOptions storage_options;
   storage_options.clock = clock;
+  // The prefix check of a request comes before its capture and the write after it: the write
+  // itself must not be led out of the prefixes by a link swapped in meanwhile.
+  storage_options.local.write_roots.emplace();
+  for (const storage::Logdir& logdir : policy.allowed_logdirs) {
+    if (logdir.kind == storage::Logdir::Kind::kLocal) {
+      storage_options.local.write_roots->push_back(logdir.uri);
+    }
+  }
   storage_options.gcs.spool_dir = spool_dir;
   storage_options.gcs.spool_max_bytes = config.spool_max_bytes;
   storage_options.gcs.commit_wait_ns = config.upload_wait_ms * kNanosPerMilli;
@@ -226,8 +239,8 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   const std::vector<const Tracer*> all(tracers.begin(), tracers.end());
   const std::string host_name = policy.default_host_name;
   policy.tracers = all;
-  profiler_service = std::make_unique<ProfilerServiceImpl>(*sessions, std::move(policy), *clock,
-                                                           metrics.get(), auth.get());
+  profiler_service = std::make_unique<ProfilerServiceImpl>(
+      *sessions, std::move(policy), *clock, metrics.get(), auth.get(), config.max_profile_calls);
   sidecar_service =
       std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock, auth.get());
 
@@ -276,7 +289,7 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   auto impl = std::make_unique<Impl>();
   impl->clock = &clock;
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartShmTracers(config));
-  impl->StartStorage(config);
+  impl->StartStorage(config, policy);
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartFrameworkTracer(config));
   const std::string host_name = policy.default_host_name;
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartGrpc(config, std::move(policy)));

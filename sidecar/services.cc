@@ -47,8 +47,10 @@ class ProfileCall final : public grpc::ServerUnaryReactor {
     CaptureSession::ClientId client ABSL_GUARDED_BY(mu) = 0;
   };
 
-  ProfileCall(grpc::CallbackServerContext* context, tensorflow::ProfileResponse* response)
-      : state_(std::make_shared<State>()) {
+  // `calls` counts the calls in progress; this one is counted already and leaves it in OnDone.
+  ProfileCall(grpc::CallbackServerContext* context, tensorflow::ProfileResponse* response,
+              std::atomic<int>* calls, SidecarMetrics* metrics)
+      : state_(std::make_shared<State>()), calls_(calls), metrics_(metrics) {
     MutexLock lock(&state_->mu);
     state_->call = this;
     state_->response = response;
@@ -98,9 +100,15 @@ class ProfileCall final : public grpc::ServerUnaryReactor {
     Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                         "the client cancelled; the capture's files are still written"));
   }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    calls_->fetch_sub(1, std::memory_order_relaxed);
+    if (metrics_ != nullptr) metrics_->ProfileCallEnded();
+    delete this;
+  }
 
   std::shared_ptr<State> state_;
+  std::atomic<int>* const calls_;
+  SidecarMetrics* const metrics_;
 };
 
 void ProfileCall::Complete(const std::shared_ptr<State>& state,
@@ -154,7 +162,20 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerConte
     if (metrics_ != nullptr) metrics_->RequestRefused("UNAUTHENTICATED");
     return refused;
   }
-  auto* call = new ProfileCall(context, response);
+  // Counted from here until gRPC is done with the call; past the cap the call costs nothing more.
+  const int calls = profile_calls_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (max_profile_calls_ > 0 && calls > max_profile_calls_) {
+    profile_calls_.fetch_sub(1, std::memory_order_relaxed);
+    const grpc::Status busy(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        StrCat("this sidecar is already serving ", max_profile_calls_,
+               " Profile calls (--max-profile-calls); retry when they have been answered"));
+    spdlog::warn("Profile from {} refused: {}", context->peer(), busy.error_message());
+    if (metrics_ != nullptr) metrics_->RequestRefused("RESOURCE_EXHAUSTED");
+    return FinishedReactor(context, busy);
+  }
+  if (metrics_ != nullptr) metrics_->ProfileCallStarted();
+  auto* call = new ProfileCall(context, response, &profile_calls_, metrics_);
   absl::StatusOr<CaptureRequest> parsed = ParseCaptureRequest(*request, policy_, clock_.WallNs());
   absl::Status status = parsed.status();
   if (status.ok()) {
@@ -186,6 +207,8 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Terminate(
 grpc::ServerUnaryReactor* ProfilerServiceImpl::Monitor(grpc::CallbackServerContext* context,
                                                        const tensorflow::MonitorRequest*,
                                                        tensorflow::MonitorResponse*) {
+  // Every call needs the token, this one too: without it the answer is UNAUTHENTICATED.
+  if (grpc::ServerUnaryReactor* refused = RefuseUnauthenticated(auth_, context)) return refused;
   return FinishedReactor(context, grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
                                                "Monitor is not implemented by clusterprof-sidecar "
                                                "(upstream profiler servers do not implement it "

@@ -3,6 +3,7 @@
 #ifndef CLUSTERPROF_SIDECAR_SERVICES_H_
 #define CLUSTERPROF_SIDECAR_SERVICES_H_
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -20,16 +21,22 @@ namespace clusterprof::sidecar {
 // clusterprof.v1alpha1.GetSessionResponse with only `files` set (each file's upload state).
 inline constexpr char kResultTrailer[] = "clusterprof-files-bin";
 
+// The profiler service. Thread-safe. At most `max_profile_calls` Profile calls are served at once
+// (joined ones wait for their capture to end, holding a little memory each, and a copy of the
+// XSpace with emit_xspace); more are refused with RESOURCE_EXHAUSTED, so a flood of calls cannot
+// grow the sidecar without bound.
 class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackService {
  public:
-  // `auth` (may be null: no token required) must outlive the service.
+  // `auth` (may be null: no token required) must outlive the service. `max_profile_calls` 0: no
+  // limit.
   ProfilerServiceImpl(SessionManager& sessions, RequestPolicy policy, Clock& clock,
-                      SidecarMetrics* metrics, TokenAuth* auth = nullptr)
+                      SidecarMetrics* metrics, TokenAuth* auth = nullptr, int max_profile_calls = 0)
       : sessions_(sessions),
         policy_(std::move(policy)),
         clock_(clock),
         metrics_(metrics),
-        auth_(auth) {}
+        auth_(auth),
+        max_profile_calls_(max_profile_calls) {}
 
   grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
                                     const tensorflow::ProfileRequest* request,
@@ -47,6 +54,9 @@ class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackSe
   Clock& clock_;
   SidecarMetrics* const metrics_;
   TokenAuth* const auth_;
+  const int max_profile_calls_;
+  // Profile calls from their arrival until gRPC is done with them.
+  std::atomic<int> profile_calls_{0};
 };
 
 class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::CallbackService {

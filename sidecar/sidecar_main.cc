@@ -44,6 +44,10 @@ int main(int argc, char** argv) {
                  "/var/run/clusterprof)");
   app.add_option("--max-duration-ms", flags.max_duration_ms, "Longest capture accepted")
       ->capture_default_str();
+  app.add_option("--max-profile-calls", flags.max_profile_calls,
+                 "Profile calls served at once (joined ones wait for their capture); more are "
+                 "refused with RESOURCE_EXHAUSTED (0: no limit)")
+      ->capture_default_str();
   app.add_option("--max-events", flags.max_events,
                  "Events kept per capture when the request does not say")
       ->capture_default_str();
@@ -105,6 +109,7 @@ int main(int argc, char** argv) {
   if (given("--allowed-logdir")) config.allowed_logdirs = flags.allowed_logdirs;
   if (given("--shm-dir")) config.shm_dir = flags.shm_dir;
   if (given("--max-duration-ms")) config.max_duration_ms = flags.max_duration_ms;
+  if (given("--max-profile-calls")) config.max_profile_calls = flags.max_profile_calls;
   if (given("--max-events")) config.max_events = flags.max_events;
   if (given("--log-format")) config.log_format = flags.log_format;
   if (given("--log-level")) config.log_level = flags.log_level;

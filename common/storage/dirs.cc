@@ -41,7 +41,13 @@ absl::Status SyncDirectory(const std::string& dir) {
 
 absl::Status WriteFileDurably(const std::string& path, std::string_view data, mode_t mode) {
   const std::string temp = StrCat(path, ".tmp");
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+  // A leftover of a crash goes first; then the temporary file is created afresh and never opened
+  // through a link, which a process sharing the directory (the pod's workloads share the
+  // shared-memory directory) could have put there to have another file overwritten.
+  if (unlink(temp.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoToStatus(errno, "cannot remove the stale", temp);
+  }
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoToStatus(errno, "cannot create", temp);
   if (fchmod(fd, mode) != 0) {
     const int saved = errno;

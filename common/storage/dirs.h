@@ -15,9 +15,10 @@ namespace clusterprof::storage {
 // is in the way.
 absl::Status MakeDirs(const std::string& dir, mode_t mode);
 
-// Writes `data` to `path` whole or not at all: a temporary file beside it (`path`.tmp) with
-// exactly `mode` (whatever the umask), fsynced, then renamed over `path`. Readers never see half
-// a file, and a process that opened the old file keeps it.
+// Writes `data` to `path` whole or not at all: a temporary file beside it (`path`.tmp, created
+// exclusively and never through a symbolic link) with exactly `mode` (whatever the umask),
+// fsynced, then renamed over `path`. Readers never see half a file, and a process that opened
+// the old file keeps it.
 absl::Status WriteFileDurably(const std::string& path, std::string_view data, mode_t mode);
 
 // fsyncs the directory itself, so that a rename or unlink in it is durable.

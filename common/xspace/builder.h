@@ -13,6 +13,7 @@
 #include <variant>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/base/saturating.h"
 #include "common/xspace/traceme.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -88,19 +89,24 @@ class XEventBuilder : public XStatsBuilder<XEvent> {
   int64_t OffsetPs() const { return owner_->offset_ps(); }
   int64_t TimestampPs() const { return line_->timestamp_ns() * 1000 + owner_->offset_ps(); }
   void SetOffsetPs(int64_t offset_ps) { owner_->set_offset_ps(offset_ps); }
+  // The ns setters saturate: the times of a hostile or broken producer (a workload's ring) may be
+  // anything, and signed overflow is undefined behavior.
   void SetTimestampNs(int64_t timestamp_ns) {
-    owner_->set_offset_ps((timestamp_ns - line_->timestamp_ns()) * 1000);
+    owner_->set_offset_ps(SaturatingMul(SaturatingSub(timestamp_ns, line_->timestamp_ns()), 1000));
   }
   void SetTimestampPs(int64_t timestamp_ps) {
     owner_->set_offset_ps(timestamp_ps - line_->timestamp_ns() * 1000);
   }
   void SetNumOccurrences(int64_t count) { owner_->set_num_occurrences(count); }
   void SetDurationPs(int64_t duration_ps) { owner_->set_duration_ps(duration_ps); }
-  void SetDurationNs(int64_t duration_ns) { owner_->set_duration_ps(duration_ns * 1000); }
+  void SetDurationNs(int64_t duration_ns) {
+    owner_->set_duration_ps(SaturatingMul(duration_ns, 1000));
+  }
   // Relative to the line's timestamp: end_ns * 1000 itself overflows for instants after 1970 + 106
   // days.
   void SetEndTimestampNs(int64_t end_ns) {
-    owner_->set_duration_ps((end_ns - line_->timestamp_ns()) * 1000 - owner_->offset_ps());
+    owner_->set_duration_ps(SaturatingSub(
+        SaturatingMul(SaturatingSub(end_ns, line_->timestamp_ns()), 1000), owner_->offset_ps()));
   }
   XEvent* proto() { return owner_; }
 

@@ -369,8 +369,9 @@ value ConditionsToJson(const std::vector<Condition>& conditions) {
     c["type"] = Str(condition.type);
     c["status"] = Str(condition.status);
     // The CRD (metav1.Condition) requires both; never send "" (some servers take it for null).
-    c["reason"] = Str(condition.reason.empty() ? "Unknown" : condition.reason);
-    c["message"] = Str(condition.message.empty() ? condition.reason : condition.message);
+    const std::string reason = condition.reason.empty() ? "Unknown" : condition.reason;
+    c["reason"] = Str(reason);
+    c["message"] = Str(condition.message.empty() ? reason : condition.message);
     c["observedGeneration"] = value::number(condition.observed_generation);
     c["lastTransitionTime"] = Str(condition.last_transition_time);
     out[i++] = std::move(c);

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "common/base/check.h"
+#include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
@@ -64,7 +65,7 @@ class RingConverter {
     const DecodedName& name = Name(record.name_id);
     XEventBuilder event = line.AddEvent(*name.metadata);
     event.SetTimestampNs(start_ns);
-    event.SetDurationNs(std::max<int64_t>(0, end_ns - start_ns));
+    event.SetDurationNs(std::max<int64_t>(0, SaturatingSub(end_ns, start_ns)));
     for (const auto& [metadata, value] : name.stats) AddValue(event, *metadata, value);
     for (int i = 0; i < std::min<int>(record.num_args, shm::kMaxInlineArgs); ++i) {
       const shm::Arg& arg = record.args[i];
@@ -286,9 +287,11 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
       if (thread.records.empty()) continue;
       int64_t line_id = thread.tid;
       if (!used_line_ids.insert(line_id).second) {
-        // Two processes in different pid namespaces may share a tid.
-        line_id = (int64_t{reader.pid()} << 32) | thread.tid;
-        used_line_ids.insert(line_id);
+        // Two processes in different pid namespaces may share a tid, and a pid too: the first
+        // free id from (pid << 32) | tid (unsigned: the pid comes from the ring file).
+        uint64_t other = (uint64_t{reader.pid()} << 32) | thread.tid;
+        while (!used_line_ids.insert(static_cast<int64_t>(other)).second) ++other;
+        line_id = static_cast<int64_t>(other);
       }
       XLineBuilder line = plane.GetOrCreateLine(line_id);
       if (!thread.name.empty()) {
@@ -352,6 +355,8 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
       auto lane = std::find_if(lanes.begin(), lanes.end(),
                                [&](const auto& l) { return l.second <= span.start_ns; });
       if (lane == lanes.end()) {
+        // Past the ids a thread line took.
+        while (!used_line_ids.insert(next_async_line).second) ++next_async_line;
         XLineBuilder line = plane.GetOrCreateLine(next_async_line++);
         line.SetName(StrCat(process, " async", lanes.empty() ? "" : StrCat(" ", lanes.size())));
         line.SetTimestampNs(std::min(start_ns, async_spans.front().start_ns));

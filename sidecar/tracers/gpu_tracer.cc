@@ -269,8 +269,8 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
     const std::vector<shm::GpuDeviceInfo> devices = reader.Devices();
     converter.AddProcess(
         reader.pid(), reader.process_name(), devices,
-        [&ring](const std::function<void(const shm::GpuRecord&)>& visit) {
-          ring.records.ForEach(visit);
+        [&records = ring.records](const std::function<void(const shm::GpuRecord&)>& visit) {
+          records.ForEach(visit);
         },
         [&reader](uint32_t id) { return reader.String(id); });
     const uint64_t ring_dropped =

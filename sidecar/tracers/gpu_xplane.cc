@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
@@ -96,10 +97,11 @@ int64_t GpuClockMap::ToWall(uint64_t cupti_ns) const {
   double rate = 1.0;
   // Drift is only measurable over a while; under a millisecond the pairs' own error dominates.
   if (c1 > c0 + 1'000'000) {
-    rate = static_cast<double>(w1 - w0) / static_cast<double>(c1 - c0);
+    rate = static_cast<double>(SaturatingSub(w1, w0)) / static_cast<double>(c1 - c0);
     if (rate < 0.999 || rate > 1.001) rate = 1.0;  // a stepped wall clock: keep the offset only
   }
-  return w0 + static_cast<int64_t>(delta * rate);
+  // Saturating: the pairs and timestamps come from the process's ring and may be anything.
+  return SaturatingAdd(w0, SaturatingCast(delta * rate));
 }
 
 uint64_t EncodeGpuLaunchFlow(uint64_t flow_id, bool out) {
@@ -249,16 +251,19 @@ class GpuXPlaneConverter::Process {
       char bandwidth[32];
       std::snprintf(bandwidth, sizeof(bandwidth), "%.3f",
                     seconds > 0 ? static_cast<double>(r.memcpy.bytes) / seconds / 1e9 : 0.0);
+      // uint64_t{...}: copies of the packed 8-byte fields, which are only 4-byte aligned (a
+      // reference to one, as StrCat takes, is undefined behavior).
       out.details = StrCat("kind_src:", MemoryKindName(r.memcpy.src_kind),
                            " kind_dst:", MemoryKindName(r.memcpy.dst_kind),
-                           " size:", r.memcpy.bytes, " dest:", r.memcpy.dst_device,
+                           " size:", uint64_t{r.memcpy.bytes}, " dest:", r.memcpy.dst_device,
                            " async:", r.memcpy.async ? 1 : 0, " bandwidth_gbps:", bandwidth);
     } else {
       out.name = "Memset";
       out.kind = kMemsetKind;
       out.details_stat = xspace::kMemsetDetails;
-      out.details = StrCat("kind:", MemoryKindName(r.memset.memory_kind),
-                           " num_bytes:", r.memset.bytes, " async:", r.memset.async ? 1 : 0);
+      out.details =
+          StrCat("kind:", MemoryKindName(r.memset.memory_kind),
+                 " num_bytes:", uint64_t{r.memset.bytes}, " async:", r.memset.async ? 1 : 0);
     }
     return out;
   }
@@ -374,13 +379,20 @@ class GpuXPlaneConverter::Process {
     }
   }
 
-  // A device line of this process: (device, id) owned by another process gets an id of its own.
+  // A device line of this process. A (device, id) another process already has (or this one, for
+  // another of its streams) gets an id of its own: processes in two PID namespaces may share a
+  // pid, so ownership is per process converted, not per pid.
   std::pair<XLineBuilder, std::pair<int, int64_t>> DeviceLine(int ordinal, int64_t id) {
-    auto [it, inserted] = converter_.line_owner_.try_emplace({ordinal, id}, pid_);
-    if (!inserted && it->second != pid_) {
-      id = (int64_t{pid_} << 32) | (id & 0xFFFFFFFF);
-      converter_.line_owner_.try_emplace({ordinal, id}, pid_);
+    auto [chosen, first_use] = line_ids_.try_emplace({ordinal, id}, id);
+    if (first_use && !converter_.device_lines_.insert({ordinal, id}).second) {
+      // Unsigned: the pid comes from the ring file and may be anything.
+      uint64_t other = (uint64_t{pid_} << 32) | (static_cast<uint64_t>(id) & 0xFFFFFFFF);
+      while (!converter_.device_lines_.insert({ordinal, static_cast<int64_t>(other)}).second) {
+        ++other;
+      }
+      chosen->second = static_cast<int64_t>(other);
     }
+    id = chosen->second;
     XLineBuilder line = DevicePlane(ordinal).GetOrCreateLine(id);
     if (line.proto()->events_size() == 0 && line.proto()->timestamp_ns() == 0) {
       line.SetTimestampNs(converter_.start_ns_);
@@ -423,6 +435,8 @@ class GpuXPlaneConverter::Process {
   std::unique_ptr<XPlaneBuilder> nvtx_;
   std::map<std::pair<int, int64_t>, uint32_t> kinds_of_line_;
   absl::flat_hash_map<uint32_t, std::string> kernel_names_;
+  // (device, stream or synchronization line id) -> the id of this process's line for it.
+  std::map<std::pair<int, int64_t>, int64_t> line_ids_;
 };
 
 void GpuXPlaneConverter::AddProcess(uint32_t pid, std::string_view process_name,

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -81,9 +82,9 @@ class GpuXPlaneConverter {
   const int64_t stop_ns_;
   GpuConversionStats stats_;
   absl::flat_hash_map<std::string, int> ordinal_by_uuid_;
-  // (device, line id) -> the pid that owns the line, so streams of two processes on one device
+  // (device, line id) of every device line made, so that streams of two processes on one device
   // get lines of their own.
-  std::map<std::pair<int, int64_t>, uint32_t> line_owner_;
+  std::set<std::pair<int, int64_t>> device_lines_;
   std::map<int, bool> device_described_;
 };
 

@@ -44,7 +44,8 @@ TEST(ParseServiceAddressesTest, RejectsWhatIsNotHostPort) {
               HasSubstr("'b' is not host:port"));
 }
 
-TEST(IsRetryableTest, UpstreamsRule) {
+TEST(IsRetryableTest, UpstreamsRuleAndASidecarWithTooManyCallsWaiting) {
+  EXPECT_TRUE(IsRetryable(absl::ResourceExhaustedError("64 Profile calls wait already")));
   EXPECT_TRUE(IsRetryable(absl::UnavailableError("down")));
   EXPECT_TRUE(IsRetryable(absl::AlreadyExistsError("busy")));
   EXPECT_TRUE(IsRetryable(absl::UnknownError("Stream removed")));

@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sidecar/tracers/gpu_tracer.h"
@@ -274,6 +277,28 @@ TEST_F(CaptureRequestTest, ASymlinkCannotLeadOutOfAnAllowedLogdir) {
   ASSERT_EQ(symlink(outside.path().c_str(), allowed_.Join("link").c_str()), 0);
   request_.set_repository_root(allowed_.Join("link/tb/plugins/profile"));
   EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+}
+
+// The files are written walking down from the allowed prefix, so the request must name it: as
+// configured, or as its real path; a path that reaches it through a link elsewhere is refused
+// before anything is captured.
+TEST_F(CaptureRequestTest, ARootMustNameTheAllowedPrefixItselfOrItsRealPath) {
+  TempDir elsewhere;
+  const std::string alias = elsewhere.Join("alias");
+  ASSERT_EQ(symlink(allowed_.path().c_str(), alias.c_str()), 0);
+  request_.set_repository_root(StrCat(alias, "/tb/plugins/profile"));
+  EXPECT_EQ(Parse().status().code(), absl::StatusCode::kPermissionDenied);
+
+  policy_.allowed_logdirs = {*storage::ParseLogdir(alias)};
+  EXPECT_TRUE(Parse().ok()) << "named as configured";
+  request_.set_repository_root(
+      StrCat(std::filesystem::canonical(allowed_.path()).string(), "/tb/plugins/profile"));
+  EXPECT_TRUE(Parse().ok()) << "named by its real path";
+
+  // A link inside the prefix that stays inside is fine.
+  ASSERT_EQ(symlink("tb", allowed_.Join("inside").c_str()), 0);
+  request_.set_repository_root(allowed_.Join("inside/plugins/profile"));
+  EXPECT_TRUE(Parse().ok());
 }
 
 TEST_F(CaptureRequestTest, RelativeOrMissingRootsAndNoPrefixesAreRefused) {

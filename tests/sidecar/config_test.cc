@@ -3,6 +3,7 @@
 #include "sidecar/config.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -36,6 +37,7 @@ void ExpectDefaults(const SidecarConfig& config) {
   EXPECT_EQ(config.allowed_logdirs, defaults.allowed_logdirs);
   EXPECT_EQ(config.shm_dir, defaults.shm_dir);
   EXPECT_EQ(config.max_duration_ms, defaults.max_duration_ms);
+  EXPECT_EQ(config.max_profile_calls, defaults.max_profile_calls);
   EXPECT_EQ(config.max_events, defaults.max_events);
   EXPECT_EQ(config.log_format, defaults.log_format);
   EXPECT_EQ(config.log_level, defaults.log_level);
@@ -54,6 +56,7 @@ TEST(SidecarConfigTest, FullFileSetsEverySetting) {
                                        "  - gs://bucket/tb\n"
                                        "shm_dir: /dev/shm/clusterprof\n"
                                        "max_duration_ms: 30000\n"
+                                       "max_profile_calls: 8\n"
                                        "max_events: 123456789012\n"
                                        "log_format: json\n"
                                        "log_level: debug\n"
@@ -67,6 +70,7 @@ TEST(SidecarConfigTest, FullFileSetsEverySetting) {
   EXPECT_THAT(config.allowed_logdirs, ElementsAre("/data/tb", "gs://bucket/tb"));
   EXPECT_EQ(config.shm_dir, "/dev/shm/clusterprof");
   EXPECT_EQ(config.max_duration_ms, 30000);
+  EXPECT_EQ(config.max_profile_calls, 8);
   EXPECT_EQ(config.max_events, 123456789012u);
   EXPECT_EQ(config.log_format, "json");
   EXPECT_EQ(config.log_level, "debug");
@@ -210,6 +214,23 @@ TEST(InstallInjectionLibraryTest, CopiesTheLibraryExecutableAndReplacesAnOldCopy
   EXPECT_EQ(after.st_mode & 0777, 0755u);
   // A new file, not the old one rewritten: processes that mapped the old copy keep it whole.
   EXPECT_NE(after.st_ino, before.st_ino);
+  EXPECT_FALSE(testing::FileExists(StrCat(target, ".tmp")));
+}
+
+// The shared-memory directory is the workloads' too: a link one of them left at the temporary
+// name must not make the sidecar overwrite the file it points to.
+TEST(InstallInjectionLibraryTest, ALinkAtTheTemporaryNameIsNotFollowed) {
+  TempDir source_dir, shm_dir, elsewhere;
+  const std::string source = source_dir.Join("libclusterprof_cupti.so");
+  testing::WriteFileOrDie(source, "new library");
+  const std::string victim = elsewhere.Join("victim");
+  testing::WriteFileOrDie(victim, "precious");
+  const std::string target = shm_dir.Join("libclusterprof_cupti.so");
+  ASSERT_EQ(symlink(victim.c_str(), StrCat(target, ".tmp").c_str()), 0);
+
+  ASSERT_TRUE(InstallInjectionLibrary(source, shm_dir.path()).ok());
+  EXPECT_EQ(testing::ReadFileOrDie(victim), "precious");
+  EXPECT_EQ(testing::ReadFileOrDie(target), "new library");
   EXPECT_FALSE(testing::FileExists(StrCat(target, ".tmp")));
 }
 

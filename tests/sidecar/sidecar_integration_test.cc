@@ -1,8 +1,14 @@
 // clusterprof-sidecar and the coordinator as real processes on loopback: several sidecars, each
 // next to an annotating workload, captured together; and the faults a capture must survive.
+#include <fcntl.h>
 #include <signal.h>
+#include <stdio.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -403,6 +409,74 @@ TEST_F(SidecarIntegrationTest, UnsafePathsAreRefusedAndNothingIsWritten) {
     EXPECT_FALSE(StartsWith(file, "logs") || StartsWith(file, "elsewhere") ||
                  StartsWith(file, "escape") || file == "x")
         << "written: " << file;
+  }
+}
+
+// A workload sharing the logdir swaps a directory on the way to the run directory for a link to
+// elsewhere, again and again, while captures run: the request's check and the files' write are a
+// capture apart, but no file ever appears outside; each capture's files land inside, or the call
+// fails saying why.
+TEST_F(SidecarIntegrationTest, ALinkSwappedIntoTheLogdirDuringCapturesNeverRedirectsTheirFiles) {
+  auto hosts = StartHosts(1, /*workloads=*/false);
+  const std::string outside = root_.Join("outside");
+  const std::string plugins = StrCat(logs_, "/tb/plugins");
+  const std::string link = StrCat(logs_, "/tb/link");
+  std::filesystem::create_directories(StrCat(plugins, "/profile"));
+  std::filesystem::create_directories(outside);
+  ASSERT_EQ(symlink(outside.c_str(), link.c_str()), 0);
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    // One step each way: `plugins` is always the directory or the link.
+    while (!stop.load()) {
+      renameat2(AT_FDCWD, plugins.c_str(), AT_FDCWD, link.c_str(), RENAME_EXCHANGE);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  std::map<grpc::StatusCode, int> codes;
+  std::vector<std::string> written;  // sessions answered OK
+  auto profiler = hosts[0]->Profiler();
+  for (int i = 0; i < 40; ++i) {
+    tensorflow::ProfileRequest request = ProfileRequest(StrCat("swap", i), 20);
+    request.set_repository_root(StrCat(plugins, "/profile"));
+    grpc::ClientContext context;
+    tensorflow::ProfileResponse response;
+    const grpc::Status status = profiler->Profile(&context, request, &response);
+    codes[status.error_code()]++;
+    switch (status.error_code()) {
+      case grpc::StatusCode::OK:
+        written.push_back(request.session_id());
+        break;
+      case grpc::StatusCode::PERMISSION_DENIED:  // the check saw the link
+        EXPECT_THAT(status.error_message(), HasSubstr("outside the logdirs"));
+        break;
+      case grpc::StatusCode::INTERNAL:  // the write met it
+        EXPECT_THAT(status.error_message(),
+                    HasSubstr(StrCat("is a symbolic link to ", outside, ", outside ", logs_)));
+        break;
+      default:
+        ADD_FAILURE() << status.error_code() << ": " << status.error_message();
+    }
+  }
+  stop = true;
+  swapper.join();
+  std::printf("captures: %d written, %d refused by the check, %d refused by the write\n",
+              codes[grpc::StatusCode::OK], codes[grpc::StatusCode::PERMISSION_DENIED],
+              codes[grpc::StatusCode::INTERNAL]);
+  std::vector<std::string> escaped;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(outside)) {
+    escaped.push_back(entry.path().string());
+  }
+  EXPECT_THAT(escaped, ::testing::IsEmpty());
+  // Each capture that succeeded has both files inside, under whichever name the directory had
+  // (the swap moves it between two names); one that failed may have written its first file.
+  const std::vector<std::string> files = ListFilesRecursively(logs_);
+  for (const std::string& session : written) {
+    for (const std::string& name : {"direct.xplane.pb", "direct.trace.json.gz"}) {
+      const std::string file = StrCat("/profile/", session, "/", name);
+      const auto copies = std::count(files.begin(), files.end(), StrCat("tb/plugins", file)) +
+                          std::count(files.begin(), files.end(), StrCat("tb/link", file));
+      EXPECT_EQ(copies, 1) << file;
+    }
   }
 }
 

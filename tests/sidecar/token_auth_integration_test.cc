@@ -1,9 +1,14 @@
 // A sidecar started with --auth-token-file, as the chart starts it: calls without the token, or
-// with another one, are UNAUTHENTICATED; the coordinator's calls carry it; a rotated Secret
-// takes effect without a restart.
+// with another one, are UNAUTHENTICATED, whatever the RPC; the coordinator's calls carry it; a
+// rotated Secret takes effect without a restart; and neither the token nor a wrong one shows in
+// the sidecar's log, its metrics or the CLI's output.
+#include <signal.h>
 #include <sys/stat.h>
 
 #include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
 #include <thread>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
@@ -13,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
@@ -21,10 +27,12 @@ namespace clusterprof {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::Subprocess;
 using testing::TempDir;
 
 constexpr char kSidecar[] = CLUSTERPROF_SIDECAR_PATH;
+constexpr char kCli[] = CLUSTERPROF_CLI_PATH;
 
 grpc::Status GetInfo(const std::shared_ptr<grpc::Channel>& channel, const std::string& token) {
   grpc::ClientContext context;
@@ -94,6 +102,141 @@ TEST(TokenAuthIntegrationTest, OnlyCallsWithTheTokenGetThrough) {
   testing::WriteFileOrDie(token_file, "rotated-token");
   EXPECT_TRUE(GetInfo(channel, "rotated-token").ok());
   EXPECT_EQ(GetInfo(channel, "s3cret-token").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// Every RPC of both services, with no token, a wrong one, a malformed header and the right one;
+// then nothing the sidecar logged at its most verbose, nothing its /metrics serves and nothing the
+// CLI printed holds either token.
+TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
+  TempDir root;
+  const std::string token = "s3cret-7f1c9a2e58d4-token";
+  const std::string wrong = "wrong-4b8d1e0c93aa-guess";
+  const std::string token_file = root.Join("token");
+  const std::string wrong_file = root.Join("wrong");
+  testing::WriteFileOrDie(token_file, token + "\n");
+  testing::WriteFileOrDie(wrong_file, wrong + "\n");
+  const std::string log = root.Join("sidecar.log");
+  Subprocess sidecar({kSidecar, "--port", "0", "--http-port", "0", "--shm-dir", root.Join("shm"),
+                      "--port-file", root.Join("ports"), "--allowed-logdir", root.Join("logs"),
+                      "--no-gpu", "--auth-token-file", token_file, "--log-level", "trace"},
+                     {}, log);
+  const int port = testing::ReadGrpcPort(root.Join("ports"));
+  ASSERT_NE(port, 0) << "the sidecar did not start";
+  const int http_port = testing::ReadPortFile(root.Join("ports"))["http"];
+  auto channel =
+      grpc::CreateChannel(StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  auto profiler = tensorflow::ProfilerService::NewStub(channel);
+  auto sidecar_service = clusterprof::v1alpha1::Sidecar::NewStub(channel);
+
+  // The value of the authorization header: none, or as given.
+  using Rpc = std::function<grpc::Status(const std::optional<std::string>& authorization)>;
+  auto with = [](const std::optional<std::string>& authorization, grpc::ClientContext* context) {
+    if (authorization.has_value()) context->AddMetadata("authorization", *authorization);
+  };
+  const std::map<std::string, Rpc> rpcs = {
+      {"Profile",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         tensorflow::ProfileRequest request;
+         request.mutable_opts()->set_version(1);
+         request.mutable_opts()->set_duration_ms(50);
+         request.set_session_id("with_the_token");
+         request.set_repository_root(root.Join("logs/plugins/profile"));
+         tensorflow::ProfileResponse response;
+         return profiler->Profile(&context, request, &response);
+       }},
+      {"Terminate",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         tensorflow::TerminateRequest request;
+         request.set_session_id("with_the_token");
+         tensorflow::TerminateResponse response;
+         return profiler->Terminate(&context, request, &response);
+       }},
+      {"Monitor",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         tensorflow::MonitorRequest request;
+         tensorflow::MonitorResponse response;
+         return profiler->Monitor(&context, request, &response);
+       }},
+      {"GetInfo",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         clusterprof::v1alpha1::GetInfoResponse response;
+         return sidecar_service->GetInfo(&context, {}, &response);
+       }},
+      {"GetSession",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         clusterprof::v1alpha1::GetSessionRequest request;
+         request.set_session_id("with_the_token");
+         clusterprof::v1alpha1::GetSessionResponse response;
+         return sidecar_service->GetSession(&context, request, &response);
+       }},
+  };
+  // What each RPC answers with the token (Profile runs first, so GetSession finds its session).
+  const std::map<std::string, grpc::StatusCode> authorized = {
+      {"Profile", grpc::StatusCode::OK},
+      {"Terminate", grpc::StatusCode::OK},
+      {"Monitor", grpc::StatusCode::UNIMPLEMENTED},
+      {"GetInfo", grpc::StatusCode::OK},
+      {"GetSession", grpc::StatusCode::OK},
+  };
+  const std::vector<std::string> order = {"Profile", "Terminate", "Monitor", "GetInfo",
+                                          "GetSession"};
+  for (const std::string& name : order) {
+    SCOPED_TRACE(name);
+    const Rpc& rpc = rpcs.at(name);
+    const grpc::Status none = rpc(std::nullopt);
+    EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED) << none.error_message();
+    EXPECT_THAT(none.error_message(), HasSubstr("requires a bearer token"));
+    for (const std::string& refused :
+         {StrCat("Bearer ", wrong), token, StrCat("Bearer ", token, "x"), StrCat("Basic ", token),
+          StrCat("Bearer  ", token), std::string("Bearer ")}) {
+      const grpc::Status status = rpc(refused);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << "authorization: " << refused;
+      EXPECT_THAT(status.error_message(), HasSubstr("does not match"));
+      EXPECT_THAT(status.error_message(), Not(HasSubstr(token)));
+      EXPECT_THAT(status.error_message(), Not(HasSubstr(wrong)));
+    }
+    const grpc::Status right = rpc(StrCat("Bearer ", token));
+    EXPECT_EQ(right.error_code(), authorized.at(name)) << right.error_message();
+  }
+
+  // The CLI, with the wrong token and with the right one.
+  for (const std::string& file : {wrong_file, token_file}) {
+    const std::string out = root.Join("cli.out");
+    Subprocess cli({kCli, "capture", "--service-addr", StrCat("127.0.0.1:", port), "--logdir",
+                    root.Join("logs"), "--duration-ms", "100", "--num-tracing-attempts", "1",
+                    "--token-file", file, "--no-progress"},
+                   {}, out);
+    ASSERT_TRUE(cli.Wait(std::chrono::seconds(60)).has_value());
+  }
+  const std::string cli_output = testing::ReadFileOrDie(root.Join("cli.out"));
+  EXPECT_THAT(cli_output, HasSubstr("UNAUTHENTICATED")) << "the wrong token's run failed";
+
+  const std::string metrics = testing::HttpGet(http_port, "/metrics");
+  ASSERT_THAT(metrics, HasSubstr("clusterprof_sidecar_refused_requests_total"));
+  EXPECT_GT(
+      testing::MetricSum(metrics, "clusterprof_sidecar_refused_requests_total", "UNAUTHENTICATED"),
+      0);
+  sidecar.Signal(SIGTERM);
+  ASSERT_TRUE(sidecar.Wait(std::chrono::seconds(30)).has_value());
+  const std::string sidecar_log = testing::ReadFileOrDie(log);
+  EXPECT_THAT(sidecar_log, HasSubstr("refused")) << "the refusals were logged";
+  for (const std::string& secret : {token, wrong}) {
+    SCOPED_TRACE(secret);
+    EXPECT_THAT(sidecar_log, Not(HasSubstr(secret)));
+    EXPECT_THAT(metrics, Not(HasSubstr(secret)));
+    EXPECT_THAT(cli_output, Not(HasSubstr(secret)));
+  }
 }
 
 TEST(TokenAuthIntegrationTest, AnUnreadableTokenFileStopsTheSidecarWithAClearError) {

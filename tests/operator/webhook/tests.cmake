@@ -20,6 +20,12 @@ clusterprof_add_test(injection_test SOURCES operator/webhook/injection_test.cc
   DEPS clusterprof_webhook cpprestsdk::cpprest yaml-cpp absl::strings)
 target_compile_definitions(injection_test PRIVATE CLUSTERPROF_VERSION="${PROJECT_VERSION}"
   _TURN_OFF_PLATFORM_STRING)
+# AdmissionReview bodies as the API server could send them: the answer, its patch applied, and
+# injection into the patched pod again.
+clusterprof_add_fuzzer(admission_review_fuzzer SOURCES operator/webhook/admission_review_fuzzer.cc
+  DEPS clusterprof_webhook cpprestsdk::cpprest yaml-cpp absl::strings
+  CORPUS ${CMAKE_CURRENT_SOURCE_DIR}/data/fuzz/admission_review)
+target_compile_definitions(admission_review_fuzzer PRIVATE _TURN_OFF_PLATFORM_STRING)
 
 # The HTTPS server: AdmissionReviews over TLS, certificate rotation, bad requests, metrics.
 clusterprof_add_test(webhook_server_integration_test
