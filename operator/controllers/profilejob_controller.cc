@@ -100,8 +100,14 @@ void ProfileJobController::OnUpdate(const kube::ObjectPtr&, const kube::ObjectPt
   if (HoldsNoTargets(*new_object)) WakeQueued(new_object->metadata.namespace_);
 }
 void ProfileJobController::OnDelete(const kube::ObjectPtr& object, bool) {
+  Dequeue(object->metadata.uid);
   queue_.Add(object->metadata.Key());
   WakeQueued(object->metadata.namespace_);
+}
+
+void ProfileJobController::Dequeue(const std::string& uid) {
+  MutexLock lock(&queued_mu_);
+  queued_since_.erase(uid);
 }
 
 bool ProfileJobController::HoldsNoTargets(const kube::Object& object) {
@@ -259,6 +265,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   if (std::optional<Blocker> blocker = FindBlocker(self, Claims(meta.namespace_))) {
     return Wait(meta, job, spec, std::move(status), resolution, *blocker);
   }
+  Dequeue(meta.uid);
 
   const int64_t now = clock_->WallNs();
   const int64_t t0 = now + std::max(spec.delay_ms, options_.fan_out_lead_ms) * kNanosPerMilli;
@@ -347,11 +354,21 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
   const int64_t now = clock_->WallNs();
   const api::Condition* queued = api::FindCondition(status.conditions, kQueued);
   const bool waiting = queued != nullptr && queued->status == "True";
+  // Since when it waits: the status says (across restarts), and this process remembers (the
+  // cache may not show its own Queued write yet), the earlier of the two.
   int64_t since = now;
   if (waiting) {
     if (absl::StatusOr<int64_t> t = api::ParseTime(queued->last_transition_time); t.ok()) {
       since = *t;
     }
+  }
+  bool announced = waiting;
+  {
+    MutexLock lock(&queued_mu_);
+    auto [it, inserted] = queued_since_.try_emplace(meta.uid, since);
+    announced = announced || !inserted;
+    it->second = std::min(it->second, since);
+    since = it->second;
   }
   std::vector<std::string> shared;
   for (const ResolvedTarget& target : resolution.targets) {
@@ -366,6 +383,7 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
                    "), which holds ", JoinNames(shared, 5));
   const int64_t timeout_ns = spec.queue_timeout_seconds * kNanosPerSecond;
   if (now - since >= timeout_ns) {
+    Dequeue(meta.uid);
     if (waiting) {
       api::SetCondition(status.conditions,
                         {std::string(kQueued), "False", "QueueTimeout", "", meta.generation, ""},
@@ -391,9 +409,9 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
     api::SetCondition(
         status.conditions,
         {std::string(kQueued), "True", "WaitingForTargets", message, meta.generation, ""},
-        api::FormatTime(now));
+        api::FormatTime(since));
     CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
-    if (!waiting) {
+    if (!announced) {
       spdlog::info("profilejob {}: queued: {}", meta.Key(), message);
       Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "Queued", message);
     }

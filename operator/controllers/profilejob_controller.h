@@ -133,6 +133,8 @@ class ProfileJobController : public kube::ResourceEventHandler {
   std::vector<JobClaim> Claims(const std::string& ns) const;
   // Whether the job has finished (its targets are free).
   static bool HoldsNoTargets(const kube::Object& object);
+  // Forgets when the job began to wait (it is scheduled, failed or gone).
+  void Dequeue(const std::string& uid);
   // Requeues the queued jobs of `ns` (from the cache; takes no lock of this class).
   void WakeQueued(const std::string& ns);
   absl::Status Fail(const kube::ObjectMeta& meta, const web::json::value& job,
@@ -169,6 +171,10 @@ class ProfileJobController : public kube::ResourceEventHandler {
   // One scheduling decision at a time: the check that a job's targets are free and its claim
   // (the Scheduled write and the capture) go together. Taken before mu_.
   Mutex schedule_mu_;
+  // When each job this process saw waiting began to (wall ns), by uid: the cache may lag behind
+  // its own Queued write. Taken alone.
+  Mutex queued_mu_;
+  std::map<std::string, int64_t> queued_since_ ABSL_GUARDED_BY(queued_mu_);
   mutable Mutex mu_;
   // By job key.
   std::map<std::string, std::unique_ptr<Capture>> captures_ ABSL_GUARDED_BY(mu_);
