@@ -12,7 +12,11 @@ namespace clusterprof::shm {
 
 void* CreateTempShmFile(const std::string& path, uint64_t size, std::string* error, int* lock_fd) {
   const std::string temp = path + ".tmp";
-  const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The directory is shared with the pod's other containers: whatever waits at the temporary
+  // name (a stale file, or a link planted to make this process write elsewhere) is removed, and
+  // the file is made new, never through a link.
+  unlink(temp.c_str());
+  const int fd = open(temp.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd < 0) {
     *error = "cannot create " + temp + ": " + std::strerror(errno);
     return nullptr;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -57,6 +58,32 @@ TEST(RingTest, FileNameAndHeader) {
   EXPECT_EQ(f.reader->process_name(), "trainer");
   EXPECT_EQ(f.writer->header().slots_per_thread, 16u) << "rounded up to a power of two";
   EXPECT_TRUE(ProcessAlive("/proc", f.reader->pid(), f.reader->process_start_ticks()));
+}
+
+// The shared-memory directory is shared with the pod's other containers: a link planted at the
+// ring's temporary name does not make the workload write through it.
+TEST(RingTest, ALinkPlantedAtTheTemporaryNameIsNotFollowed) {
+  testing::TempDir dir;
+  testing::TempDir elsewhere;
+  const std::string victim = elsewhere.Join("victim");
+  { std::ofstream(victim) << "keep"; }
+  const RingOptions options{.max_threads = 1, .slots_per_thread = 4, .process_name = "trainer"};
+  // The ring's name is ring-<pid>-<start ticks>.shm; plant a link at every name it could take.
+  std::string error;
+  std::unique_ptr<RingWriter> probe = RingWriter::Create(dir.path(), options, &error);
+  ASSERT_NE(probe, nullptr) << error;
+  const std::string path = probe->path();
+  probe.reset();
+  unlink(path.c_str());
+  ASSERT_EQ(symlink(victim.c_str(), (path + ".tmp").c_str()), 0);
+
+  std::unique_ptr<RingWriter> writer = RingWriter::Create(dir.path(), options, &error);
+  ASSERT_NE(writer, nullptr) << error;
+  struct stat info;
+  ASSERT_EQ(lstat(writer->path().c_str(), &info), 0);
+  EXPECT_TRUE(S_ISREG(info.st_mode)) << "the ring is a file of its own";
+  ASSERT_EQ(stat(victim.c_str(), &info), 0);
+  EXPECT_EQ(info.st_size, 4) << "the link's target is untouched";
 }
 
 // In Kubernetes the sidecar runs under its own user id and advances the ring's read cursor: the
