@@ -122,15 +122,8 @@ void ProfileJobController::WakeQueued(const std::string& ns) {
   // A job that ended (or went) may have freed what queued jobs wait for: look at them now
   // rather than at their next poll. From the cache only: this runs on capture threads, which
   // must not take mu_ (a worker joins them under it).
-  for (const kube::ObjectPtr& object : jobs_->store().List(ns)) {
-    const kube::JsonObject* job = AsJson(object);
-    if (job == nullptr || !job->json.has_field("status")) continue;
-    absl::StatusOr<api::ProfileJobStatus> status =
-        api::ParseProfileJobStatus(job->json.at("status"));
-    if (!status.ok()) continue;
-    std::optional<JobClaim> claim =
-        ClaimOf(job->metadata.name, job->metadata.uid, job->metadata.creation_timestamp, *status);
-    if (claim.has_value() && claim->queued) queue_.Add(job->metadata.Key());
+  for (const JobClaim& claim : CachedClaims(ns)) {
+    if (claim.queued) queue_.Add(kube::ObjectKey(ns, claim.name));
   }
 }
 
@@ -323,7 +316,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   return absl::OkStatus();
 }
 
-std::vector<JobClaim> ProfileJobController::Claims(const std::string& ns) const {
+std::vector<JobClaim> ProfileJobController::CachedClaims(const std::string& ns) const {
   std::vector<JobClaim> claims;
   for (const kube::ObjectPtr& object : jobs_->store().List(ns)) {
     const kube::JsonObject* job = AsJson(object);
@@ -335,6 +328,11 @@ std::vector<JobClaim> ProfileJobController::Claims(const std::string& ns) const 
         ClaimOf(job->metadata.name, job->metadata.uid, job->metadata.creation_timestamp, *status);
     if (claim.has_value()) claims.push_back(*std::move(claim));
   }
+  return claims;
+}
+
+std::vector<JobClaim> ProfileJobController::Claims(const std::string& ns) const {
+  std::vector<JobClaim> claims = CachedClaims(ns);
   MutexLock lock(&mu_);
   for (const auto& [key, capture] : captures_) {
     if (capture->finished || key.rfind(ns + "/", 0) != 0) continue;

@@ -131,6 +131,8 @@ class ProfileJobController : public kube::ResourceEventHandler {
   // What every other job of `ns` claims: their statuses in the cache, and this process's
   // captures still running.
   std::vector<JobClaim> Claims(const std::string& ns) const;
+  // What the jobs of `ns` claim by their statuses in the cache alone.
+  std::vector<JobClaim> CachedClaims(const std::string& ns) const;
   // Whether the job has finished (its targets are free).
   static bool HoldsNoTargets(const kube::Object& object);
   // Forgets when the job began to wait (it is scheduled, failed or gone).
