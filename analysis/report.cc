@@ -85,19 +85,10 @@ RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
         StrCat("no clock offsets (", storage::kManifestName,
                " missing or without targets): the hosts' clocks are taken to agree"));
   }
-  // In the order of the verdicts (hosts left out have none).
-  std::vector<HostRun> ordered;
-  ordered.reserve(runs.size());
-  for (const HostVerdict& verdict : report.analysis.hosts) {
-    for (HostRun& run : runs) {
-      if (run.digest.host == verdict.host && !run.digest.host.empty()) {
-        ordered.push_back(std::move(run));
-        run.digest.host.clear();
-        break;
-      }
-    }
-  }
-  report.runs = std::move(ordered);
+  // In the order of the verdicts: FindStragglers gives one to each host with steps, in order,
+  // and leaves out the others.
+  std::erase_if(runs, [](const HostRun& run) { return run.digest.steps.empty(); });
+  report.runs = std::move(runs);
   return report;
 }
 
@@ -130,15 +121,8 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
   return MakeRunReport(run_dir, options, std::move(runs), unreadable, run->manifest_found);
 }
 
-std::string FormatReportText(const RunReport& report) {
-  const Analysis& a = report.analysis;
-  std::string out = fmt::format("run {}: {} host{}", report.run_dir, a.hosts.size(),
-                                a.hosts.size() == 1 ? "" : "s");
-  if (a.steps > 0) {
-    out += fmt::format(", steps {}-{} in common ({} compared)", a.first_step, a.last_step,
-                       a.compared_steps);
-  }
-  out += "\n\n";
+std::string FormatVerdictText(const Analysis& a) {
+  std::string out;
   const std::vector<const HostVerdict*> stragglers = a.stragglers();
   if (!stragglers.empty()) {
     for (const HostVerdict* host : stragglers) {
@@ -152,6 +136,19 @@ std::string FormatReportText(const RunReport& report) {
         a.compared_steps);
   }
   for (const std::string& note : a.notes) out += fmt::format("note: {}\n", note);
+  return out;
+}
+
+std::string FormatReportText(const RunReport& report) {
+  const Analysis& a = report.analysis;
+  std::string out = fmt::format("run {}: {} host{}", report.run_dir, a.hosts.size(),
+                                a.hosts.size() == 1 ? "" : "s");
+  if (a.steps > 0) {
+    out += fmt::format(", steps {}-{} in common ({} compared)", a.first_step, a.last_step,
+                       a.compared_steps);
+  }
+  out += "\n\n";
+  out += FormatVerdictText(a);
   out += fmt::format("\n  {:<24} {:>6} {:>11} {:>11} {:>11} {:>8} {:>12} {:>12}  {}\n", "host",
                      "steps", "step p50", "step p90", "step max", "late", "lateness", "others wait",
                      "verdict");

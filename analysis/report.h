@@ -60,6 +60,9 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
     storage::Storage& storage, const std::string& run_dir, const DigestOptions& options,
     const std::function<void(const std::string& host, int index, int total)>& progress = nullptr);
 
+// The verdict in lines: each straggler with its cause and evidence, or that there is none, then
+// the notes.
+std::string FormatVerdictText(const Analysis& analysis);
 // The report for a terminal: the verdict first, then one row per host.
 std::string FormatReportText(const RunReport& report);
 // The report as JSON, kind clusterprof.io/v1alpha1/RunReport, schema_version kReportSchemaVersion.

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "analysis/report.h"
 #include "cli/commands.h"
 #include "common/base/clock.h"
@@ -117,25 +118,17 @@ void PrintSummary(const RunResult& result, std::ostream& out) {
                          : std::string("unknown"));
 }
 
-// The cross-host verdict from the sidecars' digests, in a few lines: the stragglers, or that
-// there is none, or why nothing could be compared.
+// The cross-host verdict from the sidecars' digests, as `clusterprof report` words it, and the
+// hosts it left out.
 void PrintVerdict(const RunResult& result, std::ostream& out) {
   if (result.report == nullptr) return;
   const analysis::Analysis& a = result.report->analysis;
+  std::string text = analysis::FormatVerdictText(a);
+  for (const std::string& left : a.left_out) text += fmt::format("left out: {}\n", left);
+  if (text.empty()) return;
   out << "\n";
-  for (const analysis::HostVerdict* host : a.stragglers()) {
-    out << fmt::format("  STRAGGLER {} ({}): {}\n", host->host, analysis::CauseName(host->cause),
-                       host->evidence);
-  }
-  if (a.stragglers().empty() && a.compared_steps > 0) {
-    out << fmt::format("  no straggler over {} steps compared across {} hosts\n", a.compared_steps,
-                       a.hosts.size());
-  } else if (a.compared_steps == 0) {
-    out << "  no cross-host verdict: "
-        << (a.notes.empty()
-                ? (a.left_out.empty() ? std::string("no steps in common") : a.left_out.front())
-                : a.notes.front())
-        << "\n";
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    out << "  " << line << "\n";
   }
 }
 

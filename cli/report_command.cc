@@ -7,6 +7,7 @@
 #include "analysis/report_html.h"
 #include "cli/commands.h"
 #include "common/base/clock.h"
+#include "common/storage/dirs.h"
 #include "common/storage/logdir.h"
 #include "common/storage/storage_set.h"
 #include "fmt/format.h"
@@ -14,12 +15,11 @@
 namespace clusterprof::cli {
 namespace {
 
-// Writes `text` to `path`; false, having said why on `err`, when it cannot.
+// Writes `text` to `path` whole; false, having said why on `err`, when it cannot.
 bool WriteFile(const std::string& path, const std::string& text, std::ostream& err) {
-  std::ofstream file(path, std::ios::binary | std::ios::trunc);
-  file << text;
-  if (!file.flush()) {
-    err << "clusterprof report: cannot write " << path << "\n";
+  const absl::Status written = storage::WriteFileDurably(path, text, 0644);
+  if (!written.ok()) {
+    err << "clusterprof report: cannot write " << path << ": " << written.message() << "\n";
     return false;
   }
   return true;

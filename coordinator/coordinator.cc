@@ -154,6 +154,10 @@ class Run {
   // The targets of `subset` to capture again: retryable failures; and, while no target has data
   // at all, the empty ones too (upstream retries the whole capture then).
   std::vector<size_t> ToRetry(const std::vector<size_t>& subset) const;
+  // Writes `content` as `name` in the run directory, its URI into `uri`; a failure is a
+  // warning naming `what` (the captures are written whatever happens here).
+  void WriteRunFile(std::string_view name, std::string_view what, const std::string& content,
+                    std::string* uri);
   void WriteManifest(RunResult* result, int64_t created_ns);
   // The cross-host report of the targets' digests.
   std::shared_ptr<const analysis::RunReport> MakeReport(const RunResult& result) const;
@@ -593,17 +597,22 @@ storage::StorageSet& Run::Storages() {
   return *own_storages_;
 }
 
-void Run::WriteManifest(RunResult* result, int64_t created_ns) {
-  const std::string json = ManifestJson(options_, *result, created_ns);
+void Run::WriteRunFile(std::string_view name, std::string_view what, const std::string& content,
+                       std::string* uri) {
   absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
   absl::StatusOr<storage::ObjectInfo> written =
-      store.ok() ? storage::WriteObject(**store, layout_->ManifestPath(), json)
+      store.ok() ? storage::WriteObject(**store, StrCat(layout_->RunDir(), "/", name), content)
                  : absl::StatusOr<storage::ObjectInfo>(store.status());
   absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
-  if (written.ok()) result->manifest_uri = written->uri;
+  if (written.ok()) *uri = written->uri;
   if (!committed.ok()) {
-    spdlog::warn("the run manifest was not written: {}", std::string(committed.message()));
+    spdlog::warn("{} was not written: {}", what, std::string(committed.message()));
   }
+}
+
+void Run::WriteManifest(RunResult* result, int64_t created_ns) {
+  WriteRunFile(storage::kManifestName, "the run manifest",
+               ManifestJson(options_, *result, created_ns), &result->manifest_uri);
 }
 
 std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& result) const {
@@ -626,22 +635,12 @@ std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& resu
 }
 
 void Run::WriteReport(RunResult* result) {
-  absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
   // Best effort: the captures are in whatever happens here, and `clusterprof report` can make
   // the report again from the run directory.
-  auto write = [&](std::string_view name, const std::string& content, std::string* uri) {
-    const std::string path = StrCat(layout_->RunDir(), "/", name);
-    absl::StatusOr<storage::ObjectInfo> written =
-        store.ok() ? storage::WriteObject(**store, path, content)
-                   : absl::StatusOr<storage::ObjectInfo>(store.status());
-    absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
-    if (written.ok()) *uri = written->uri;
-    if (!committed.ok()) {
-      spdlog::warn("{} was not written: {}", name, std::string(committed.message()));
-    }
-  };
-  write(storage::kReportJsonName, analysis::ReportJson(*result->report), &result->report_json_uri);
-  write(storage::kReportHtmlName, analysis::ReportHtml(*result->report), &result->report_html_uri);
+  WriteRunFile(storage::kReportJsonName, storage::kReportJsonName,
+               analysis::ReportJson(*result->report), &result->report_json_uri);
+  WriteRunFile(storage::kReportHtmlName, storage::kReportHtmlName,
+               analysis::ReportHtml(*result->report), &result->report_html_uri);
 }
 
 absl::StatusOr<RunResult> Run::Execute() {
