@@ -330,6 +330,29 @@ void CaptureSession::EndForShutdown() {
   StopEarly();
 }
 
+bool CaptureSession::succeeded() const {
+  MutexLock lock(&mu_);
+  return result_.has_value() && result_->ok();
+}
+
+void CaptureSession::AdoptEarlierCapture(std::vector<storage::ObjectInfo> files,
+                                         storage::Storage* storage) {
+  CaptureResult result;
+  result.empty_trace = false;
+  MutexLock lock(&mu_);
+  for (storage::ObjectInfo& file : files) {
+    SetFileResult(file, status_.add_files());
+    result.files.push_back(std::move(file));
+  }
+  status_.add_warnings(
+      "captured by an earlier process of this sidecar, which ended before it answered; its "
+      "files were in the spool and are answered as they are, not captured again");
+  status_.set_digest_error("the capture's digest went with the sidecar process that made it");
+  status_.set_state(clusterprof::v1alpha1::SESSION_STATE_DONE);
+  storage_.store(storage, std::memory_order_release);
+  result_ = std::move(result);
+}
+
 CaptureSession::ClientId CaptureSession::Attach(Done done) {
   {
     MutexLock lock(&mu_);
@@ -408,12 +431,40 @@ SessionManager::~SessionManager() {
   if (thread.joinable()) thread.join();
 }
 
+std::pair<std::vector<storage::ObjectInfo>, storage::Storage*> SessionManager::EarlierFiles(
+    const CaptureRequest& request) const {
+  if (storages_ == nullptr || !request.layout.has_value() || request.emit_xspace) return {};
+  absl::StatusOr<storage::Storage*> store = storages_->For(request.layout->logdir());
+  absl::StatusOr<std::string> stem = storage::HostFileStem(request.host_name);
+  if (!store.ok() || !stem.ok()) return {};
+  std::vector<storage::ObjectInfo> files;
+  for (const std::string& uri :
+       {request.layout->XPlanePath(*stem), request.layout->TraceJsonPath(*stem)}) {
+    if (std::optional<storage::ObjectInfo> info = (*store)->UploadStatus(uri)) {
+      files.push_back(*std::move(info));
+    }
+  }
+  return {std::move(files), *store};
+}
+
+std::shared_ptr<CaptureSession> SessionManager::FindLocked(std::string_view session_id) const {
+  if (active_ != nullptr && active_->id() == session_id) return active_;
+  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
+    if ((*it)->id() == session_id) return *it;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::pair<std::shared_ptr<CaptureSession>, CaptureSession::ClientId>>
 SessionManager::StartOrJoin(CaptureRequest request, CaptureSession::Done done) {
   std::shared_ptr<CaptureSession> session;
   std::thread previous;
+  // Outside the lock: it asks the storage. Only files this process's storage knows count, so a
+  // finished session of its own is found first, below.
+  auto [earlier_files, earlier_storage] = EarlierFiles(request);
   {
     MutexLock lock(&mu_);
+    std::shared_ptr<CaptureSession> same = FindLocked(request.session_id);
     if (active_ != nullptr && !active_->finished()) {
       if (active_->id() == request.session_id) {
         session = active_;
@@ -422,6 +473,22 @@ SessionManager::StartOrJoin(CaptureRequest request, CaptureSession::Done done) {
             StrCat("another capture is running on this sidecar (session '", active_->id(),
                    "'); retry when it ends"));
       }
+    } else if (same != nullptr && same->succeeded()) {
+      // A retry of a capture that is done (its answer was lost on the way): the same result,
+      // not a second capture of the run.
+      spdlog::info("session {}: asked again after it was done; answering with its result",
+                   request.session_id);
+      session = same;
+    } else if (same == nullptr && !earlier_files.empty()) {
+      spdlog::warn(
+          "session {}: an earlier process of this sidecar captured it and left its files in the "
+          "spool; answering with those files instead of capturing the run again",
+          request.session_id);
+      session = std::make_shared<CaptureSession>(std::move(request), clock_, tracers_, observer_,
+                                                 storages_);
+      session->AdoptEarlierCapture(std::move(earlier_files), earlier_storage);
+      finished_.push_back(session);
+      if (finished_.size() > kFinishedKept) finished_.pop_front();
     } else {
       if (active_ != nullptr) {
         finished_.push_back(active_);
@@ -452,11 +519,7 @@ void SessionManager::EndActiveForShutdown() {
 
 std::shared_ptr<CaptureSession> SessionManager::Find(std::string_view session_id) const {
   MutexLock lock(&mu_);
-  if (active_ != nullptr && active_->id() == session_id) return active_;
-  for (auto it = finished_.rbegin(); it != finished_.rend(); ++it) {
-    if ((*it)->id() == session_id) return *it;
-  }
-  return nullptr;
+  return FindLocked(session_id);
 }
 
 std::string SessionManager::ActiveSessionId() const {

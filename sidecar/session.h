@@ -6,7 +6,9 @@
 // Each session runs on a thread of its own; time comes from the injected Clock, so tests drive
 // the whole state machine with a SimulatedClock. A second request with the same session_id joins
 // the running session (a restarted coordinator re-asks without capturing twice); any other is
-// refused with ALREADY_EXISTS until the session is done.
+// refused with ALREADY_EXISTS until the session is done. A session is never captured twice: a
+// request for one that finished DONE gets that result, and one whose files an earlier process of
+// this sidecar left in the spool (killed mid-upload, then restarted) gets those files.
 #ifndef CLUSTERPROF_SIDECAR_SESSION_H_
 #define CLUSTERPROF_SIDECAR_SESSION_H_
 
@@ -86,6 +88,12 @@ class CaptureSession {
   void Detach(ClientId client);
 
   bool finished() const;
+  // Finished, and DONE (not FAILED).
+  bool succeeded() const;
+  // Makes this session one that an earlier process of the sidecar captured: DONE at once with
+  // `files` (found in `storage`'s spool, their uploads resumed there), with a warning saying so
+  // and no digest. Called before the session runs, instead of Run().
+  void AdoptEarlierCapture(std::vector<storage::ObjectInfo> files, storage::Storage* storage);
   // The session's state, with the current state of uploads that outlived the session.
   clusterprof::v1alpha1::GetSessionResponse Snapshot() const;
 
@@ -146,8 +154,9 @@ class SessionManager {
   // Terminates a running session and waits for it to finish writing.
   ~SessionManager();
 
-  // Starts a session for `request`, or joins the running one with the same id; `done` gets the
-  // outcome. ALREADY_EXISTS while another session runs.
+  // Starts a session for `request`, or joins the running one with the same id, or the finished
+  // one with the same id that succeeded, or adopts the files an earlier process left in the
+  // spool for it; `done` gets the outcome. ALREADY_EXISTS while another session runs.
   absl::StatusOr<std::pair<std::shared_ptr<CaptureSession>, CaptureSession::ClientId>> StartOrJoin(
       CaptureRequest request, CaptureSession::Done done);
   // Ends the running session `session_id` early. Unknown or finished sessions are not an error
@@ -162,6 +171,12 @@ class SessionManager {
 
  private:
   static constexpr size_t kFinishedKept = 32;
+  // The files of `request`'s host and run that the spool holds from an earlier process, and the
+  // storage they are in; empty when there are none (or the logdir is not spooled).
+  std::pair<std::vector<storage::ObjectInfo>, storage::Storage*> EarlierFiles(
+      const CaptureRequest& request) const;
+  std::shared_ptr<CaptureSession> FindLocked(std::string_view session_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Clock& clock_;
   const std::vector<Tracer*> tracers_;

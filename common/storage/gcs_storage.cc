@@ -110,6 +110,8 @@ struct Upload {
   bool attempted = false;
   int deferrals = 0;
   int64_t not_before_ns = 0;  // monotonic; for deferred uploads
+  // Spooled by an earlier process, which may have finished the upload just before it died.
+  bool from_earlier_process = false;
   // Set with the state reaching kCommitted or kFailed; Commit() sleeps on it.
   std::atomic<bool> finished{false};
 };
@@ -390,6 +392,18 @@ struct GcsStorageImpl {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoToStatus(errno, "cannot open spool file", path);
     absl::StatusOr<gcs::ObjectMetadata> result;
+    if (upload->from_earlier_process && record.session_uri.empty()) {
+      // The earlier process may have sent the whole object and died before it could note so:
+      // an object that is already these bytes is not written again.
+      absl::StatusOr<gcs::ObjectMetadata> there =
+          client->GetObjectMetadata(request.bucket, request.name);
+      if (there.ok() && there->size == record.bytes && there->crc32c == record.crc32c) {
+        close(fd);
+        spdlog::info("{} is already in the bucket (its CRC32C matches): not uploaded again",
+                     record.uri);
+        return there;
+      }
+    }
     if (record.bytes <= options.chunk_bytes && record.session_uri.empty()) {
       std::string content(record.bytes, '\0');
       absl::Status read = PreadAll(fd, 0, content.data(), content.size(), path);
@@ -642,6 +656,7 @@ absl::StatusOr<std::unique_ptr<GcsStorage>> GcsStorage::Create(gcs::ClientOption
   }
   for (SpoolRecord& record : recovered) {
     auto upload = std::make_shared<Upload>();
+    upload->from_earlier_process = true;
     record.failed = false;  // a new process tries failed uploads once more
     upload->record = std::move(record);
     {

@@ -1,5 +1,6 @@
 #include "sidecar/session.h"
 
+#include <filesystem>
 #include <map>
 #include <thread>
 
@@ -309,6 +310,43 @@ TEST_F(SessionTest, TheSameSessionJoinsAndAnotherIsRefused) {
   clock_.WaitForSleepers(1);
   clock_.AdvanceNs(10 * kMs);
   fourth.done.WaitForNotification();
+}
+
+TEST_F(SessionTest, ARequestForASessionThatIsDoneGetsItsResultNotASecondCapture) {
+  Waiter first;
+  auto session = Start(Request("once", 0, 100), first);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(100 * kMs);
+  first.done.WaitForNotification();
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+
+  // The client lost the answer and asks again, for a later start.
+  Waiter retry;
+  auto again = Start(Request("once", clock_.WallNs() + 500 * kMs, 100), retry);
+  EXPECT_EQ(again, session);
+  ASSERT_TRUE(retry.done.HasBeenNotified()) << "answered at once";
+  ASSERT_TRUE(retry.result.ok());
+  EXPECT_EQ(retry.result->files.size(), first.result->files.size());
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("ok")) << "captured once";
+}
+
+TEST_F(SessionTest, ASessionThatFailedIsCapturedAgainWhenAskedAgain) {
+  // The run directory's parent is a file: the first capture cannot be written.
+  testing::WriteFileOrDie(logdir_.Join("plugins"), "not a directory");
+  Waiter first;
+  Start(Request("flaky", 0, 10), first);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  first.done.WaitForNotification();
+  ASSERT_FALSE(first.result.ok());
+  std::filesystem::remove(logdir_.Join("plugins"));
+  Waiter retry;
+  Start(Request("flaky", 0, 10), retry);
+  clock_.WaitForSleepers(1);
+  clock_.AdvanceNs(10 * kMs);
+  retry.done.WaitForNotification();
+  ASSERT_TRUE(retry.result.ok()) << retry.result.status();
+  EXPECT_THAT(observer_.outcomes(), ::testing::ElementsAre("failed", "ok"));
 }
 
 TEST_F(SessionTest, WhenEveryClientIsGoneTheCaptureStopsAndStillWrites) {

@@ -300,7 +300,7 @@ TEST_F(SidecarGcsTest, ASidecarKilledMidUploadFinishesItAfterItsRestart) {
   ASSERT_FALSE(spooled.empty());
 
   server_->SetBodyReadRate(0);
-  StartSidecar();
+  const std::string restarted = StartSidecar();
   std::optional<testing::GcsObjectSnapshot> object;
   for (int i = 0; i < 3000 && !object.has_value(); ++i) {
     object = server_->GetObject("logs", xplane);
@@ -312,6 +312,30 @@ TEST_F(SidecarGcsTest, ASidecarKilledMidUploadFinishesItAfterItsRestart) {
   tensorflow::profiler::XSpace space;
   EXPECT_TRUE(space.ParseFromString(object->data));
   EXPECT_THAT(space.hostnames(), ::testing::ElementsAre("host-0"));
+
+  // The client retries the call that broke: it gets the files the first process captured, and
+  // the run is not captured a second time over them.
+  auto stub = tensorflow::ProfilerService::NewStub(
+      grpc::CreateChannel(restarted, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  tensorflow::ProfileResponse response;
+  grpc::Status status = stub->Profile(&context, Request("killed_capture"), &response);
+  ASSERT_TRUE(status.ok()) << status.error_message() << "\n" << testing::ReadFileOrDie(Log());
+  EXPECT_FALSE(response.empty_trace());
+  GetSessionResponse session = GetSession(restarted, "killed_capture");
+  EXPECT_EQ(session.state(), clusterprof::v1alpha1::SESSION_STATE_DONE);
+  EXPECT_THAT(session.warnings(), ::testing::Contains(HasSubstr("earlier process")));
+  ASSERT_GE(session.files_size(), 1);
+  EXPECT_EQ(session.files(0).uri(), StrCat("gs://logs/", xplane));
+  EXPECT_EQ(session.files(0).upload_state(), clusterprof::v1alpha1::UPLOAD_STATE_COMMITTED);
+  EXPECT_EQ(server_->Writes("logs", xplane), 1) << "written once";
+  const std::string log = testing::ReadFileOrDie(Log());
+  size_t captures = 0;
+  for (size_t at = log.find("session killed_capture: capturing for"); at != std::string::npos;
+       at = log.find("session killed_capture: capturing for", at + 1)) {
+    ++captures;
+  }
+  EXPECT_EQ(captures, 1u) << log;
 }
 
 TEST_F(SidecarGcsTest, SigtermDoesNotWaitOutAFailingUploadAndKeepsItsFiles) {

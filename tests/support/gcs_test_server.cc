@@ -1056,6 +1056,18 @@ void GcsTestServer::CreateBucket(std::string_view name) {
   buckets_.try_emplace(std::string(name));
 }
 
+int64_t GcsTestServer::DistinctContents(std::string_view bucket, std::string_view name) const {
+  MutexLock lock(&mu_);
+  const auto found = contents_.find(StrCat(bucket, "/", name));
+  return found == contents_.end() ? 0 : static_cast<int64_t>(found->second.size());
+}
+
+int64_t GcsTestServer::Writes(std::string_view bucket, std::string_view name) const {
+  MutexLock lock(&mu_);
+  const auto found = writes_.find(StrCat(bucket, "/", name));
+  return found == writes_.end() ? 0 : found->second;
+}
+
 std::optional<GcsObjectSnapshot> GcsTestServer::GetObject(std::string_view bucket,
                                                           std::string_view name) const {
   std::shared_ptr<const StoredObject> object;
@@ -1111,6 +1123,8 @@ void GcsTestServer::PutObject(std::string_view bucket, std::string_view name,
   MutexLock lock(&mu_);
   object->generation = NextGeneration();
   object->created_ns = clock_->WallNs();
+  ++writes_[StrCat(bucket, "/", name)];
+  contents_[StrCat(bucket, "/", name)].insert(object->crc32c);
   buckets_[std::string(bucket)][std::string(name)] = std::move(object);
 }
 
@@ -2087,6 +2101,8 @@ Reply GcsTestServer::InsertSimple(Request& request, std::string_view bucket, boo
     }
     object->generation = NextGeneration();
     object->created_ns = clock_->WallNs();
+    ++writes_[StrCat(bucket, "/", object->name)];
+    contents_[StrCat(bucket, "/", object->name)].insert(object->crc32c);
     std::shared_ptr<const StoredObject>& slot = b->second[object->name];
     replaced = std::move(slot);
     slot = object;
@@ -2355,6 +2371,8 @@ Reply GcsTestServer::ResumableChunk(Request& request, std::string_view bucket,
     object->content = std::shared_ptr<const Content>(std::move(session->content));
     object->generation = NextGeneration();
     object->created_ns = clock_->WallNs();
+    ++writes_[StrCat(bucket, "/", object->name)];
+    contents_[StrCat(bucket, "/", object->name)].insert(object->crc32c);
     std::shared_ptr<const StoredObject>& slot = b->second[object->name];
     replaced = std::move(slot);
     slot = object;

@@ -49,6 +49,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -148,6 +149,10 @@ class GcsTestServer {
   std::optional<GcsObjectSnapshot> GetObject(std::string_view bucket, std::string_view name) const;
   // Live object names, sorted; empty for a missing bucket.
   std::vector<std::string> ListObjectNames(std::string_view bucket) const;
+  // How many times an object of that name was created or replaced (0: never), and how many
+  // different contents (by CRC32C) those writes had.
+  int64_t Writes(std::string_view bucket, std::string_view name) const;
+  int64_t DistinctContents(std::string_view bucket, std::string_view name) const;
   // Creates or replaces an object (content type application/octet-stream); creates the bucket
   // when missing.
   void PutObject(std::string_view bucket, std::string_view name, std::string_view data);
@@ -246,6 +251,9 @@ class GcsTestServer {
   std::map<std::string, ObjectMap, std::less<>> buckets_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<Session>, std::less<>> sessions_ ABSL_GUARDED_BY(mu_);
   int64_t last_generation_ ABSL_GUARDED_BY(mu_) = 0;
+  // Writes by "BUCKET/NAME", and the CRC32Cs they had.
+  std::map<std::string, int64_t, std::less<>> writes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::set<std::string>, std::less<>> contents_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 0;
   // Mixed into upload ids so that ids from different runs differ.
   uint64_t session_salt_ = 0;

@@ -384,12 +384,24 @@ absl::Status KubeControlPlane::StartEtcd(const std::string& etcd) {
   }
 }
 
+absl::Status KubeControlPlane::RestartApiserver() {
+  if (apiserver_ != nullptr) {
+    apiserver_->Signal(SIGKILL);
+    apiserver_->Wait();
+    apiserver_.reset();
+  }
+  return StartApiserver(options_, apiserver_path_, apiserver_port_);
+}
+
 absl::Status KubeControlPlane::StartApiserver(const KubeControlPlaneOptions& options,
-                                              const std::string& apiserver) {
+                                              const std::string& apiserver, int fixed_port) {
+  options_ = options;
+  apiserver_path_ = apiserver;
   apiserver_log_ = dir_.Join("kube-apiserver.log");
   constexpr char kIssuer[] = "https://kubernetes.default.svc";
   for (int attempt = 1;; ++attempt) {
-    const int port = UnusedPort();
+    const int port = fixed_port != 0 ? fixed_port : UnusedPort();
+    apiserver_port_ = port;
     url_ = StrCat("https://127.0.0.1:", port);
     std::vector<std::string> argv = {
         apiserver,
@@ -442,6 +454,8 @@ absl::Status KubeControlPlane::StartApiserver(const KubeControlPlaneOptions& opt
       std::this_thread::sleep_for(kPollInterval);
     }
     Terminate(apiserver_);
+    // The same port again: give the kernel a moment to let go of it.
+    if (fixed_port != 0) std::this_thread::sleep_for(std::chrono::seconds(1));
   }
 }
 

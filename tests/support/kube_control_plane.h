@@ -111,6 +111,11 @@ class KubeControlPlane {
   absl::StatusOr<HttpResponse> Get(const std::string& path, const std::string& token,
                                    std::chrono::seconds timeout = std::chrono::seconds(10)) const;
 
+  // Kills kube-apiserver (SIGKILL: no graceful shutdown, open watches break) and starts it again
+  // on the same port with the same flags; etcd keeps every object. Returns once /readyz says ok.
+  // Not safe to call while another thread uses apiserver_pid().
+  absl::Status RestartApiserver();
+
   // The last `lines` lines of kube-apiserver's output.
   std::string ApiserverLogTail(int lines = 40) const;
 
@@ -119,11 +124,16 @@ class KubeControlPlane {
 
   absl::Status GenerateCredentials();
   absl::Status StartEtcd(const std::string& etcd);
-  absl::Status StartApiserver(const KubeControlPlaneOptions& options, const std::string& apiserver);
+  // On `port`, or on a free port when 0.
+  absl::Status StartApiserver(const KubeControlPlaneOptions& options, const std::string& apiserver,
+                              int port = 0);
   void Stop();
 
   // Declared first so that it is removed after the processes have stopped.
   TempDir dir_;
+  KubeControlPlaneOptions options_;
+  std::string apiserver_path_;
+  int apiserver_port_ = 0;
   std::string url_;
   std::string ca_file_;
   std::string admin_token_;

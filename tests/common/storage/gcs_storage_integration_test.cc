@@ -301,6 +301,43 @@ TEST_F(GcsStorageTest, PermissionDeniedFailsAtOnceAndKeepsTheFileForTheNextProce
   EXPECT_EQ(Stored("denied.xplane.pb"), data);
 }
 
+TEST_F(GcsStorageTest, AnUploadAnEarlierProcessFinishedBeforeItDiedIsNotWrittenAgain) {
+  server_->SetAuthorizer(
+      [](std::string_view, std::string_view) { return GcsAuthDecision::kForbidden; });
+  const std::string data = RandomBytes(5000, 6);
+  {
+    auto storage = NewStorage();
+    ASSERT_TRUE(WriteObject(*storage, "gs://logs/sent.xplane.pb", data).ok());
+  }
+  // The earlier process's request did reach the bucket; only the process died before it could
+  // remove its spool entry.
+  server_->PutObject("logs", "sent.xplane.pb", data);
+  server_->SetAuthorizer(
+      [](std::string_view, std::string_view) { return GcsAuthDecision::kAllow; });
+  auto storage = NewStorage();
+  auto resumed = storage->ResumePendingCommits();
+  ASSERT_TRUE(resumed.ok());
+  ASSERT_EQ(resumed->size(), 1u);
+  EXPECT_EQ((*resumed)[0].state, UploadState::kCommitted);
+  EXPECT_EQ(server_->Writes("logs", "sent.xplane.pb"), 1) << "checked, not written again";
+  EXPECT_TRUE(ListFilesRecursively(spool_dir_).empty());
+
+  // Different bytes under that name are not this upload: they are replaced.
+  {
+    server_->SetAuthorizer(
+        [](std::string_view, std::string_view) { return GcsAuthDecision::kForbidden; });
+    auto failing = NewStorage();
+    ASSERT_TRUE(WriteObject(*failing, "gs://logs/sent.xplane.pb", data + "more").ok());
+  }
+  server_->SetAuthorizer(
+      [](std::string_view, std::string_view) { return GcsAuthDecision::kAllow; });
+  auto next = NewStorage();
+  resumed = next->ResumePendingCommits();
+  ASSERT_TRUE(resumed.ok());
+  EXPECT_EQ(Stored("sent.xplane.pb"), data + "more");
+  EXPECT_EQ(server_->Writes("logs", "sent.xplane.pb"), 2);
+}
+
 TEST_F(GcsStorageTest, AMissingBucketIsAClearPermanentError) {
   auto storage = NewStorage();
   auto info = WriteObject(*storage, "gs://no-such-bucket/tb/x", "data");

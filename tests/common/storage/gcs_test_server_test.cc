@@ -350,6 +350,28 @@ TEST_F(GcsTestServerTest, EachWriteGetsAHigherGeneration) {
   EXPECT_EQ(server_->GetObject("bucket", "o")->data, "2");
 }
 
+TEST_F(GcsTestServerTest, WritesCountsEveryCreationAndReplacementOfAName) {
+  EXPECT_EQ(server_->Writes("bucket", "o"), 0);
+  server_->PutObject("bucket", "o", "1");
+  EXPECT_EQ(server_->Writes("bucket", "o"), 1);
+  std::optional<HttpResponse> response =
+      Call("POST", "/upload/storage/v1/b/bucket/o?uploadType=media&name=o", {}, "2");
+  ASSERT_TRUE(response.has_value());
+  ASSERT_EQ(response->code, 200);
+  EXPECT_EQ(server_->Writes("bucket", "o"), 2);
+  EXPECT_EQ(server_->DistinctContents("bucket", "o"), 2);
+  server_->PutObject("bucket", "o", "2");
+  EXPECT_EQ(server_->Writes("bucket", "o"), 3);
+  EXPECT_EQ(server_->DistinctContents("bucket", "o"), 2) << "the same bytes again";
+  // A refused write is not one.
+  response = Call(
+      "POST", "/upload/storage/v1/b/bucket/o?uploadType=media&name=o&ifGenerationMatch=0", {}, "3");
+  ASSERT_TRUE(response.has_value());
+  EXPECT_EQ(response->code, 412);
+  EXPECT_EQ(server_->Writes("bucket", "o"), 3);
+  EXPECT_EQ(server_->Writes("bucket", "other"), 0);
+}
+
 TEST_F(GcsTestServerTest, MediaUploadWithChunkedBody) {
   RawClient client(server_->port());
   ASSERT_TRUE(

@@ -240,6 +240,19 @@ TEST_F(ControlPlaneTest, KubectlCreatesANamespaceAndAConfigMap) {
   EXPECT_EQ(StringField(config_map.at("data"), "mode"), "fast");
 }
 
+TEST_F(ControlPlaneTest, ARestartedApiServerKeepsItsPortAndEtcdsObjects) {
+  const std::string url = plane_->url();
+  const pid_t before = plane_->apiserver_pid();
+  ASSERT_EQ(AdminKubectl({"create", "namespace", "survives-restart"}).exit_code, 0);
+  ASSERT_TRUE(plane_->RestartApiserver().ok());
+  EXPECT_EQ(plane_->url(), url);
+  EXPECT_NE(plane_->apiserver_pid(), before);
+  absl::StatusOr<HttpResponse> response =
+      plane_->Get("/api/v1/namespaces/survives-restart", plane_->admin_token());
+  ASSERT_TRUE(response.ok()) << response.status();
+  EXPECT_EQ(response->status_code, 200) << response->body;
+}
+
 TEST_F(ControlPlaneTest, UnknownTokenIsUnauthorized) {
   absl::StatusOr<HttpResponse> response = plane_->Get("/api/v1/namespaces", "not-a-token");
   ASSERT_TRUE(response.ok()) << response.status();
