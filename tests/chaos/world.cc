@@ -220,23 +220,14 @@ absl::Status World::StartSidecar(Host& host) {
   // kernel may hold them a moment after the kill.
   for (int attempt = 1;; ++attempt) {
     std::filesystem::remove(host.port_file);
-    std::vector<std::string> argv = {options_.sidecar_path,
-                                     "--port",
-                                     std::to_string(host.grpc_port),
-                                     "--http-port",
-                                     std::to_string(host.http_port),
-                                     "--address",
-                                     "127.0.0.1",
-                                     "--shm-dir",
-                                     host.shm_dir,
-                                     "--port-file",
-                                     host.port_file,
-                                     "--allowed-logdir",
-                                     StrCat("gs://", kBucket),
-                                     "--spool-dir",
-                                     host.spool_dir,
-                                     "--host-name",
-                                     host.name};
+    std::vector<std::string> argv = {
+        options_.sidecar_path, "--port", std::to_string(host.grpc_port), "--http-port",
+        std::to_string(host.http_port), "--address", "127.0.0.1", "--shm-dir", host.shm_dir,
+        "--port-file", host.port_file, "--allowed-logdir", StrCat("gs://", kBucket), "--spool-dir",
+        host.spool_dir, "--host-name", host.name,
+        // Answers while uploads still go on, so that jobs end with
+        // files pending under GCS faults (their own invariant).
+        "--upload-wait-ms", "1500"};
     host.sidecar = std::make_unique<Subprocess>(
         argv, std::map<std::string, std::string>{{"STORAGE_EMULATOR_HOST", gcs_->endpoint()}},
         host.log);
