@@ -426,9 +426,12 @@ std::vector<std::string> Chaos::Finish(Trial& trial) {
   CheckHosts(trial, runs);
   trial.record.bulk_faults += world_.proxy().faults_injected() - proxy_faults_before_;
   trial.record.bulk_faults += world_.proxy().watches_dropped() - watches_dropped_before_;
-  for (const testing::GcsRequestRecord& request : world_.gcs().Requests()) {
-    if (request.code == 0 || request.code == 503) ++trial.record.bulk_faults;
+  const std::vector<testing::GcsRequestRecord> gcs_requests = world_.gcs().Requests();
+  int64_t gcs_failed = 0;
+  for (const testing::GcsRequestRecord& request : gcs_requests) {
+    if (request.code == 0 || request.code == 503) ++gcs_failed;
   }
+  trial.record.bulk_faults += gcs_failed;
   for (const std::string& job : trial.jobs) {
     for (int attempt = 0; attempt < 50; ++attempt) {
       if (world_.DeleteJob(job).ok()) break;
@@ -447,6 +450,9 @@ std::vector<std::string> Chaos::Finish(Trial& trial) {
             << (record.faults.empty() ? "" : StrCat("; ", absl::StrJoin(record.faults, "; ")))
             << (record.bulk_faults > 0 ? StrCat(" (+", record.bulk_faults, " failed requests)")
                                        : "")
+            << (gcs_failed > 0
+                    ? StrCat("; GCS failed ", gcs_failed, " of ", gcs_requests.size(), " requests")
+                    : "")
             << "\n";
   for (const std::string& violation : found) std::cout << "    violated: " << violation << "\n";
   std::cout.flush();
@@ -473,6 +479,15 @@ void OperatorKill(Trial& t) {
 void LeaderKill(Trial& t) {
   Chaos& chaos = *t.chaos;
   World& world = *t.world;
+  // The previous trial's victim may still hold the Lease (the kill came after its job ended):
+  // the trial starts once a running replica leads.
+  const auto settle = Steady::now() + std::chrono::seconds(30);
+  while (Steady::now() < settle) {
+    const std::vector<std::string> running = world.Operators();
+    if (std::find(running.begin(), running.end(), world.Leader()) != running.end()) break;
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  t.started = Steady::now();
   const int64_t duration = t.Uniform(500, 1200);
   chaos.CreateJob(t, duration);
   const int64_t kill_at = t.Uniform(0, kDelayMs + duration + 2000);

@@ -231,16 +231,17 @@ absl::Status World::StartSidecar(Host& host) {
     host.sidecar = std::make_unique<Subprocess>(
         argv, std::map<std::string, std::string>{{"STORAGE_EMULATOR_HOST", gcs_->endpoint()}},
         host.log);
-    if (testing::WaitForFile(host.port_file, std::chrono::seconds(20))) {
-      for (int i = 0; i < 100; ++i) {
-        std::map<std::string, int> ports = testing::ReadPortFile(host.port_file);
-        if (ports["grpc"] != 0 && ports["http"] != 0) {
-          host.grpc_port = ports["grpc"];
-          host.http_port = ports["http"];
-          return absl::OkStatus();
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    // Serving once both ports are in its port file; a sidecar that exits (its port still held)
+    // is started again.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (host.sidecar->running() && std::chrono::steady_clock::now() < deadline) {
+      std::map<std::string, int> ports = testing::ReadPortFile(host.port_file);
+      if (ports["grpc"] != 0 && ports["http"] != 0) {
+        host.grpc_port = ports["grpc"];
+        host.http_port = ports["http"];
+        return absl::OkStatus();
       }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     host.sidecar.reset();
     if (attempt == 10) {
