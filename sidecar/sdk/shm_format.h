@@ -30,7 +30,7 @@ inline constexpr char kInjectionLibraryFileName[] = "libclusterprof_cupti.so";
 
 inline constexpr uint64_t kControlMagic = 0x3130'4C52'5443'5043;  // "CPCTRL01" little-endian
 inline constexpr uint64_t kRingMagic = 0x3130'474E'4952'5043;     // "CPRING01"
-inline constexpr uint64_t kGpuRingMagic = 0x3130'3055'5047'5043;  // "CPGPU001"
+inline constexpr uint64_t kGpuRingMagic = 0x3230'3055'5047'5043;  // "CPGPU002"
 inline constexpr uint32_t kVersion = 1;
 
 // The sidecar's control page. A process records annotations at `level` only while
@@ -243,10 +243,21 @@ struct GpuDeviceInfo {
   uint64_t clock_rate_khz;
   uint64_t memory_size;       // bytes
   uint64_t memory_bandwidth;  // bytes/s
-  char uuid[16];              // raw CUuuid: how the sidecar matches NVML devices
+  // The limits a kernel's occupancy follows from (0: unknown).
+  uint32_t max_threads_per_block;
+  uint32_t max_threads_per_sm;
+  uint32_t regs_per_block;
+  uint32_t regs_per_sm;
+  uint32_t warp_size;
+  uint32_t shared_per_block;           // bytes, without opting in
+  uint32_t shared_per_sm;              // bytes
+  uint32_t shared_per_block_optin;     // bytes
+  uint32_t reserved_shared_per_block;  // bytes the driver keeps per block
+  uint32_t reserved;
+  char uuid[16];  // raw CUuuid: how the sidecar matches NVML devices
   char name[88];
 };
-static_assert(sizeof(GpuDeviceInfo) == 144);
+static_assert(sizeof(GpuDeviceInfo) == 184);
 
 inline constexpr uint32_t kMaxGpuDevices = 16;
 

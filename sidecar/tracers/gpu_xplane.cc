@@ -13,6 +13,7 @@
 #include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
+#include "sidecar/tracers/gpu_occupancy.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
 namespace clusterprof::sidecar {
@@ -244,6 +245,21 @@ class GpuXPlaneConverter::Process {
                  " dynamic_shared:", r.kernel.dynamic_shared, " grid:", r.kernel.grid[0], ",",
                  r.kernel.grid[1], ",", r.kernel.grid[2], " block:", r.kernel.block[0], ",",
                  r.kernel.block[1], ",", r.kernel.block[2]);
+      // Theoretical occupancy, as XProf's kernel stats read it (docs/gpu.md).
+      auto device = std::find_if(devices_.begin(), devices_.end(),
+                                 [&r](const auto& d) { return d.ordinal == r.device_id; });
+      if (device != devices_.end()) {
+        const KernelShape shape{
+            .block_threads = uint32_t{r.kernel.block[0]} * r.kernel.block[1] * r.kernel.block[2],
+            .registers = r.kernel.registers,
+            .static_shared = static_cast<uint32_t>(std::max(0, r.kernel.static_shared)),
+            .dynamic_shared = static_cast<uint32_t>(std::max(0, r.kernel.dynamic_shared))};
+        if (std::optional<double> pct = OccupancyPercent(*device, shape)) {
+          char text[16];
+          std::snprintf(text, sizeof(text), "%.1f", *pct);
+          StrAppend(&out.details, " occ_pct:", text);
+        }
+      }
     } else if (r.kind == shm::GpuRecordKind::kMemcpy) {
       std::tie(out.name, out.kind) = MemcpyName(r.subkind);
       out.details_stat = xspace::kMemcpyDetails;

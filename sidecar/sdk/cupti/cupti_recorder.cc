@@ -299,6 +299,16 @@ void CuptiRecorder::FillDeviceTable() {
     // Double data rate: two transfers per memory clock.
     info.memory_bandwidth = uint64_t{2} * attribute(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE) * 1000 *
                             attribute(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH) / 8;
+    info.max_threads_per_block = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+    info.max_threads_per_sm = attribute(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR);
+    info.regs_per_block = attribute(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK);
+    info.regs_per_sm = attribute(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR);
+    info.warp_size = attribute(CU_DEVICE_ATTRIBUTE_WARP_SIZE);
+    info.shared_per_block = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK);
+    info.shared_per_sm = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR);
+    info.shared_per_block_optin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
+    info.reserved_shared_per_block =
+        attribute(CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK);
     size_t memory = 0;
     if (api_.DeviceTotalMem(&memory, device) == CUDA_SUCCESS) info.memory_size = memory;
     CUuuid uuid{};

@@ -116,6 +116,38 @@ class GpuXPlaneTest : public ::testing::Test {
   XSpace space_;
 };
 
+TEST_F(GpuXPlaneTest, AKernelOnADeviceWithKnownLimitsCarriesItsOccupancy) {
+  shm::GpuDeviceInfo& device = process_.devices[0];
+  device.max_threads_per_block = 1024;
+  device.max_threads_per_sm = 2048;
+  device.regs_per_block = device.regs_per_sm = 65536;
+  device.warp_size = 32;
+  device.shared_per_block = 48 * 1024;
+  device.shared_per_sm = 228 * 1024;
+  device.shared_per_block_optin = 227 * 1024;
+  device.reserved_shared_per_block = 1024;
+  auto& kernel = process_.Add(shm::GpuRecordKind::kKernel, 20, 120, 11, /*stream=*/7);
+  kernel.name_id = process_.Intern("_Z4gemmv");
+  kernel.kernel.grid[0] = kernel.kernel.grid[1] = kernel.kernel.grid[2] = 1;
+  kernel.kernel.block[0] = 256;
+  kernel.kernel.block[1] = kernel.kernel.block[2] = 1;
+  kernel.kernel.registers = 64;  // 4 blocks of 8 warps: half the SM's 64
+  GpuXPlaneConverter converter(&space_, kWallStart, kStop);
+  process_.AddTo(converter, 77, "trainer");
+  const XPlane* gpu = Plane(space_, "/device:GPU:0");
+  ASSERT_NE(gpu, nullptr);
+  const XLine* stream = Line(*gpu, 7);
+  ASSERT_NE(stream, nullptr);
+  const std::string details = StatText(*gpu, *Stat(*gpu, stream->events(0), "kernel_details"));
+#if CLUSTERPROF_TEST_HAVE_CUDA_OCCUPANCY
+  EXPECT_EQ(details,
+            "regs:64 static_shared:0 dynamic_shared:0 grid:1,1,1 block:256,1,1 "
+            "occ_pct:50.0");
+#else
+  EXPECT_EQ(details, "regs:64 static_shared:0 dynamic_shared:0 grid:1,1,1 block:256,1,1");
+#endif
+}
+
 TEST_F(GpuXPlaneTest, KernelsCopiesAndTheirLaunchesAreCorrelated) {
   auto& launch = process_.Add(shm::GpuRecordKind::kRuntimeApi, 10, 15, 11, /*tid=*/4242);
   launch.name_id = process_.Intern("cudaLaunchKernel");

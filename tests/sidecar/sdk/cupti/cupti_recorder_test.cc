@@ -270,6 +270,16 @@ TEST_F(CuptiRecorderTest, DescribesTheDevices) {
   // 2 x 2619 MHz x 5120 bits / 8 = 3.35 TB/s.
   EXPECT_EQ(devices[1].memory_bandwidth, uint64_t{2} * 2'619'000 * 1000 * 5120 / 8);
   EXPECT_EQ(devices[1].uuid[0], 0x10);
+  // The limits occupancy follows from.
+  EXPECT_EQ(devices[1].max_threads_per_block, 1024u);
+  EXPECT_EQ(devices[1].max_threads_per_sm, 2048u);
+  EXPECT_EQ(devices[1].regs_per_block, 65536u);
+  EXPECT_EQ(devices[1].regs_per_sm, 65536u);
+  EXPECT_EQ(devices[1].warp_size, 32u);
+  EXPECT_EQ(devices[1].shared_per_block, 48u * 1024);
+  EXPECT_EQ(devices[1].shared_per_sm, 228u * 1024);
+  EXPECT_EQ(devices[1].shared_per_block_optin, 227u * 1024);
+  EXPECT_EQ(devices[1].reserved_shared_per_block, 1024u);
 }
 
 TEST(GpuRingWriterTest, AFullRingWaitsForTheReaderThenDropsAndCounts) {

@@ -224,6 +224,32 @@ class MockCuptiApi final : public CuptiApi {
       case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH:
         *value = 5120;
         break;
+      // An H100's occupancy limits.
+      case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *value = 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR:
+        *value = 2048;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK:
+      case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR:
+        *value = 65536;
+        break;
+      case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        *value = 32;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        *value = 48 * 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR:
+        *value = 228 * 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN:
+        *value = 227 * 1024;
+        break;
+      case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK:
+        *value = 1024;
+        break;
       default:
         *value = 0;
     }
