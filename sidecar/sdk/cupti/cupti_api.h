@@ -42,6 +42,11 @@ class CuptiApi {
   virtual CUresult DeviceGetName(char* name, int length, CUdevice device) = 0;
   virtual CUresult DeviceTotalMem(size_t* bytes, CUdevice device) = 0;
   virtual CUresult DeviceGetUuid(CUuuid* uuid, CUdevice device) = 0;
+
+  // The file libcupti was loaded from, as the dynamic loader found it ("" when unknown). Its name
+  // tells CUDA 11.8's CUPTI (libcupti.so.11.8) from 12.0's and 12.1's, which report the same
+  // API version.
+  virtual std::string LibraryPath() const { return ""; }
 };
 
 // Loads libcupti and resolves the driver from the process (a CUDA process has it loaded). Looks

@@ -1,4 +1,5 @@
 #include <dlfcn.h>
+#include <limits.h>
 
 #include <cstdlib>
 #include <string>
@@ -13,6 +14,9 @@ namespace {
 // Resolves each function once; a missing symbol fails the load (an incompatible libcupti).
 class DlCuptiApi final : public CuptiApi {
  public:
+  std::string LibraryPath() const override { return library_path_; }
+  void set_library_path(std::string path) { library_path_ = std::move(path); }
+
   static std::unique_ptr<DlCuptiApi> Load(void* cupti, void* driver, std::string* error) {
     auto api = std::unique_ptr<DlCuptiApi>(new DlCuptiApi());
     bool ok = true;
@@ -89,6 +93,7 @@ class DlCuptiApi final : public CuptiApi {
   }
 
  private:
+  std::string library_path_;
   DlCuptiApi() = default;
 
   CUptiResult (*get_version_)(uint32_t*) = nullptr;
@@ -168,12 +173,13 @@ std::unique_ptr<CuptiApi> LoadCuptiApi(std::string* error, std::string* path) {
              "); use the libcupti of CUDA 12 or newer";
     return nullptr;
   }
-  if (path != nullptr) {
-    Dl_info info;
-    void* symbol = dlsym(cupti, "cuptiGetVersion");
-    if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
-      *path = info.dli_fname;
-    }
+  Dl_info info;
+  void* symbol = dlsym(cupti, "cuptiGetVersion");
+  if (symbol != nullptr && dladdr(symbol, &info) != 0 && info.dli_fname != nullptr) {
+    // The file itself, not the link that led to it: its name carries the CUDA version.
+    char real[PATH_MAX];
+    api->set_library_path(realpath(info.dli_fname, real) != nullptr ? real : info.dli_fname);
+    if (path != nullptr) *path = info.dli_fname;
   }
   // The libraries stay loaded for the life of the process, as CUPTI requires.
   return api;

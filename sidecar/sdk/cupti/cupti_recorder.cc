@@ -1,6 +1,7 @@
 #include "sidecar/sdk/cupti/cupti_recorder.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -8,6 +9,66 @@ namespace clusterprof::cupti {
 namespace {
 
 std::atomic<CuptiRecorder*> g_recorder{nullptr};
+
+// The activity records, CUDA 12.0 to 13.x (docs/gpu.md, "CUPTI versions"). Each libcupti writes,
+// for a kind, the newest struct its own headers define, and a newer struct only appends fields or
+// fills padding. Every field read here sits in the prefix that all of them share, so each kind is
+// read through the oldest struct CUDA 12.0 writes: a view that never reaches past the end of a
+// shorter record.
+using KernelRecord = CUpti_ActivityKernel9;        // 12.0-12.9; 13.0 writes Kernel10
+using MemcpyRecord = CUpti_ActivityMemcpy5;        // 12.0-12.6; 12.8 on write Memcpy6
+using SyncRecord = CUpti_ActivitySynchronization;  // 12.0-12.6; 12.8 on write Synchronization2
+// MemcpyPtoP4, Memset4, API and Marker2 are what every supported version writes.
+
+#define CLUSTERPROF_SAME_FIELD(Old, New, field)                                                 \
+  static_assert(                                                                                \
+      offsetof(Old, field) == offsetof(New, field) && sizeof(Old::field) == sizeof(New::field), \
+      #Old "::" #field " is not where " #New " has it")
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, start);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, end);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, correlationId);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, name);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, streamId);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, contextId);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, deviceId);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, gridX);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, gridZ);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, blockX);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, blockZ);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, registersPerThread);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, staticSharedMemory);
+CLUSTERPROF_SAME_FIELD(KernelRecord, CUpti_ActivityKernel10, dynamicSharedMemory);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, copyKind);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, srcKind);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, dstKind);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, flags);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, bytes);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, start);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, end);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, deviceId);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, contextId);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, streamId);
+CLUSTERPROF_SAME_FIELD(MemcpyRecord, CUpti_ActivityMemcpy6, correlationId);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, type);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, start);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, end);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, correlationId);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, contextId);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, streamId);
+CLUSTERPROF_SAME_FIELD(SyncRecord, CUpti_ActivitySynchronization2, cudaEventId);
+#undef CLUSTERPROF_SAME_FIELD
+
+// cuptiGetVersion of CUDA 12.0 and 12.1; CUDA 11.8's CUPTI reports it too (told apart by its
+// file, libcupti.so.11.8). 12.2 to 12.9 report 20 to 28, 13.0 130000 and up.
+constexpr uint32_t kOldestCuptiVersion = 18;
+
+bool IsCuda11Library(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string_view file =
+      std::string_view(path).substr(slash == std::string::npos ? 0 : slash + 1);
+  return file.find("libcupti.so.11") != std::string_view::npos ||
+         file.find("libcupti.so.10") != std::string_view::npos;
+}
 
 // Activity records hold 8-byte fields: CUPTI wants its buffers aligned so.
 constexpr size_t kBufferAlignment = 8;
@@ -149,15 +210,16 @@ bool CuptiRecorder::Setup() {
     Fail("its version query", r);
     return false;
   }
-  if (version < CUPTI_API_VERSION) {
-    // Older CUPTIs lay their activity records out differently from the headers this library
-    // was built with.
+  const std::string library = api_.LibraryPath();
+  if (version < kOldestCuptiVersion ||
+      (version == kOldestCuptiVersion && IsCuda11Library(library))) {
+    // Before CUDA 12 the activity records are laid out differently.
     failed_ = true;
-    ring_.SetError("the libcupti loaded has API version " + std::to_string(version) +
-                   ", older than the " + std::to_string(CUPTI_API_VERSION) +
-                   " this libclusterprof_cupti was built for: point CLUSTERPROF_CUPTI_LIBRARY at "
-                   "a newer libcupti, or build clusterprof against this CUDA toolkit. GPU tracing "
-                   "stays off in this process.");
+    ring_.SetError("the libcupti loaded" + (library.empty() ? "" : " (" + library + ")") +
+                   " has API version " + std::to_string(version) +
+                   ", from CUDA 11 or older; GPU tracing reads the CUPTI of CUDA 12.0 to 13.x "
+                   "(API version 18 from libcupti.so.12, 20 to 28, or 130000 and up): point "
+                   "CLUSTERPROF_CUPTI_LIBRARY at one. GPU tracing stays off in this process.");
     return false;
   }
   // Thread ids as the system knows them, so API calls land on the same trace lines as the
@@ -383,7 +445,7 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
       case CUPTI_ACTIVITY_KIND_KERNEL:
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
         if (!take(false)) continue;
-        const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+        const auto* k = reinterpret_cast<const KernelRecord*>(record);
         out.kind = shm::GpuRecordKind::kKernel;
         out.start = k->start;
         out.end = k->end;
@@ -405,7 +467,7 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         if (!take(false)) continue;
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(record);
+        const auto* m = reinterpret_cast<const MemcpyRecord*>(record);
         FillCopy(*m, CopyKind(m->copyKind), m->deviceId, &out);
         break;
       }
@@ -433,7 +495,7 @@ void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
       }
       case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
         if (!take(false)) continue;
-        const auto* s = reinterpret_cast<const CUpti_ActivitySynchronization2*>(record);
+        const auto* s = reinterpret_cast<const SyncRecord*>(record);
         out.kind = shm::GpuRecordKind::kSync;
         out.subkind = static_cast<uint8_t>(s->type);
         out.start = s->start;

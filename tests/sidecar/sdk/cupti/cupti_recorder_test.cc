@@ -19,6 +19,7 @@ namespace clusterprof::cupti {
 namespace {
 
 using testing::ActivityBuffer;
+using ::testing::AllOf;
 using testing::ApiRecord;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -249,11 +250,23 @@ TEST_F(CuptiRecorderTest, AFailedFlushTurnsTracingOff) {
   EXPECT_EQ(status.flushed_seq, 1u) << "the sidecar must not wait for a flush that cannot come";
 }
 
-TEST_F(CuptiRecorderTest, AnOlderCuptiThanTheHeadersIsRefused) {
-  api_.version = 18;  // CUDA 12.0's CUPTI
+TEST_F(CuptiRecorderTest, ACuptiOlderThanCuda12IsRefusedNamingTheVersionsThatWork) {
+  api_.version = 17;  // CUDA 11.7
+  api_.library_path = "/usr/local/cuda-11.7/lib64/libcupti.so.11.7.101";
   EXPECT_FALSE(recorder_->Enable(1, RecorderConfig()));
-  EXPECT_THAT(reader_->ReadStatus().error, HasSubstr("API version 18"));
+  EXPECT_THAT(reader_->ReadStatus().error,
+              AllOf(HasSubstr("API version 17"), HasSubstr("CUDA 12.0 to 13.x"),
+                    HasSubstr("CLUSTERPROF_CUPTI_LIBRARY")));
   EXPECT_THAT(api_.enabled(), IsEmpty());
+}
+
+TEST_F(CuptiRecorderTest, CudaElevenPointEightIsToldFromTwelveByItsLibraryFile) {
+  // CUDA 11.8, 12.0 and 12.1 all report API version 18.
+  api_.version = 18;
+  api_.library_path = "/usr/lib/x86_64-linux-gnu/libcupti.so.11.8.87";
+  EXPECT_FALSE(recorder_->Enable(1, RecorderConfig()));
+  EXPECT_THAT(reader_->ReadStatus().error,
+              AllOf(HasSubstr("libcupti.so.11.8.87"), HasSubstr("API version 18")));
 }
 
 TEST_F(CuptiRecorderTest, DescribesTheDevices) {
@@ -280,6 +293,99 @@ TEST_F(CuptiRecorderTest, DescribesTheDevices) {
   EXPECT_EQ(devices[1].shared_per_sm, 228u * 1024);
   EXPECT_EQ(devices[1].shared_per_block_optin, 227u * 1024);
   EXPECT_EQ(devices[1].reserved_shared_per_block, 1024u);
+}
+
+// A recorder over the mock, for a CUPTI of one version.
+struct VersionRig {
+  VersionRig(uint32_t version, const std::string& library) {
+    api.version = version;
+    api.library_path = library;
+    std::string error;
+    ring = shm::GpuRingWriter::Create(dir.path(), 1024, "trainer", &error);
+    EXPECT_NE(ring, nullptr) << error;
+    recorder = std::make_unique<CuptiRecorder>(
+        api, *ring, [this] { return static_cast<int64_t>(api.cupti_now.load()) + kWallOffset; },
+        [](std::chrono::microseconds) {});
+    auto opened = shm::GpuRingReader::Open(ring->path());
+    EXPECT_TRUE(opened.ok()) << opened.status();
+    if (opened.ok()) reader = std::move(*opened);
+  }
+  clusterprof::testing::TempDir dir;
+  MockCuptiApi api;
+  std::unique_ptr<shm::GpuRingWriter> ring;
+  std::unique_ptr<CuptiRecorder> recorder;
+  std::unique_ptr<shm::GpuRingReader> reader;
+};
+
+// A buffer as the CUPTI of `version` fills it, each record in the struct that version writes
+// (back to back, at that struct's size), read and converted like CUDA 13's.
+template <typename Kernel, typename Memcpy, typename Sync>
+void ExpectEveryKindConverted(uint32_t version, const std::string& library) {
+  SCOPED_TRACE("CUPTI API version " + std::to_string(version) + ", " + library);
+  VersionRig rig(version, library);
+  ASSERT_NE(rig.reader, nullptr);
+  ASSERT_TRUE(rig.recorder->Enable(1, RecorderConfig())) << rig.reader->ReadStatus().error;
+  rig.api.Produce(
+      ActivityBuffer(version)
+          .Add(KernelRecord<Kernel>(200, 900, 11, 7, "_Z5saxpyifPfS_"))
+          .Add(MemcpyRecord<Memcpy>(1000, 1500, 12, 8, CUPTI_ACTIVITY_MEMCPY_KIND_DTOH, 1 << 20))
+          .Add(SyncRecord<Sync>(1800, 1900, 14, 9))
+          .Add(MemsetRecord(1600, 1700, 13, 7, 4096)));
+  rig.recorder->Disable();
+  std::vector<shm::GpuRecord> records;
+  rig.reader->Drain([&](std::span<const shm::GpuRecord> span) {
+    for (const shm::GpuRecord& r : span) {
+      if (r.kind != shm::GpuRecordKind::kClock) records.push_back(r);
+    }
+  });
+  ASSERT_EQ(records.size(), 4u);
+  const shm::GpuRecord& kernel = records[0];
+  EXPECT_EQ(kernel.kind, shm::GpuRecordKind::kKernel);
+  EXPECT_EQ(rig.reader->String(kernel.name_id), "_Z5saxpyifPfS_");
+  EXPECT_EQ(kernel.start, 200u);
+  EXPECT_EQ(kernel.end, 900u);
+  EXPECT_EQ(kernel.correlation_id, 11u);
+  EXPECT_EQ(kernel.stream_id, 7u);
+  EXPECT_EQ(kernel.context_id, 1u);
+  EXPECT_EQ(kernel.kernel.grid[0], 128);
+  EXPECT_EQ(kernel.kernel.block[0], 256);
+  EXPECT_EQ(kernel.kernel.registers, 32);
+  EXPECT_EQ(kernel.kernel.static_shared, 1024);
+  EXPECT_EQ(kernel.kernel.dynamic_shared, 2048);
+  const shm::GpuRecord& copy = records[1];
+  EXPECT_EQ(copy.kind, shm::GpuRecordKind::kMemcpy);
+  EXPECT_EQ(copy.subkind, static_cast<uint8_t>(shm::GpuCopyKind::kDtoH));
+  EXPECT_EQ(copy.start, 1000u);
+  EXPECT_EQ(copy.correlation_id, 12u);
+  EXPECT_EQ(copy.stream_id, 8u);
+  EXPECT_EQ(uint64_t{copy.memcpy.bytes}, uint64_t{1} << 20);
+  EXPECT_EQ(copy.memcpy.src_kind, CUPTI_ACTIVITY_MEMORY_KIND_PINNED);
+  EXPECT_EQ(copy.memcpy.async, 1);
+  const shm::GpuRecord& sync = records[2];
+  EXPECT_EQ(sync.kind, shm::GpuRecordKind::kSync);
+  EXPECT_EQ(sync.subkind, CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE);
+  EXPECT_EQ(sync.end, 1900u);
+  EXPECT_EQ(sync.correlation_id, 14u);
+  EXPECT_EQ(sync.stream_id, 9u);
+  EXPECT_EQ(records[3].kind, shm::GpuRecordKind::kMemset);
+  EXPECT_EQ(uint64_t{records[3].memset.bytes}, 4096u);
+}
+
+TEST(CuptiVersionsTest, TheRecordsOfEveryCuda12And13CuptiAreRead) {
+  // 12.0 and 12.1 (libcupti.so.12, API version 18) to 12.6 (24): Kernel9, Memcpy5 and the first
+  // Synchronization record.
+  ExpectEveryKindConverted<CUpti_ActivityKernel9, CUpti_ActivityMemcpy5,
+                           CUpti_ActivitySynchronization>(18, "/usr/lib/libcupti.so.12");
+  ExpectEveryKindConverted<CUpti_ActivityKernel9, CUpti_ActivityMemcpy5,
+                           CUpti_ActivitySynchronization>(22, "/usr/lib/libcupti.so.12.4.127");
+  // 12.8 and 12.9 (26 to 28): Memcpy6 and Synchronization2.
+  ExpectEveryKindConverted<CUpti_ActivityKernel9, CUpti_ActivityMemcpy6,
+                           CUpti_ActivitySynchronization2>(28, "/usr/lib/libcupti.so.12.9.79");
+  // 13.0 (130000, and 130001 for its first update): Kernel10.
+  ExpectEveryKindConverted<CUpti_ActivityKernel10, CUpti_ActivityMemcpy6,
+                           CUpti_ActivitySynchronization2>(130000, "/usr/lib/libcupti.so.13");
+  ExpectEveryKindConverted<CUpti_ActivityKernel10, CUpti_ActivityMemcpy6,
+                           CUpti_ActivitySynchronization2>(130001, "/usr/lib/libcupti.so.13");
 }
 
 TEST(GpuRingWriterTest, AFullRingWaitsForTheReaderThenDropsAndCounts) {

@@ -19,15 +19,18 @@
 namespace clusterprof::cupti::testing {
 
 // The size CUPTI gives a record of `kind` in a buffer (records are 8-byte aligned).
-inline size_t ActivityRecordSize(CUpti_ActivityKind kind) {
+// The size of the record a libcupti of API `version` writes for `kind`: the newest struct its
+// own headers define (docs/gpu.md, "CUPTI versions"), which is how far cuptiActivityGetNextRecord
+// steps.
+inline size_t ActivityRecordSize(CUpti_ActivityKind kind, uint32_t version = CUPTI_API_VERSION) {
   size_t size = 0;
   switch (kind) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
-      size = sizeof(CUpti_ActivityKernel10);
+      size = version >= 130000 ? sizeof(CUpti_ActivityKernel10) : sizeof(CUpti_ActivityKernel9);
       break;
     case CUPTI_ACTIVITY_KIND_MEMCPY:
-      size = sizeof(CUpti_ActivityMemcpy6);
+      size = version >= 26 ? sizeof(CUpti_ActivityMemcpy6) : sizeof(CUpti_ActivityMemcpy5);
       break;
     case CUPTI_ACTIVITY_KIND_MEMCPY2:
       size = sizeof(CUpti_ActivityMemcpyPtoP4);
@@ -36,7 +39,8 @@ inline size_t ActivityRecordSize(CUpti_ActivityKind kind) {
       size = sizeof(CUpti_ActivityMemset4);
       break;
     case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
-      size = sizeof(CUpti_ActivitySynchronization2);
+      size = version >= 26 ? sizeof(CUpti_ActivitySynchronization2)
+                           : sizeof(CUpti_ActivitySynchronization);
       break;
     case CUPTI_ACTIVITY_KIND_RUNTIME:
     case CUPTI_ACTIVITY_KIND_DRIVER:
@@ -52,11 +56,16 @@ inline size_t ActivityRecordSize(CUpti_ActivityKind kind) {
 }
 
 // Activity records laid out as in a CUPTI buffer.
+// `version`: the CUPTI API version whose layouts the records have (the mock's `version` must
+// match); a record struct longer than that version's is a test bug, and aborts.
 class ActivityBuffer {
  public:
+  explicit ActivityBuffer(uint32_t version = CUPTI_API_VERSION) : version_(version) {}
   template <typename Record>
   ActivityBuffer& Add(const Record& record) {
-    const size_t size = ActivityRecordSize(reinterpret_cast<const CUpti_Activity&>(record).kind);
+    const size_t size =
+        ActivityRecordSize(reinterpret_cast<const CUpti_Activity&>(record).kind, version_);
+    if (sizeof(Record) > size) std::abort();
     const size_t offset = bytes_.size();
     bytes_.resize(offset + size, 0);
     std::memcpy(bytes_.data() + offset, &record, sizeof(Record));
@@ -65,6 +74,7 @@ class ActivityBuffer {
   const std::vector<uint8_t>& bytes() const { return bytes_; }
 
  private:
+  uint32_t version_;
   std::vector<uint8_t> bytes_;
 };
 
@@ -72,6 +82,7 @@ class MockCuptiApi final : public CuptiApi {
  public:
   // What the mock's calls do.
   uint32_t version = CUPTI_API_VERSION;
+  std::string library_path = "/usr/local/cuda/lib64/libcupti.so.13";
   std::map<CUpti_ActivityKind, CUptiResult> enable_results;
   CUptiResult flush_result = CUPTI_SUCCESS;
   size_t dropped_per_buffer = 0;
@@ -109,6 +120,7 @@ class MockCuptiApi final : public CuptiApi {
     return request_ != nullptr && complete_ != nullptr;
   }
 
+  std::string LibraryPath() const override { return library_path; }
   CUptiResult GetVersion(uint32_t* v) override {
     Log("GetVersion");
     *v = version;
@@ -169,7 +181,7 @@ class MockCuptiApi final : public CuptiApi {
                                     CUpti_Activity** record) override {
     uint8_t* next = buffer;
     if (*record != nullptr) {
-      next = reinterpret_cast<uint8_t*>(*record) + ActivityRecordSize((*record)->kind);
+      next = reinterpret_cast<uint8_t*>(*record) + ActivityRecordSize((*record)->kind, version);
     }
     if (next + sizeof(CUpti_Activity) > buffer + valid_size) return CUPTI_ERROR_MAX_LIMIT_REACHED;
     *record = reinterpret_cast<CUpti_Activity*>(next);
@@ -283,9 +295,11 @@ class MockCuptiApi final : public CuptiApi {
 };
 
 // Records as CUPTI would report them.
-inline CUpti_ActivityKernel10 KernelRecord(uint64_t start, uint64_t end, uint32_t correlation,
-                                           uint32_t stream, const char* name) {
-  CUpti_ActivityKernel10 k{};
+// Record builders; the struct is CUDA 13's unless a test names an older one.
+template <typename Kernel = CUpti_ActivityKernel10>
+Kernel KernelRecord(uint64_t start, uint64_t end, uint32_t correlation, uint32_t stream,
+                    const char* name) {
+  Kernel k{};
   k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
   k.start = start;
   k.end = end;
@@ -306,9 +320,10 @@ inline CUpti_ActivityKernel10 KernelRecord(uint64_t start, uint64_t end, uint32_
   return k;
 }
 
-inline CUpti_ActivityMemcpy6 MemcpyRecord(uint64_t start, uint64_t end, uint32_t correlation,
-                                          uint32_t stream, uint8_t copy_kind, uint64_t bytes) {
-  CUpti_ActivityMemcpy6 m{};
+template <typename Memcpy = CUpti_ActivityMemcpy6>
+Memcpy MemcpyRecord(uint64_t start, uint64_t end, uint32_t correlation, uint32_t stream,
+                    uint8_t copy_kind, uint64_t bytes) {
+  Memcpy m{};
   m.kind = CUPTI_ACTIVITY_KIND_MEMCPY;
   m.copyKind = copy_kind;
   m.srcKind = CUPTI_ACTIVITY_MEMORY_KIND_PINNED;
@@ -350,9 +365,9 @@ inline CUpti_ActivityAPI ApiRecord(CUpti_ActivityKind kind, uint32_t cbid, uint6
   return a;
 }
 
-inline CUpti_ActivitySynchronization2 SyncRecord(uint64_t start, uint64_t end, uint32_t correlation,
-                                                 uint32_t stream) {
-  CUpti_ActivitySynchronization2 s{};
+template <typename Sync = CUpti_ActivitySynchronization2>
+Sync SyncRecord(uint64_t start, uint64_t end, uint32_t correlation, uint32_t stream) {
+  Sync s{};
   s.kind = CUPTI_ACTIVITY_KIND_SYNCHRONIZATION;
   s.type = CUPTI_ACTIVITY_SYNCHRONIZATION_TYPE_STREAM_SYNCHRONIZE;
   s.start = start;
