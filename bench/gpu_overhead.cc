@@ -1,10 +1,13 @@
 // The workload's cost of GPU tracing: runs a CUDA program (tests' gpu_workload) with no
-// injection, with libclusterprof_cupti loaded and no capture, and with a capture armed around
-// the whole run, interleaved run by run, and prints each run and the medians. With the capture
-// on it also reports the records the sidecar side drained, and at what rate.
+// injection, with libclusterprof_cupti loaded and no capture, with a capture armed around the
+// whole run, and with bare CUPTI (bare_cupti_injection: the same activity kinds, buffers freed
+// untouched), interleaved run by run, and prints each run and the medians, and our cost as a
+// ratio to bare CUPTI's. With the capture on it also reports the records the sidecar side
+// drained, and at what rate.
 //
 //   gpu_overhead --workload PATH --cupti PATH [--mode launch|gemm|mixed] [--iterations N]
 //                [--runs R] [--size N] [--api runtime,driver|runtime|driver|none]
+//                [--bare PATH]
 #include <unistd.h>
 
 #include <algorithm>
@@ -51,11 +54,9 @@ double Median(std::vector<double> values) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> args = {{"--mode", "launch"},
-                                             {"--iterations", "2000"},
-                                             {"--runs", "7"},
-                                             {"--size", "1024"},
-                                             {"--api", "runtime,driver"}};
+  std::map<std::string, std::string> args = {
+      {"--mode", "launch"}, {"--iterations", "2000"},    {"--runs", "7"},
+      {"--size", "1024"},   {"--api", "runtime,driver"}, {"--bare", CLUSTERPROF_BARE_CUPTI}};
   for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
   if (args.count("--workload") == 0 || args.count("--cupti") == 0) {
     std::fprintf(stderr,
@@ -86,9 +87,12 @@ int main(int argc, char** argv) {
   const int runs = std::atoi(args["--runs"].c_str());
   std::printf("mode=%s iterations=%s runs=%d api=%s\n", args["--mode"].c_str(),
               args["--iterations"].c_str(), runs, args["--api"].c_str());
+  const std::string bare =
+      "BARE_CUPTI_API=" + args["--api"] + " CUDA_INJECTION64_PATH=" + args["--bare"] + " ";
   for (int run = 0; run < runs; ++run) {
     times["off"].push_back(RunWorkload(workload));
     times["loaded"].push_back(RunWorkload(injected + workload));
+    times["bare"].push_back(RunWorkload(bare + workload));
 
     clusterprof::sidecar::CaptureWindow window;
     window.start_ns = WallNs();
@@ -116,9 +120,9 @@ int main(int argc, char** argv) {
     const double seconds = static_cast<double>(stop - window.start_ns) / 1e9;
     drained_rates.push_back(static_cast<double>(stats.events) / seconds);
     std::printf(
-        "run %d: off %.2f us, loaded %.2f us, on %.2f us per iteration; %llu events "
-        "(%llu dropped) in %.2f s\n",
-        run, times["off"].back(), times["loaded"].back(), times["on"].back(),
+        "run %d: off %.2f us, loaded %.2f us, on %.2f us, bare CUPTI %.2f us per iteration; "
+        "%llu events (%llu dropped) in %.2f s\n",
+        run, times["off"].back(), times["loaded"].back(), times["on"].back(), times["bare"].back(),
         static_cast<unsigned long long>(stats.events),
         static_cast<unsigned long long>(stats.dropped_events), seconds);
     for (const std::string& warning : space.warnings()) std::printf("  %s\n", warning.c_str());
@@ -126,10 +130,13 @@ int main(int argc, char** argv) {
   const double off = Median(times["off"]);
   const double loaded = Median(times["loaded"]);
   const double on = Median(times["on"]);
+  const double bare_cupti = Median(times["bare"]);
   std::printf(
-      "median per iteration: off %.2f us, loaded %.2f us (%+.2f%%), on %.2f us (%+.2f%%); "
-      "events per second of capture (median) %.0f\n",
-      off, loaded, (loaded / off - 1) * 100, on, (on / off - 1) * 100, Median(drained_rates));
+      "median per iteration: off %.2f us, loaded %.2f us (%+.2f%%), on %.2f us (%+.2f%%), bare "
+      "CUPTI %.2f us (%+.2f%%); on / bare CUPTI %.3fx; events per second of capture (median) "
+      "%.0f\n",
+      off, loaded, (loaded / off - 1) * 100, on, (on / off - 1) * 100, bare_cupti,
+      (bare_cupti / off - 1) * 100, on / bare_cupti, Median(drained_rates));
   std::filesystem::remove_all(dir);
   return 0;
 }
