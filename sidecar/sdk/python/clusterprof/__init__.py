@@ -16,7 +16,7 @@
 
 Events go to the pod's clusterprof sidecar through shared memory, by way of the C ABI in
 libclusterprof_annotate.so (clusterprof_annotate.h), loaded with ctypes. Pure Python, standard
-library only, Python 3.9+.
+library only, Python 3.8+.
 
 Names are TraceMe-encoded as upstream's Trace encodes them: `name#key=value,...#`, each value
 written with str() and booleans as 1 and 0; '#' inside a name, key or value becomes '_'.
