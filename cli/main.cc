@@ -1,5 +1,8 @@
 // clusterprof: the command line tool. Parses flags and runs a subcommand from commands.h.
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
@@ -16,6 +19,7 @@ int main(int argc, char** argv) {
   // memory, with fewer handoffs between threads (bench/RESULTS.md).
   crossplat::threadpool::initialize_with_threads(2);
   CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
+  app.name("clusterprof");
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("clusterprof 0.1.0"));
 
@@ -137,6 +141,34 @@ int main(int argc, char** argv) {
                           "own name, else the address)");
   capture_cmd->add_flag("!--no-progress", capture.progress, "No live progress lines");
 
+  // One example per subcommand: in the tool's help, and in each subcommand's.
+  const std::vector<std::pair<CLI::App*, std::string>> examples = {
+      {capture_cmd,
+       "clusterprof capture --service-addr 10.0.0.7:8466,10.0.0.8:8466 --logdir gs://b/logs "
+       "--duration-ms 2000"},
+      {inspect_cmd, "clusterprof inspect logs/plugins/profile/2026_11_26_10_00_00"},
+      {report_cmd, "clusterprof report logs/plugins/profile/2026_11_26_10_00_00 --html r.html"},
+      {convert_cmd, "clusterprof convert host-0.xplane.pb -o host-0.trace.json.gz"},
+  };
+  std::string footer = "\nExamples:";
+  for (const auto& [command, example] : examples) {
+    footer += "\n  " + example;
+    command->footer("\nExample:\n  " + example);
+  }
+  app.footer(footer);
+  // As kubectl does: the tool, or a subcommand, given no arguments at all prints its help.
+  if (argc == 1) {
+    std::cout << app.help();
+    return 0;
+  }
+  if (argc == 2) {
+    for (const auto& [command, example] : examples) {
+      if (command->get_name() == argv[1]) {
+        std::cout << command->help(app.get_name());
+        return 0;
+      }
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
   // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;

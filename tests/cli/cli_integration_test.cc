@@ -139,9 +139,23 @@ TEST(CliBadInputTest, MissingFileAndUsage) {
   const Result inspect_missing = Cli("inspect /nonexistent/run");
   EXPECT_EQ(inspect_missing.exit_code, 1);
   EXPECT_THAT(inspect_missing.output, HasSubstr("/nonexistent/run"));
-  EXPECT_NE(Cli("").exit_code, 0);
-  EXPECT_NE(Cli("convert").exit_code, 0);
   EXPECT_NE(Cli("frobnicate").exit_code, 0);
+  EXPECT_NE(Cli("convert --perfetto").exit_code, 0) << "an input is still required";
+}
+
+TEST(CliHelpTest, NoArgumentsPrintTheHelpWithAnExamplePerSubcommand) {
+  const Result bare = Cli("");
+  EXPECT_EQ(bare.exit_code, 0);
+  EXPECT_EQ(bare.output, Cli("--help").output);
+  for (const std::string command : {"capture", "inspect", "report", "convert"}) {
+    SCOPED_TRACE(command);
+    EXPECT_THAT(bare.output, HasSubstr("  " + command));
+    EXPECT_THAT(bare.output, HasSubstr("  clusterprof " + command + " "));
+    const Result sub = Cli(command);
+    EXPECT_EQ(sub.exit_code, 0);
+    EXPECT_EQ(sub.output, Cli(command + " --help").output);
+    EXPECT_THAT(sub.output, HasSubstr("Example:\n  clusterprof " + command + " "));
+  }
 }
 
 TEST(CliInspectTest, FileRunDirAndLogdir) {
