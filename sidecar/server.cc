@@ -127,6 +127,7 @@ struct SidecarServer::Impl {
   std::unique_ptr<SessionManager> sessions;
   std::unique_ptr<ProfilerServiceImpl> profiler_service;
   std::unique_ptr<SidecarServiceImpl> sidecar_service;
+  std::unique_ptr<UnknownMethodService> unknown_methods;
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<http::HealthServer> health;
   int grpc_port = 0;
@@ -251,6 +252,8 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &grpc_port);
   builder.RegisterService(profiler_service.get());
   builder.RegisterService(sidecar_service.get());
+  unknown_methods = std::make_unique<UnknownMethodService>(auth.get());
+  builder.RegisterCallbackGenericService(unknown_methods.get());
   // An XSpace in a response (emit_xspace) can be large; requests are small.
   builder.SetMaxSendMessageSize(INT32_MAX);
   grpc_server = builder.BuildAndStart();

@@ -250,4 +250,27 @@ grpc::ServerUnaryReactor* SidecarServiceImpl::GetSession(
   return FinishedReactor(context, grpc::Status::OK);
 }
 
+namespace {
+
+// Answers `status` at once, then deletes itself.
+class RefusingReactor final : public grpc::ServerGenericBidiReactor {
+ public:
+  explicit RefusingReactor(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerGenericBidiReactor* UnknownMethodService::CreateReactor(
+    grpc::GenericCallbackServerContext* context) {
+  grpc::Status status = auth_ != nullptr ? auth_->Check(*context) : grpc::Status::OK;
+  if (status.ok()) {
+    status = grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        StrCat("clusterprof-sidecar serves no method ", context->method(),
+               " (it serves tensorflow.ProfilerService and clusterprof.v1alpha1.Sidecar)"));
+  }
+  return new RefusingReactor(status);
+}
+
 }  // namespace clusterprof::sidecar

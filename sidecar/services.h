@@ -84,6 +84,20 @@ class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::Callback
   TokenAuth* const auth_;
 };
 
+// Every method that no service here serves (another service's, a misspelled one): the token is
+// checked first, as for every method, and only then is the answer UNIMPLEMENTED, naming the
+// method. Without it gRPC answers UNIMPLEMENTED before any check.
+class UnknownMethodService final : public grpc::CallbackGenericService {
+ public:
+  // `auth`: null when no token is required.
+  explicit UnknownMethodService(TokenAuth* auth) : auth_(auth) {}
+  grpc::ServerGenericBidiReactor* CreateReactor(
+      grpc::GenericCallbackServerContext* context) override;
+
+ private:
+  TokenAuth* const auth_;
+};
+
 }  // namespace clusterprof::sidecar
 
 #endif  // CLUSTERPROF_SIDECAR_SERVICES_H_

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <future>
 #include <optional>
 #include <thread>
 
@@ -16,6 +17,7 @@
 #include "common/base/strings.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "tests/support/local_http.h"
@@ -179,6 +181,21 @@ TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
          clusterprof::v1alpha1::GetSessionResponse response;
          return sidecar_service->GetSession(&context, request, &response);
        }},
+      // A method no service here has (a health check, as a load balancer would send it).
+      {"Unknown",
+       [&](const std::optional<std::string>& authorization) {
+         grpc::ClientContext context;
+         with(authorization, &context);
+         grpc::GenericStub generic(channel);
+         grpc::Slice empty("");
+         grpc::ByteBuffer request(&empty, 1);  // an empty HealthCheckRequest
+         grpc::ByteBuffer response;
+         std::promise<grpc::Status> done;
+         generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                           &request, &response,
+                           [&done](grpc::Status status) { done.set_value(std::move(status)); });
+         return done.get_future().get();
+       }},
   };
   // What each RPC answers with the token (Profile runs first, so GetSession finds its session).
   const std::map<std::string, grpc::StatusCode> authorized = {
@@ -187,9 +204,10 @@ TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
       {"Monitor", grpc::StatusCode::UNIMPLEMENTED},
       {"GetInfo", grpc::StatusCode::OK},
       {"GetSession", grpc::StatusCode::OK},
+      {"Unknown", grpc::StatusCode::UNIMPLEMENTED},
   };
-  const std::vector<std::string> order = {"Profile", "Terminate", "Monitor", "GetInfo",
-                                          "GetSession"};
+  const std::vector<std::string> order = {"Profile", "Terminate", "Monitor",
+                                          "GetInfo", "GetSession", "Unknown"};
   for (const std::string& name : order) {
     SCOPED_TRACE(name);
     const Rpc& rpc = rpcs.at(name);
