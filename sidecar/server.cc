@@ -258,8 +258,10 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   builder.SetMaxSendMessageSize(INT32_MAX);
   grpc_server = builder.BuildAndStart();
   if (grpc_server == nullptr || grpc_port == 0) {
-    return absl::UnavailableError(StrCat("cannot serve gRPC on ", address,
-                                         " (port in use, or not an address of this host?)"));
+    return absl::UnavailableError(
+        StrCat("cannot serve gRPC on ", address,
+               " (port in use, or not an address of this host?): choose another port with --port "
+               "(0 picks a free one) or another address with --address"));
   }
   return absl::OkStatus();
 }
@@ -271,8 +273,15 @@ absl::Status SidecarServer::Impl::StartHealth(const SidecarConfig& config) {
     const TracerStatus status = annotations->Status();
     return status.ready ? "" : StrCat("annotation tracer: ", status.reason);
   };
-  CLUSTERPROF_ASSIGN_OR_RETURN(health, http::HealthServer::Start(config.address, config.http_port,
-                                                                 ready, metrics->registry()));
+  absl::StatusOr<std::unique_ptr<http::HealthServer>> started =
+      http::HealthServer::Start(config.address, config.http_port, ready, metrics->registry());
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        StrCat(started.status().message(),
+                               ": choose another port with --http-port (0 picks a free one, -1 "
+                               "serves no HTTP)"));
+  }
+  health = *std::move(started);
   return absl::OkStatus();
 }
 

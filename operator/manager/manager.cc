@@ -90,10 +90,14 @@ absl::StatusOr<std::unique_ptr<http::HealthServer>> StartHealthServer(
     }
     return "";
   };
-  CLUSTERPROF_ASSIGN_OR_RETURN(
-      std::unique_ptr<http::HealthServer> health,
-      http::HealthServer::Start(options.health_address, options.health_port, ready,
-                                metrics.registry()));
+  absl::StatusOr<std::unique_ptr<http::HealthServer>> started = http::HealthServer::Start(
+      options.health_address, options.health_port, ready, metrics.registry());
+  if (!started.ok()) {
+    return absl::Status(started.status().code(),
+                        StrCat(started.status().message(),
+                               ": choose another port with --health-port (0 picks a free one)"));
+  }
+  std::unique_ptr<http::HealthServer> health = *std::move(started);
   spdlog::info("serving /healthz, /readyz and /metrics on {}:{}", options.health_address,
                health->port());
   return health;
@@ -126,8 +130,17 @@ absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> StartWebhook(const Manag
     }
   }
   const char* mode = webhook_options.injection.native_sidecar ? "native" : "regular";
-  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<webhook::WebhookServer> server,
-                               webhook::WebhookServer::Start(std::move(webhook_options)));
+  absl::StatusOr<std::unique_ptr<webhook::WebhookServer>> started =
+      webhook::WebhookServer::Start(std::move(webhook_options));
+  if (!started.ok()) {
+    return absl::Status(
+        started.status().code(),
+        StrCat(started.status().message(),
+               absl::IsUnavailable(started.status())
+                   ? ": choose another port with --webhook-port (0 picks a free one)"
+                   : ""));
+  }
+  std::unique_ptr<webhook::WebhookServer> server = *std::move(started);
   spdlog::info("serving the sidecar-injection webhook on https://{}:{}/mutate-pods ({} sidecar)",
                options.webhook.address, server->port(), mode);
   return server;

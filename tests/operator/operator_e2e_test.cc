@@ -3,11 +3,16 @@
 // annotations, a real clusterprof-sidecar beside an annotating workload for each pod, and the
 // operator binary driving ProfileJobs through their phases. Faults: a sidecar down, the
 // operator killed mid-capture, two replicas with leader election, watches dropped by a proxy.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -57,9 +62,12 @@ class OperatorProcess {
       : log_(root.Join(StrCat("operator-", name, ".log"))),
         port_file_(root.Join(StrCat("operator-", name, ".ports"))) {
     std::vector<std::string> argv = {
-        kOperator, "--kubeconfig",       kubeconfig,  "--namespace", ns,         "--health-port",
-        "0",       "--health-address",   "127.0.0.1", "--port-file", port_file_, "--log-level",
-        "debug",   "--retry-backoff-ms", "300"};
+        kOperator,     "--kubeconfig",     kubeconfig,    "--namespace", ns,
+        "--port-file", port_file_,         "--log-level", "debug",       "--retry-backoff-ms",
+        "300",         "--health-address", "127.0.0.1"};
+    if (std::find(extra.begin(), extra.end(), "--health-port") == extra.end()) {
+      argv.insert(argv.end(), {"--health-port", "0"});
+    }
     if (std::find(extra.begin(), extra.end(), "--log-format") == extra.end()) {
       argv.insert(argv.end(), {"--log-format", "text"});
     }
@@ -72,6 +80,7 @@ class OperatorProcess {
     process_->Wait(std::chrono::seconds(60));
   }
   bool running() { return process_->running(); }
+  std::optional<int> Wait(std::chrono::milliseconds timeout) { return process_->Wait(timeout); }
   std::string Log() const { return testing::ReadFileOrDie(log_); }
   // GET on the operator's health server ("" until it serves).
   std::string Http(const std::string& path) const {
@@ -542,6 +551,26 @@ TEST_F(OperatorE2eTest, AJobCompletesWhenWatchesAreDropped) {
   EXPECT_EQ(Phase(job), "Succeeded") << job.serialize();
   EXPECT_GT((*proxy)->watches_dropped(), 0);
   for (const auto& host : hosts) EXPECT_EQ(host->Captures(), 1) << host->name();
+}
+
+TEST_F(OperatorE2eTest, AHealthPortInUseNamesTheFlagThatMovesIt) {
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  auto op = StartOperator("taken", {"--health-port", port});
+  const std::optional<int> status = op->Wait(std::chrono::seconds(60));
+  close(taken);
+  ASSERT_TRUE(status.has_value()) << "the operator kept running:\n" << op->Log();
+  EXPECT_NE(*status, 0);
+  EXPECT_THAT(op->Log(), HasSubstr(StrCat("cannot serve HTTP on 127.0.0.1:", port)));
+  EXPECT_THAT(op->Log(), HasSubstr("choose another port with --health-port (0 picks a free one)"));
 }
 
 TEST_F(OperatorE2eTest, AFinishedJobIsDeletedAfterItsTtl) {

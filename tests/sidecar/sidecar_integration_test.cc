@@ -1,8 +1,11 @@
 // clusterprof-sidecar and the coordinator as real processes on loopback: several sidecars, each
 // next to an annotating workload, captured together; and the faults a capture must survive.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -471,7 +474,7 @@ TEST_F(SidecarIntegrationTest, ALinkSwappedIntoTheLogdirDuringCapturesNeverRedir
   // (the swap moves it between two names); one that failed may have written its first file.
   const std::vector<std::string> files = ListFilesRecursively(logs_);
   for (const std::string& session : written) {
-    for (const std::string& name : {"direct.xplane.pb", "direct.trace.json.gz"}) {
+    for (const char* name : {"direct.xplane.pb", "direct.trace.json.gz"}) {
       const std::string file = StrCat("/profile/", session, "/", name);
       const auto copies = std::count(files.begin(), files.end(), StrCat("tb/plugins", file)) +
                           std::count(files.begin(), files.end(), StrCat("tb/link", file));
@@ -531,6 +534,45 @@ TEST_F(SidecarIntegrationTest, TheCliSendsItsOptionsAndAKeyNoTracerReadsIsAWarni
   ASSERT_TRUE(status.has_value());
   EXPECT_NE(WEXITSTATUS(*status), 0);
   EXPECT_THAT(testing::ReadFileOrDie(bad_out), HasSubstr("is not KEY=VALUE"));
+}
+
+// A port another process holds: the sidecar exits, naming the flag that moves it.
+TEST(SidecarPortsTest, APortInUseNamesTheFlagThatMovesIt) {
+  const int taken = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(taken, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(taken, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  const struct {
+    std::vector<std::string> ports;
+    std::string flag;
+  } cases[] = {
+      {{"--port", port, "--http-port", "0"},
+       "choose another port with --port (0 picks a free one)"},
+      {{"--port", "0", "--http-port", port},
+       "choose another port with --http-port (0 picks a free one, -1 serves no HTTP)"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.flag);
+    TempDir root;
+    std::vector<std::string> argv = {kSidecar,         "--address",      "127.0.0.1",
+                                     "--shm-dir",      root.Join("shm"), "--allowed-logdir",
+                                     root.Join("logs")};
+    argv.insert(argv.end(), c.ports.begin(), c.ports.end());
+    Subprocess sidecar(argv, {}, root.Join("log"));
+    const std::optional<int> status = sidecar.Wait(std::chrono::seconds(30));
+    const std::string log = testing::ReadFileOrDie(root.Join("log"));
+    ASSERT_TRUE(status.has_value()) << "the sidecar kept running:\n" << log;
+    EXPECT_NE(*status, 0);
+    EXPECT_THAT(log, HasSubstr(StrCat("127.0.0.1:", port)));
+    EXPECT_THAT(log, HasSubstr(c.flag));
+  }
+  close(taken);
 }
 
 }  // namespace

@@ -7,8 +7,8 @@
 
 #include <fstream>
 #include <functional>
-#include <map>
 #include <future>
+#include <map>
 #include <optional>
 #include <thread>
 
@@ -191,8 +191,8 @@ TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
          grpc::ByteBuffer request(&empty, 1);  // an empty HealthCheckRequest
          grpc::ByteBuffer response;
          std::promise<grpc::Status> done;
-         generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                           &request, &response,
+         generic.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                           &response,
                            [&done](grpc::Status status) { done.set_value(std::move(status)); });
          return done.get_future().get();
        }},
@@ -206,7 +206,7 @@ TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
       {"GetSession", grpc::StatusCode::OK},
       {"Unknown", grpc::StatusCode::UNIMPLEMENTED},
   };
-  const std::vector<std::string> order = {"Profile", "Terminate", "Monitor",
+  const std::vector<std::string> order = {"Profile", "Terminate",  "Monitor",
                                           "GetInfo", "GetSession", "Unknown"};
   for (const std::string& name : order) {
     SCOPED_TRACE(name);
