@@ -146,10 +146,14 @@ std::string FormatSummary(const SpaceSummary& s, const std::string& source,
         StrAppend(&out, "           ... ", p.lines.size() - max_lines_per_plane, " more lines\n");
         break;
       }
-      StrAppend(
-          &out, "    ",
-          absl::StrFormat("line %-10d %-30s %10d", l.id, l.name.empty() ? "-" : l.name, l.events),
-          "\n");
+      // Lines with no thread behind them (async lanes, GPU synchronization) have ids from
+      // 2^40 up: they show as short lane numbers.
+      constexpr int64_t kLaneIds = int64_t{1} << 40;
+      const std::string id =
+          l.id >= kLaneIds ? StrCat("lane ", l.id - kLaneIds) : StrCat("line ", l.id);
+      StrAppend(&out, "    ",
+                absl::StrFormat("%-15s %-30s %10d", id, l.name.empty() ? "-" : l.name, l.events),
+                "\n");
     }
   }
   if (!s.top_events.empty()) {

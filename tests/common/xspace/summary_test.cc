@@ -44,6 +44,22 @@ TEST(SummaryTest, FormatIsReadable) {
   EXPECT_THAT(text, HasSubstr("warning:  sample warning"));
 }
 
+TEST(SummaryTest, LinesWithoutAThreadShowAsShortLaneNumbers) {
+  SpaceSummary s;
+  PlaneSummary plane;
+  plane.id = 1;
+  plane.name = "/host:CPU";
+  plane.lines = {{8208, "trainer", 194},
+                 {int64_t{1} << 40, "train_loop async", 11},
+                 {(int64_t{1} << 40) + 1, "train_loop async 1", 11}};
+  s.planes.push_back(plane);
+  const std::string text = FormatSummary(s, "h.xplane.pb");
+  EXPECT_THAT(text, HasSubstr("    line 8208       trainer "));
+  EXPECT_THAT(text, HasSubstr("    lane 0          train_loop async "));
+  EXPECT_THAT(text, HasSubstr("    lane 1          train_loop async 1 "));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("1099511627776")));
+}
+
 TEST(SummaryTest, FormatDuration) {
   EXPECT_EQ(FormatDurationPs(500), "500 ps");
   EXPECT_EQ(FormatDurationPs(1'500), "1.500 ns");
