@@ -180,6 +180,10 @@ absl::Status SidecarServer::Impl::StartShmTracers(const SidecarConfig& config) {
   } else {
     spdlog::info("no GPU counters: {}", std::string(loaded.status().message()));
   }
+  gpu_options.host_has_gpus = HostHasNvidiaDevices(nvml.get());
+  if (!gpu_options.host_has_gpus) {
+    spdlog::info("no NVIDIA device here: captures without a CUDA process carry no GPU warning");
+  }
   CLUSTERPROF_ASSIGN_OR_RETURN(gpu,
                                GpuTracer::Create(shm.get(), gpu_options, std::move(gpu_metrics)));
   tracers.push_back(gpu.get());

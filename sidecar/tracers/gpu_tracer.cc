@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 
 #include "common/base/check.h"
 #include "common/base/strings.h"
 #include "sidecar/tracers/gpu_xplane.h"
+#include "sidecar/tracers/nvml_api.h"
 #include "sidecar/tracers/ring_reader.h"
 #include "spdlog/spdlog.h"
 #include "tsl/profiler/protos/xplane.pb.h"
@@ -118,6 +120,10 @@ void GpuTracer::ArmLocked(const CaptureWindow& window, const CaptureConfig& conf
   RefreshRingsLocked();
   for (auto& [path, ring] : rings_) ring.reader->Skip();
   // Validate passed on these options when the request arrived; defaults if it was skipped.
+  asked_for_gpu_ = false;
+  for (std::string_view key : OwnedKeys()) {
+    if (config.options.advanced_configuration().contains(std::string(key))) asked_for_gpu_ = true;
+  }
   const GpuCaptureOptions gpu =
       ParseGpuCaptureOptions(config.options)
           .value_or(GpuCaptureOptions{.level = config.options.device_tracer_level()});
@@ -302,7 +308,11 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
                                "cap of ",
                                options_.max_records, " per capture"));
   }
-  if (rings_.empty()) {
+  if (rings_.empty() && !options_.host_has_gpus && !asked_for_gpu_) {
+    // A host without GPUs: nothing to warn about.
+    spdlog::info("gpu: no NVIDIA device on this host and no CUDA process in {}: no GPU activity",
+                 shm_->dir());
+  } else if (rings_.empty()) {
     space->add_warnings(StrCat(
         "gpu: no CUDA process in ", shm_->dir(),
         " has loaded libclusterprof_cupti, so there is no GPU activity: set "
@@ -325,6 +335,23 @@ absl::Status GpuTracer::CollectInto(XSpace* space, TracerStats* stats) {
   stats->dropped_events += dropped;
   rings_.Release();
   return absl::OkStatus();
+}
+
+bool HostHasNvidiaDevices(NvmlApi* nvml) {
+  if (nvml != nullptr) {
+    absl::StatusOr<int> count = nvml->DeviceCount();
+    if (count.ok() && *count > 0) return true;
+  }
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev", error)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > 6 && name.rfind("nvidia", 0) == 0 &&
+        name.find_first_not_of("0123456789", 6) == std::string::npos) {
+      return true;
+    }
+  }
+  std::filesystem::directory_iterator gpus("/proc/driver/nvidia/gpus", error);
+  return !error && gpus != std::filesystem::directory_iterator();
 }
 
 }  // namespace clusterprof::sidecar

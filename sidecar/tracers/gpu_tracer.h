@@ -50,6 +50,12 @@ struct GpuCaptureOptions {
 // a cap that is not positive, is INVALID_ARGUMENT naming the key.
 absl::StatusOr<GpuCaptureOptions> ParseGpuCaptureOptions(const tensorflow::ProfileOptions& options);
 
+class NvmlApi;
+
+// NVIDIA devices visible here: NVML lists one, or the driver exposes /dev/nvidia<N> or
+// /proc/driver/nvidia/gpus entries. `nvml` may be null.
+bool HostHasNvidiaDevices(NvmlApi* nvml);
+
 class GpuTracer final : public Tracer {
  public:
   struct Options {
@@ -61,6 +67,10 @@ class GpuTracer final : public Tracer {
     uint64_t max_records = 8'000'000;
     // Times the flush wait; nullptr: the system clocks.
     Clock* clock = nullptr;
+    // Whether this host (or pod) has NVIDIA devices (HostHasNvidiaDevices). Without them, a
+    // capture with no CUDA process is no surprise: it carries no warning unless the request
+    // asked for GPU tracing by one of the tracer's own keys.
+    bool host_has_gpus = true;
   };
 
   // Arms the device part of `shm`'s control page and reads its GPU rings; `shm` must outlive the
@@ -111,6 +121,8 @@ class GpuTracer final : public Tracer {
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   bool armed_ ABSL_GUARDED_BY(mu_) = false;
   bool metrics_started_ ABSL_GUARDED_BY(mu_) = false;
+  // The capture's request set one of OwnedKeys(): GPU tracing asked for by name.
+  bool asked_for_gpu_ ABSL_GUARDED_BY(mu_) = false;
   int64_t stop_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t kept_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t capped_ ABSL_GUARDED_BY(mu_) = 0;

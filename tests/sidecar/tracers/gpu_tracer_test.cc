@@ -246,6 +246,32 @@ TEST_F(GpuTracerTest, WithoutAnyCudaProcessTheWarningSaysHowToGetOne) {
   EXPECT_EQ(stats.events, 0u);
 }
 
+TEST_F(GpuTracerTest, AHostWithoutGpusWarnsOnlyWhenTheRequestAskedForGpuTracing) {
+  GpuTracer::Options options;
+  options.host_has_gpus = false;
+  tracer_.reset();
+  auto tracer = GpuTracer::Create(shm_.get(), options, nullptr);
+  ASSERT_TRUE(tracer.ok());
+  tracer_ = std::move(*tracer);
+  auto capture = [&](const CaptureConfig& config) {
+    EXPECT_TRUE(tracer_->Prepare(Window(), config).ok());
+    EXPECT_TRUE(tracer_->Start(Window(), config).ok());
+    EXPECT_TRUE(tracer_->Stop(kStop).ok());
+    XSpace space;
+    TracerStats stats;
+    EXPECT_TRUE(tracer_->CollectInto(&space, &stats).ok());
+    return space;
+  };
+  // The default device tracer level, as every client sends it: no GPU here, no warning.
+  EXPECT_EQ(capture(Config()).warnings_size(), 0);
+  // A request that names a GPU option asked for GPU tracing: it hears why there is none.
+  CaptureConfig asked = Config();
+  (*asked.options.mutable_advanced_configuration())[kGpuEnableNvtxKey].set_bool_value(true);
+  const XSpace space = capture(asked);
+  ASSERT_EQ(space.warnings_size(), 1);
+  EXPECT_THAT(space.warnings(0), HasSubstr("CUDA_INJECTION64_PATH"));
+}
+
 TEST_F(GpuTracerTest, AProcessThatNeverFlushesHoldsTheStopOnlyUntilTheTimeout) {
   GpuTracer::Options options;
   options.flush_timeout_ms = 50;
