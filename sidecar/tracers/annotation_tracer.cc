@@ -10,6 +10,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "absl/strings/str_join.h"
 #include "common/base/check.h"
 #include "common/base/saturating.h"
 #include "common/base/strings.h"
@@ -367,6 +368,28 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
       lane->second = span.end_ns;
       ++events;
     }
+  }
+  // An empty capture says why, the likeliest cause first: nobody attached, or those attached
+  // recorded nothing in the window.
+  if (rings_.empty()) {
+    space->add_warnings(
+        StrCat("annotations: no process attached to ", shm_->dir(),
+               ", so nothing was annotated: start the workload with CLUSTERPROF_DIR=", shm_->dir(),
+               " (injected pods have it) and annotate with the SDK: clusterprof::Trace in C++, "
+               "libclusterprof_annotate.so through its C API, or `import clusterprof` in Python "
+               "(docs/annotations.md)"));
+  } else if (events == 0) {
+    std::vector<std::string> processes;
+    for (auto& [path, ring] : rings_) {
+      const shm::RingReader& reader = *ring.reader;
+      processes.push_back(StrCat("pid ", reader.pid(), " (",
+                                 reader.process_name().empty() ? "?" : reader.process_name(), ")"));
+    }
+    space->add_warnings(
+        StrCat("annotations: ", processes.size(), " process(es) attached to ", shm_->dir(),
+               " but recorded nothing in the window: ", absl::StrJoin(processes, ", "),
+               "; did their annotated code run during the capture, at the requested host tracer "
+               "level?"));
   }
   for (const std::string& error : open_errors_) {
     space->add_warnings(StrCat("annotations: ", error));

@@ -6,8 +6,10 @@
 #include <map>
 #include <thread>
 
+#include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sidecar/sdk/ring_writer.h"
 #include "tests/support/temp_dir.h"
@@ -24,6 +26,8 @@ using tensorflow::profiler::XLine;
 using tensorflow::profiler::XPlane;
 using tensorflow::profiler::XSpace;
 using tensorflow::profiler::XStat;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
 
 constexpr int64_t kStart = 1'000'000'000'000;  // ns; the capture window in these tests
 constexpr int64_t kStop = kStart + 1'000'000'000;
@@ -188,6 +192,35 @@ TEST_F(AnnotationTracerTest, OneLinePerThreadWithDecodedStats) {
   EXPECT_EQ(plane->stat_metadata().at(event_stats["shape"]->ref_value()).name(), "[1,2]");
   EXPECT_DOUBLE_EQ(event_stats["loss"]->double_value(), 0.25);
   EXPECT_EQ(plane->stat_metadata().at(event_stats["phase"]->ref_value()).name(), "warmup");
+}
+
+TEST_F(AnnotationTracerTest, AnEmptyCaptureSaysNoProcessAttachedNamingTheDirectory) {
+  auto tracer = NewTracer();
+  TracerStats stats;
+  XSpace space = Capture(
+      *tracer, [] {}, &stats);
+  EXPECT_EQ(stats.events, 0u);
+  ASSERT_EQ(space.warnings_size(), 1);
+  EXPECT_THAT(space.warnings(0),
+              AllOf(HasSubstr("no process attached to " + dir_.path()),
+                    HasSubstr("CLUSTERPROF_DIR=" + dir_.path()), HasSubstr("import clusterprof"),
+                    HasSubstr("clusterprof::Trace")));
+}
+
+TEST_F(AnnotationTracerTest, AnEmptyCaptureNamesTheProcessesThatAttachedButRecordedNothing) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "t");
+  TracerStats stats;
+  // Only outside the window.
+  XSpace space = Capture(
+      *tracer, [&] { thread->Append(process.Complete("after", kStop + 100, kStop + 200)); },
+      &stats);
+  EXPECT_EQ(stats.events, 0u);
+  ASSERT_EQ(space.warnings_size(), 1);
+  EXPECT_THAT(space.warnings(0), AllOf(HasSubstr("1 process(es) attached to " + dir_.path()),
+                                       HasSubstr(StrCat("pid ", getpid(), " (trainer)")),
+                                       HasSubstr("recorded nothing in the window")));
 }
 
 TEST_F(AnnotationTracerTest, EventsOutsideTheWindowAreLeftOut) {
