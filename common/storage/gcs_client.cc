@@ -271,7 +271,10 @@ struct Client::Impl {
     const std::string what = StrCat("start upload of ", ObjectUri(request.bucket, request.name));
     const std::string url =
         StrCat(options.endpoint, "/upload/storage/v1/b/", PercentEncode(request.bucket),
-               "/o?uploadType=resumable&name=", PercentEncode(request.name));
+               "/o?uploadType=resumable&name=", PercentEncode(request.name),
+               request.if_generation_match >= 0
+                   ? StrCat("&ifGenerationMatch=", request.if_generation_match)
+                   : std::string());
     return Retry<std::string>(what, [&]() -> absl::StatusOr<std::string> {
       const std::string json = MetadataJson(request);
       CLUSTERPROF_ASSIGN_OR_RETURN(Response response,
@@ -478,6 +481,32 @@ absl::StatusOr<ObjectMetadata> Client::InsertObject(const UploadRequest& request
 absl::StatusOr<ObjectMetadata> Client::UploadResumable(
     const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
     const std::function<void(const UploadProgress&)>& progress, const std::atomic<bool>* cancel) {
+  // A server that finalized a short or corrupt object (a status query answered by finalizing
+  // what it held) is not the end: the upload goes again from the source, in a fresh session
+  // written over that generation only, so that nothing newer is overwritten. Twice at most.
+  UploadRequest current = request;
+  for (int reuploads = 0;; ++reuploads) {
+    absl::StatusOr<ObjectMetadata> object =
+        UploadResumableOnce(current, chunk, state, chunk_bytes, progress, cancel);
+    if (object.ok() || !absl::IsDataLoss(object.status()) || reuploads == 2) return object;
+    const auto generation = object.status().GetPayload(kGenerationPayload);
+    if (!generation.has_value()) return object;
+    int64_t bad = 0;
+    if (!absl::SimpleAtoi(std::string(*generation), &bad)) return object;
+    if (impl_->options.on_retry) {
+      impl_->options.on_retry(
+          StrCat("upload ", ObjectUri(request.bucket, request.name)),
+          absl::DataLossError(
+              StrCat(object.status().message(), "; uploading it again over generation ", bad)));
+    }
+    current.if_generation_match = bad;
+    state = ResumableState();
+  }
+}
+
+absl::StatusOr<ObjectMetadata> Client::UploadResumableOnce(
+    const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
+    const std::function<void(const UploadProgress&)>& progress, const std::atomic<bool>* cancel) {
   const std::string uri = ObjectUri(request.bucket, request.name);
   const std::string what = StrCat("upload ", uri);
   if (chunk_bytes == 0 || chunk_bytes % kChunkQuantum != 0) {
@@ -595,14 +624,19 @@ absl::StatusOr<ObjectMetadata> Client::UploadResumable(
     ask_first = true;
   }
 
+  absl::Status mismatch;
   if (object->size != request.size) {
-    return absl::DataLossError(StrCat(what, ": the finished object has ", object->size,
-                                      " bytes, not the ", request.size, " sent"));
+    mismatch = absl::DataLossError(StrCat(what, ": the finished object has ", object->size,
+                                          " bytes, not the ", request.size, " sent"));
+  } else if (object->crc32c.has_value() && *object->crc32c != request.crc32c) {
+    mismatch = absl::DataLossError(StrCat(what, ": the finished object's crc32c ",
+                                          Crc32cToBase64(*object->crc32c), " does not match ",
+                                          Crc32cToBase64(request.crc32c), " of the spooled file"));
   }
-  if (object->crc32c.has_value() && *object->crc32c != request.crc32c) {
-    return absl::DataLossError(StrCat(what, ": the finished object's crc32c ",
-                                      Crc32cToBase64(*object->crc32c), " does not match ",
-                                      Crc32cToBase64(request.crc32c), " of the spooled file"));
+  if (!mismatch.ok()) {
+    // Which object is wrong, for UploadResumable to write over it and nothing newer.
+    mismatch.SetPayload(kGenerationPayload, absl::Cord(std::to_string(object->generation)));
+    return mismatch;
   }
   return *std::move(object);
 }

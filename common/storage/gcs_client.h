@@ -90,6 +90,8 @@ struct UploadRequest {
   // and compared with what the finished object reports.
   uint32_t crc32c = 0;
   std::map<std::string, std::string> metadata;
+  // When >= 0, the object is written only over this generation (0: only where none exists).
+  int64_t if_generation_match = -1;
 };
 
 // Where a resumable upload stands. Persisting it lets a restarted process resume the upload.
@@ -142,13 +144,24 @@ class Client {
   // GCS where the session stands and goes on from there; a session GCS no longer knows is
   // started afresh. `progress` is called after every chunk GCS accepted (to persist a new
   // session URI and report progress). `cancel`, when set, stops between chunks with Cancelled.
-  // The result's CRC32C is checked against request.crc32c: DataLoss on a mismatch.
+  // The result's size and CRC32C are checked against the request's. A finished object that does
+  // not match (a server that finalized early) is uploaded again, in a fresh session written over
+  // that generation only (ifGenerationMatch, so that nothing newer is replaced), twice at most,
+  // each reported through ClientOptions::on_retry; then DataLoss.
   absl::StatusOr<ObjectMetadata> UploadResumable(
       const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
       const std::function<void(const UploadProgress&)>& progress,
       const std::atomic<bool>* cancel = nullptr);
 
  private:
+  // The payload of a DataLoss status naming the mismatched object's generation.
+  static constexpr char kGenerationPayload[] = "clusterprof.gcs/generation";
+
+  // One upload to its finished object; DataLoss (with kGenerationPayload) on a mismatch.
+  absl::StatusOr<ObjectMetadata> UploadResumableOnce(
+      const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
+      const std::function<void(const UploadProgress&)>& progress, const std::atomic<bool>* cancel);
+
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

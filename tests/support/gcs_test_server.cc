@@ -1154,6 +1154,11 @@ void GcsTestServer::ResetNextUpload(uint64_t after_body_bytes, int count) {
   resets_left_ = std::max(count, 0);
 }
 
+void GcsTestServer::FinalizeShortOnNextStatusQuery(int count) {
+  MutexLock lock(&mu_);
+  finalize_short_left_ = count;
+}
+
 void GcsTestServer::SetLatency(absl::Duration latency) {
   MutexLock lock(&mu_);
   latency_ = std::max(latency, absl::ZeroDuration());
@@ -1171,6 +1176,7 @@ void GcsTestServer::ClearFaults() {
   resets_left_ = 0;
   latency_ = absl::ZeroDuration();
   body_read_rate_ = 0;
+  finalize_short_left_ = 0;
 }
 
 std::vector<GcsRequestRecord> GcsTestServer::Requests() const {
@@ -2331,15 +2337,17 @@ Reply GcsTestServer::ResumableChunk(Request& request, std::string_view bucket,
   };
 
   // Finalizes with the bytes persisted: checks the hashes, then the preconditions, then stores.
-  auto finalize = [&]() -> Reply {
+  auto finalize = [&](bool check_hashes = true) -> Reply {
     std::optional<std::string> header_crc32c;
     std::optional<std::string> header_md5;
     if (const std::string* goog_hash = request.Header("X-Goog-Hash")) {
       ParseGoogHash(*goog_hash, &header_crc32c, &header_md5);
     }
-    std::optional<Reply> mismatch =
-        CheckHashes(hashes, session->expected_crc32c, session->expected_md5);
-    if (!mismatch.has_value()) mismatch = CheckHashes(hashes, header_crc32c, header_md5);
+    std::optional<Reply> mismatch;
+    if (check_hashes) {
+      mismatch = CheckHashes(hashes, session->expected_crc32c, session->expected_md5);
+      if (!mismatch.has_value()) mismatch = CheckHashes(hashes, header_crc32c, header_md5);
+    }
     auto object = std::make_shared<StoredObject>();
     object->bucket = session->bucket;
     object->name = session->name;
@@ -2384,6 +2392,15 @@ Reply GcsTestServer::ResumableChunk(Request& request, std::string_view bucket,
   };
 
   if (query) {
+    bool finalize_short = false;
+    {
+      MutexLock lock(&mu_);
+      if (finalize_short_left_ > 0) {
+        --finalize_short_left_;
+        finalize_short = true;
+      }
+    }
+    if (finalize_short) return finalize(/*check_hashes=*/false);
     if (total.has_value()) {
       if (session->total.has_value() && *session->total != *total) return total_mismatch(*total);
       if (*total < persisted) {

@@ -184,6 +184,10 @@ class GcsTestServer {
   // plus the bytes received, rounded down to a multiple of kUploadQuantum; media and multipart
   // uploads keep nothing.
   void ResetNextUpload(uint64_t after_body_bytes, int count = 1);
+  // The next `count` status queries of resumable sessions ("Content-Range: bytes */N") finalize
+  // the object with the bytes persisted so far, however few, without checking its hashes, and
+  // answer 200 with it: the short (or empty) object a faulty GCS-compatible server made.
+  void FinalizeShortOnNextStatusQuery(int count = 1);
   // Sleeps `latency` before handling each request (0: none).
   void SetLatency(absl::Duration latency);
   // Reads request bodies at most this fast (0: unlimited).
@@ -264,6 +268,7 @@ class GcsTestServer {
   std::mt19937_64 failure_rng_ ABSL_GUARDED_BY(mu_);
   uint64_t reset_after_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int resets_left_ ABSL_GUARDED_BY(mu_) = 0;
+  int finalize_short_left_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   uint64_t body_read_rate_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<GcsRequestRecord> requests_ ABSL_GUARDED_BY(mu_);

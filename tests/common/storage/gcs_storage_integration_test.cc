@@ -56,6 +56,14 @@ class Events {
     for (const UploadEvent& event : events_) n += event.kind == kind;
     return n;
   }
+  std::vector<std::string> Errors(UploadEvent::Kind kind) const {
+    MutexLock lock(&mu_);
+    std::vector<std::string> errors;
+    for (const UploadEvent& event : events_) {
+      if (event.kind == kind) errors.push_back(event.error);
+    }
+    return errors;
+  }
 
  private:
   mutable Mutex mu_;
@@ -204,6 +212,26 @@ TEST_F(GcsStorageTest, AResetMidChunkAndA429ResumeFromWhatTheServerHolds) {
   }
   EXPECT_GE(queries, 1);
   EXPECT_EQ(CountRequests("POST", "uploadType=resumable"), 1) << "one session throughout";
+}
+
+TEST_F(GcsStorageTest, AShortObjectAServerFinalizedIsUploadedAgainInTheSameProcess) {
+  auto storage = NewStorage();
+  const std::string data = RandomBytes(2 * kMiB, 7);
+  // The first chunk fails, and the server answers the status query that follows by finalizing
+  // the bytes it holds, none: an empty object.
+  server_->FailNext(1, 503, "PUT");
+  server_->FinalizeShortOnNextStatusQuery();
+  auto info = WriteObject(*storage, "gs://logs/short.bin", data);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state, UploadState::kCommitted) << info->error;
+  EXPECT_EQ(Stored("short.bin"), data);
+  EXPECT_EQ(server_->Writes("logs", "short.bin"), 2) << "the empty object, then the whole one";
+  EXPECT_TRUE(ListFilesRecursively(spool_dir_).empty());
+  // Reported, and written over the short object's generation only.
+  EXPECT_GE(events_.Count(UploadEvent::Kind::kRetry), 1);
+  EXPECT_THAT(events_.Errors(UploadEvent::Kind::kRetry),
+              ::testing::Contains(HasSubstr("uploading it again over generation")));
+  EXPECT_EQ(CountRequests("POST", "ifGenerationMatch="), 1);
 }
 
 TEST_F(GcsStorageTest, AnUploadCutOffByItsProcessEndingResumesInTheNextOne) {
