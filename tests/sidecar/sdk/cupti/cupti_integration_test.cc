@@ -2,6 +2,8 @@
 // GPU (or whose CUPTI refuses), the capture still succeeds and says why there is no GPU
 // activity; with a GPU, the library arms and hands its records over (the `gpu` tests check
 // what they contain).
+#include <filesystem>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/sidecar/sdk/cupti/cupti_test_harness.h"
@@ -51,11 +53,26 @@ TEST(CuptiInjectionTest, TheSidecarHearsWhyAProcessHasNoGpuActivity) {
 }
 
 TEST(CuptiInjectionTest, WithoutACudaProcessTheWarningSaysHowToGetOne) {
+  // A request that names a GPU option hears why there is no GPU activity, GPUs here or not.
   testing::TempDir root;
   SidecarWithCudaProcess pod(root);
   tensorflow::ProfileResponse response;
-  ASSERT_TRUE(pod.Profile(300, 200, &response).ok()) << pod.Log();
+  ASSERT_TRUE(pod.Profile(300, 200, &response, /*device_level=*/1, /*nvtx=*/true).ok())
+      << pod.Log();
   EXPECT_THAT(Joined(response.xspace()), HasSubstr("CUDA_INJECTION64_PATH"));
+
+  // A plain request (device level 1, as every client sends it) warns only where there are
+  // NVIDIA devices; elsewhere the sidecar logs one line.
+  testing::TempDir plain_root;
+  SidecarWithCudaProcess plain_pod(plain_root);
+  tensorflow::ProfileResponse plain;
+  ASSERT_TRUE(plain_pod.Profile(300, 200, &plain).ok()) << plain_pod.Log();
+  if (std::filesystem::exists("/proc/driver/nvidia/gpus")) {
+    EXPECT_THAT(Joined(plain.xspace()), HasSubstr("CUDA_INJECTION64_PATH"));
+  } else {
+    EXPECT_THAT(Joined(plain.xspace()), Not(HasSubstr("gpu:")));
+    EXPECT_THAT(plain_pod.Log(), HasSubstr("no NVIDIA device on this host"));
+  }
 }
 
 TEST(CuptiInjectionTest, DeviceLevelZeroOrNoGpuFlagLeavesGpuTracingOut) {
