@@ -162,19 +162,24 @@ class Chaos {
     return name;
   }
 
+  // The job's status as the API server has it now; nullopt when it cannot be read or parsed.
+  std::optional<api::ProfileJobStatus> JobStatus(const std::string& job) {
+    absl::StatusOr<value> got = world_.GetJob(job);
+    if (!got.ok() || !got->has_field("status")) return std::nullopt;
+    absl::StatusOr<api::ProfileJobStatus> status = api::ParseProfileJobStatus(got->at("status"));
+    if (!status.ok()) return std::nullopt;
+    return *std::move(status);
+  }
+
   // The job's start instant (wall ns) and run, once the operator has picked them; a start of 0
   // on timeout.
   std::pair<int64_t, std::string> WaitForStart(const std::string& job,
                                                std::chrono::seconds timeout) {
     const auto deadline = Steady::now() + timeout;
     while (Steady::now() < deadline) {
-      absl::StatusOr<value> got = world_.GetJob(job);
-      if (got.ok() && got->has_field("status")) {
-        absl::StatusOr<api::ProfileJobStatus> status =
-            api::ParseProfileJobStatus(got->at("status"));
-        if (status.ok() && status->start_time_ns != 0) {
-          return {status->start_time_ns, status->run_name};
-        }
+      if (std::optional<api::ProfileJobStatus> status = JobStatus(job);
+          status.has_value() && status->start_time_ns != 0) {
+        return {status->start_time_ns, status->run_name};
       }
       std::this_thread::sleep_for(milliseconds(50));
     }
@@ -636,11 +641,8 @@ void SidecarRestart(Trial& t) {
   const std::string job = t.chaos->CreateJob(t);
   // Its annotations resumed: the capture after the restart has its events.
   world.phases().WaitForFinal(job, kEndTimeout);
-  absl::StatusOr<value> got = world.GetJob(job);
-  if (got.ok() && got->has_field("status")) {
-    absl::StatusOr<api::ProfileJobStatus> status = api::ParseProfileJobStatus(got->at("status"));
-    for (const api::TargetStatus& target :
-         status.ok() ? status->targets : std::vector<api::TargetStatus>{}) {
+  if (std::optional<api::ProfileJobStatus> status = t.chaos->JobStatus(job)) {
+    for (const api::TargetStatus& target : status->targets) {
       if (target.name == host.name && (target.phase != "Succeeded" || target.events == 0)) {
         t.Violation(StrCat("after its sidecar restarted, ", host.name, "'s capture is ",
                            target.phase, " with ", target.events, " events: ", target.message));
@@ -724,11 +726,8 @@ void SpoolFull(Trial& t) {
   world.phases().WaitForFinal(job, kEndTimeout);
   std::filesystem::remove(filler);
   t.Heal();
-  absl::StatusOr<value> got = world.GetJob(job);
-  if (got.ok() && got->has_field("status")) {
-    absl::StatusOr<api::ProfileJobStatus> status = api::ParseProfileJobStatus(got->at("status"));
-    for (const api::TargetStatus& target :
-         status.ok() ? status->targets : std::vector<api::TargetStatus>{}) {
+  if (std::optional<api::ProfileJobStatus> status = t.chaos->JobStatus(job)) {
+    for (const api::TargetStatus& target : status->targets) {
       if (target.name == host.name && target.phase == "Failed") {
         t.Fault(StrCat("its target failed: ", target.message.substr(0, 160)));
       }

@@ -3,11 +3,7 @@
 // annotations, a real clusterprof-sidecar beside an annotating workload for each pod, and the
 // operator binary driving ProfileJobs through their phases. Faults: a sidecar down, the
 // operator killed mid-capture, two replicas with leader election, watches dropped by a proxy.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <fstream>
@@ -554,19 +550,11 @@ TEST_F(OperatorE2eTest, AJobCompletesWhenWatchesAreDropped) {
 }
 
 TEST_F(OperatorE2eTest, AHealthPortInUseNamesTheFlagThatMovesIt) {
-  const int taken = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(taken, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(taken, 1), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  testing::HeldPort taken;
+  ASSERT_NE(taken.port(), 0);
+  const std::string port = std::to_string(taken.port());
   auto op = StartOperator("taken", {"--health-port", port});
   const std::optional<int> status = op->Wait(std::chrono::seconds(60));
-  close(taken);
   ASSERT_TRUE(status.has_value()) << "the operator kept running:\n" << op->Log();
   EXPECT_NE(*status, 0);
   EXPECT_THAT(op->Log(), HasSubstr(StrCat("cannot serve HTTP on 127.0.0.1:", port)));

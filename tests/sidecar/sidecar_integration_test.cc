@@ -1,11 +1,8 @@
 // clusterprof-sidecar and the coordinator as real processes on loopback: several sidecars, each
 // next to an annotating workload, captured together; and the faults a capture must survive.
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -538,16 +535,9 @@ TEST_F(SidecarIntegrationTest, TheCliSendsItsOptionsAndAKeyNoTracerReadsIsAWarni
 
 // A port another process holds: the sidecar exits, naming the flag that moves it.
 TEST(SidecarPortsTest, APortInUseNamesTheFlagThatMovesIt) {
-  const int taken = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(taken, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(bind(taken, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(taken, 1), 0);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(getsockname(taken, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const std::string port = std::to_string(ntohs(address.sin_port));
+  testing::HeldPort taken;
+  ASSERT_NE(taken.port(), 0);
+  const std::string port = std::to_string(taken.port());
   const struct {
     std::vector<std::string> ports;
     std::string flag;
@@ -572,7 +562,6 @@ TEST(SidecarPortsTest, APortInUseNamesTheFlagThatMovesIt) {
     EXPECT_THAT(log, HasSubstr(StrCat("127.0.0.1:", port)));
     EXPECT_THAT(log, HasSubstr(c.flag));
   }
-  close(taken);
 }
 
 }  // namespace

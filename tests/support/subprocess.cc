@@ -110,4 +110,22 @@ int UnusedPort() {
   return ntohs(addr.sin_port);
 }
 
+HeldPort::HeldPort() {
+  fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd_ < 0) return;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(addr);
+  if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd_, 1) != 0 ||
+      getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    return;
+  }
+  port_ = ntohs(addr.sin_port);
+}
+
+HeldPort::~HeldPort() {
+  if (fd_ >= 0) close(fd_);
+}
+
 }  // namespace clusterprof::testing

@@ -47,6 +47,22 @@ int ReadGrpcPort(const std::string& port_file,
 // A TCP port on 127.0.0.1 that nothing listens on (bound, then closed).
 int UnusedPort();
 
+// A free TCP port on 127.0.0.1 that this object listens on until it is destroyed: a port another
+// process holds, for tests of what a server does when its port is taken.
+class HeldPort {
+ public:
+  HeldPort();
+  ~HeldPort();
+  HeldPort(const HeldPort&) = delete;
+  HeldPort& operator=(const HeldPort&) = delete;
+  // 0 when no socket could be bound.
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 }  // namespace clusterprof::testing
 
 #endif  // CLUSTERPROF_TESTS_SUPPORT_SUBPROCESS_H_
