@@ -11,9 +11,20 @@
 #include "pplx/threadpool.h"
 #include "sidecar/config.h"
 #include "sidecar/server.h"
+#include "sidecar/supervisor.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // --supervise (what the webhook injects): this process only keeps the sidecar running
+  // (sidecar/supervisor.h), so that a sidecar that fails never stops its container.
+  if (auto command = clusterprof::sidecar::SupervisedCommand(argc, argv)) {
+    absl::StatusOr<clusterprof::LogFormat> format =
+        clusterprof::ParseLogFormat(clusterprof::sidecar::LogFormatArgument(*command));
+    (void)clusterprof::InitLogging(format.ok() ? *format : clusterprof::LogFormat::kText, "info");
+    clusterprof::sidecar::SupervisorOptions options;
+    options.log = [](const std::string& line) { spdlog::warn("{}", line); };
+    return clusterprof::sidecar::RunSupervised(*command, options);
+  }
   clusterprof::ApplyProcessSettings();
   // cpprestsdk's HTTP clients (gs:// uploads) run on its thread pool, 40 threads by default; our
   // callers block on them from threads of their own, so 2 do: a 1 GiB upload then holds half the
@@ -87,6 +98,9 @@ int main(int argc, char** argv) {
   app.add_option("--auth-token-file", flags.auth_token_file,
                  "Require every gRPC call to carry \"authorization: Bearer <token>\" with the "
                  "token in this file (a mounted Secret, re-read when it changes)");
+  app.add_flag("--allow-loopback-without-token", flags.allow_loopback_without_token,
+               "With --auth-token-file: calls from the pod's loopback (kubectl port-forward, "
+               "XProf's capture button through it) need no token");
   app.add_option("--install-injection-library", flags.install_injection_library,
                  "Copy this libclusterprof_cupti.so into the shared-memory directory at start, "
                  "for the pod's CUDA processes to load (CUDA_INJECTION64_PATH)");
@@ -123,6 +137,9 @@ int main(int argc, char** argv) {
   if (given("--framework-profiler")) config.framework_profiler = flags.framework_profiler;
   if (given("--framework-grace-ms")) config.framework_grace_ms = flags.framework_grace_ms;
   if (given("--auth-token-file")) config.auth_token_file = flags.auth_token_file;
+  if (given("--allow-loopback-without-token")) {
+    config.allow_loopback_without_token = flags.allow_loopback_without_token;
+  }
   if (given("--install-injection-library")) {
     config.install_injection_library = flags.install_injection_library;
   }

@@ -75,6 +75,19 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
   return options;
 }
 
+std::string FailureMessage(const coordinator::TargetResult& result) {
+  if (result.outcome == coordinator::Outcome::kEmpty) return "no trace data";
+  // Nothing listens on the port: an injected sidecar whose process does not run (its container
+  // runs on: docs/webhook.md), or a profiler server that is down. Its own log says why.
+  if (result.outcome == coordinator::Outcome::kFailed &&
+      result.message.find("Connection refused") != std::string::npos) {
+    return StrCat(result.message,
+                  "; nothing listens there: the sidecar is not serving (for a pod, `kubectl "
+                  "logs POD -c clusterprof-sidecar` says why)");
+  }
+  return result.message;
+}
+
 api::TargetStatus TargetStatusFor(const coordinator::TargetResult& result,
                                   const std::vector<api::TargetStatus>& planned) {
   api::TargetStatus entry;
@@ -94,7 +107,8 @@ api::TargetStatus TargetStatusFor(const coordinator::TargetResult& result,
   entry.clock_offset_ns = result.clock_offset_ns;
   entry.clock_uncertainty_ns = result.clock_uncertainty_ns;
   entry.start_error_ns = result.start_error_ns;
-  entry.message = result.outcome == coordinator::Outcome::kEmpty ? "no trace data" : result.message;
+  entry.message =
+      result.outcome == coordinator::Outcome::kOk ? result.message : FailureMessage(result);
   if (!result.warnings.empty()) {
     const std::string warnings = JoinNames(result.warnings, 3);
     entry.message = entry.message.empty() ? StrCat("warnings: ", warnings)
@@ -119,10 +133,8 @@ std::vector<std::string> TargetFailures(const coordinator::RunResult& result) {
   std::vector<std::string> failures;
   for (const coordinator::TargetResult& target : result.targets) {
     if (target.outcome == coordinator::Outcome::kOk) continue;
-    failures.push_back(StrCat(target.host_name, " (", target.address, "): ",
-                              target.outcome == coordinator::Outcome::kEmpty
-                                  ? std::string("no trace data")
-                                  : target.message));
+    failures.push_back(
+        StrCat(target.host_name, " (", target.address, "): ", FailureMessage(target)));
   }
   return failures;
 }

@@ -39,6 +39,10 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
                                               const api::ProfileJobStatus& status,
                                               const CaptureSettings& settings, bool resume);
 
+// What a target that came back without data gets in its status and Events: the coordinator's
+// message, with what to look at when nothing listened on its port.
+std::string FailureMessage(const coordinator::TargetResult& result);
+
 // A target's status from its result; `planned` gives what the result does not know (its node).
 api::TargetStatus TargetStatusFor(const coordinator::TargetResult& result,
                                   const std::vector<api::TargetStatus>& planned);

@@ -217,6 +217,9 @@ struct PodSettings {
 
 value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
   std::vector<value> args = {
+      // The container's process keeps the sidecar running and never exits on its failures
+      // (sidecar/supervisor.h): a sidecar that fails takes nothing of the pod down with it.
+      Str("--supervise"),
       Str(StrCat("--port=", pod.port)),
       Str(StrCat("--http-port=", pod.http_port)),
       Str(StrCat("--shm-dir=", kShmDir)),
@@ -252,12 +255,6 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
     resources["requests"] = requests;
   }
   if (value limits = ResourceMap(pod.limits); limits.size() > 0) resources["limits"] = limits;
-  const auto probe = [&](const char* path, int period, int failures) {
-    return Object(
-        {{"httpGet", Object({{"path", Str(path)}, {"port", value::number(pod.http_port)}})},
-         {"periodSeconds", value::number(period)},
-         {"failureThreshold", value::number(failures)}});
-  };
 
   std::vector<value> env = {FieldRefEnv("POD_NAME", "metadata.name"),
                             FieldRefEnv("POD_NAMESPACE", "metadata.namespace"),
@@ -279,10 +276,11 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
                                {"protocol", Str("TCP")}})})},
       {"resources", resources},
       {"volumeMounts", Array(mounts)},
-      // Probed every second, with the same 30 s of tolerance as 10 s x 3: the sidecar's
-      // readiness is part of the pod's, and kubelets before 1.23 wait a random part of the
-      // period before the first probe, which delayed the pod's Ready by up to 10 s.
-      {"readinessProbe", probe("/readyz", 1, 30)},
+      // No probes. A container's readiness is part of the pod's, a native sidecar's startup
+      // probe holds the pod's other containers back, and a liveness probe would restart the
+      // container into a back-off that makes the pod unready: each would let a broken profiler
+      // take a serving pod out of its Service or delay training. The operator learns whether
+      // the sidecar answers by calling it; the supervisor restarts it inside the container.
       {"securityContext", Object({{"runAsNonRoot", true},
                                   {"runAsUser", value::number(65532)},
                                   {"runAsGroup", value::number(65532)},
@@ -292,11 +290,11 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
                                   {"seccompProfile", Object({{"type", Str("RuntimeDefault")}})}})},
   });
   if (config.native_sidecar) {
+    // Without a startup probe the kubelet starts the pod's next container as soon as this one
+    // runs. The GPU library is copied in its first instants; a CUDA process that initializes
+    // before that is not traced, and is otherwise unaffected (the driver skips an injection
+    // library it cannot load).
     container["restartPolicy"] = Str("Always");
-    // A native sidecar holds back the pod's containers until this passes: by then the GPU
-    // library is in the volume. A regular container holds nothing back, and a startup probe
-    // would only put off its first readiness probe, and so the pod's Ready.
-    container["startupProbe"] = probe("/healthz", 1, 60);
   }
   return container;
 }
@@ -415,6 +413,7 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
       {"http_port", scalar(&config.http_port)},
       {"resources", resources},
       {"token_secret", scalar(&config.token_secret)},
+      {"image_pull_secrets", strings(&config.image_pull_secrets)},
       {"allowed_logdirs", strings(&config.allowed_logdirs)},
       {"framework_profiler", scalar(&config.framework_profiler)},
       {"gpu_library", scalar(&config.gpu_library)},
@@ -444,7 +443,7 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
     }
     try {
       if (!entry.second.IsNull() || key == "resources" || key == "allowed_logdirs" ||
-          key == "extra_args" || key == "env") {
+          key == "extra_args" || key == "env" || key == "image_pull_secrets") {
         setter->second(entry.second);
       }
     } catch (const YAML::Exception&) {
@@ -499,6 +498,14 @@ absl::Status ValidateInjectionConfig(const InjectionConfig& config) {
     if (!quantity->empty() && !IsQuantity(*quantity)) {
       return absl::InvalidArgumentError(
           StrCat(name, " '", *quantity, "' is not a Kubernetes quantity"));
+    }
+  }
+  static const std::regex kSecretName("[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?");
+  for (const std::string& name : config.image_pull_secrets) {
+    if (!std::regex_match(name, kSecretName)) {
+      return absl::InvalidArgumentError(StrCat("image_pull_secrets: '", name,
+                                               "' is not a Secret name (lower-case letters, "
+                                               "digits, '-' and '.', at most 253)"));
     }
   }
   if (!config.gpu_library.empty() && config.gpu_library.front() != '/') {
@@ -592,6 +599,20 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
         StrCat("clusterprof: sidecar not injected: ", StdView(status.message())));
     return result;
   }
+  // In the node's network the sidecar's ports are the node's: two such pods on one node, or
+  // anything else of the node on 8466, would collide. Only a port the user chose is used there.
+  const value* host_network = Field(*spec, "hostNetwork");
+  const value* annotations = Field(metadata, "annotations");
+  if (host_network != nullptr && host_network->is_boolean() && host_network->as_bool() &&
+      !HasMapKey(annotations, kPortAnnotation)) {
+    result.outcome = "host-network";
+    result.warnings.push_back(StrCat(
+        "clusterprof: sidecar not injected: the pod uses hostNetwork, where the sidecar's ports (",
+        config.port, ", ", config.http_port, ") would be the node's; set the annotation ",
+        kPortAnnotation,
+        " to a port free on the node (the next one is taken too) to inject it there"));
+    return result;
+  }
   for (const char* field : {"initContainers", "containers"}) {
     for (const value& container : Containers(*spec, field)) {
       if (RequestsGpu(container)) settings.gpu = true;
@@ -618,9 +639,20 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
   if (!config.token_secret.empty() && !volumes.contains(std::string(kTokenVolumeName))) {
     new_volumes.push_back(Object({{"name", Str(kTokenVolumeName)},
                                   {"secret", Object({{"secretName", Str(config.token_secret)},
-                                                     {"defaultMode", value::number(0444)}})}}));
+                                                     {"defaultMode", value::number(0444)},
+                                                     {"optional", true}})}}));
   }
   for (value& volume : new_volumes) patch.Append(*spec, "volumes", "/spec", std::move(volume));
+  std::set<std::string> pull_secrets;
+  if (const value* existing = Field(*spec, "imagePullSecrets"); existing && existing->is_array()) {
+    for (const value& secret : existing->as_array())
+      pull_secrets.insert(StringField(secret, "name"));
+  }
+  for (const std::string& name : config.image_pull_secrets) {
+    if (pull_secrets.insert(name).second) {
+      patch.Append(*spec, "imagePullSecrets", "/spec", Object({{"name", Str(name)}}));
+    }
+  }
 
   // Every container sees the shared directory; the GPU ones load the tracing library.
   const std::string library_path = StrCat(kShmDir, "/", kInjectionLibraryName);

@@ -62,8 +62,12 @@ struct InjectionConfig {
   std::map<std::string, std::string> requests = {{"cpu", "100m"}, {"memory", "128Mi"}};
   std::map<std::string, std::string> limits = {{"memory", "1Gi"}};
   // A Secret with the key "token", mounted in the sidecar, whose token the sidecar requires of
-  // every call (--auth-token-file). "": no token.
+  // every call (--auth-token-file). "": no token. The volume is optional: a namespace without
+  // the Secret still starts its pods, and the sidecar serves once the Secret appears.
   std::string token_secret;
+  // Secrets in the pod's namespace for pulling the sidecar image from a private registry; added
+  // to the pod's imagePullSecrets (those it names already are kept).
+  std::vector<std::string> image_pull_secrets;
   std::vector<std::string> allowed_logdirs;
   // The sidecar's --framework-profiler when the pod has no annotation; "" for none.
   std::string framework_profiler;
@@ -99,7 +103,8 @@ struct InjectionResult {
   // Why the pod was left alone, or what it should know ("" when injected without remark); goes
   // to the AdmissionResponse's warnings and the log.
   std::vector<std::string> warnings;
-  // "injected", "already-injected", "opted-out" or "invalid".
+  // "injected", "already-injected", "opted-out", "host-network" (a hostNetwork pod without a
+  // clusterprof.io/port annotation) or "invalid".
   std::string outcome;
 };
 

@@ -114,12 +114,13 @@ class WebhookServer::Impl {
         cert_path_(StrCat(options_.cert_dir, "/tls.crt")),
         key_path_(StrCat(options_.cert_dir, "/tls.key")) {
     if (options_.registry != nullptr) {
-      admissions_ = &prometheus::BuildCounter()
-                         .Name("clusterprof_webhook_admissions_total")
-                         .Help(
-                             "Pods the injection webhook answered for, by outcome (injected, "
-                             "already-injected, opted-out, invalid, ignored, bad-request)")
-                         .Register(*options_.registry);
+      admissions_ =
+          &prometheus::BuildCounter()
+               .Name("clusterprof_webhook_admissions_total")
+               .Help(
+                   "Pods the injection webhook answered for, by outcome (injected, "
+                   "already-injected, opted-out, host-network, invalid, ignored, bad-request)")
+               .Register(*options_.registry);
       latency_ = &prometheus::BuildHistogram()
                       .Name("clusterprof_webhook_request_duration_seconds")
                       .Help("Time to answer an AdmissionReview")

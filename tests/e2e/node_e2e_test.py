@@ -22,7 +22,11 @@ starts the node and imports them; this test then walks what a user does:
     403 for a call outside the operator's ClusterRole with its own token; a Profile call
     without the sidecar token refused.
  8. Bad input: an image missing on the node; a logdir the sidecars may not write.
- 9. `helm uninstall`: everything of ours gone but the CRDs; the workloads keep running.
+ 9. A broken sidecar beside a healthy workload: its token Secret missing in the namespace (the
+    pod starts, the sidecar serves once the Secret is created), a sidecar that exits at every
+    start, its image missing on the node; each time the trainer runs and is never restarted,
+    the pod is Ready (but where Kubernetes counts the missing image), a ProfileJob names it.
+10. `helm uninstall`: everything of ours gone but the CRDs; the workloads keep running.
 
 It also measures the figures of bench/RESULTS.md ("Real node issue") and writes them to
 $CLUSTERPROF_E2E_FIGURES (JSON), and leaves the cluster's objects, events and container logs in
@@ -141,13 +145,13 @@ def pod_events(namespace, name):
     return ["%s %s: %s" % (e.get("type"), e.get("reason"), e.get("message")) for e in items]
 
 
-def job(name):
-    return kjson("get", "profilejob", name, "-n", NS)
+def job(name, namespace=NS):
+    return kjson("get", "profilejob", name, "-n", namespace)
 
 
-def wait_job_done(name, timeout=120):
+def wait_job_done(name, timeout=120, namespace=NS):
     def done():
-        j = job(name)
+        j = job(name, namespace)
         return j if j.get("status", {}).get("phase") in (
             "Succeeded", "PartiallySucceeded", "Failed") else None
     return wait_until("ProfileJob %s to finish" % name, done, timeout=timeout, interval=0.05)
@@ -646,7 +650,143 @@ spec:
         self.assertRegex(text, r"(?i)allowed|permission")
         log("forbidden logdir: %s" % status.get("message"))
 
-    # --- 9. helm uninstall -------------------------------------------------------------------
+    # --- 9. a broken sidecar beside a healthy workload ---------------------------------------
+    # docs/webhook.md, "The profiler never holds the workload back": the workload starts and is
+    # never restarted, the pod is Ready as the workload is (except where Kubernetes counts a
+    # container whose image it cannot pull), and a ProfileJob names the pod and says why.
+
+    def broken_sidecar_namespace(self, namespace):
+        kubectl("create", "namespace", namespace)
+        kubectl("label", "namespace", namespace, "clusterprof.io/inject=true")
+        wait_until("serviceaccount/default in %s" % namespace,
+                   lambda: kubectl("get", "serviceaccount", "default", "-n", namespace)
+                   .returncode == 0)
+
+    def trainer_pod(self, name, app, extra_spec=""):
+        return """
+apiVersion: v1
+kind: Pod
+metadata: {name: %s, labels: {app: %s}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - {name: trainer, image: %s, imagePullPolicy: Never,
+     args: ["/usr/bin/train_loop", "--busy-percent", "1"]}
+%s""" % (name, app, WORKLOAD_IMAGE, extra_spec)
+
+    def assert_workload_unharmed(self, pod, sidecar_running=True):
+        """The trainer runs and was never restarted; the sidecar container (when its image is
+        there) runs too and was never restarted: its failures stay inside it."""
+        statuses = {c["name"]: c for c in pod["status"]["containerStatuses"]}
+        name = pod["metadata"]["name"]
+        self.assertIn("running", statuses["trainer"]["state"], (name, statuses["trainer"]))
+        self.assertEqual(statuses["trainer"]["restartCount"], 0, name)
+        if sidecar_running:
+            self.assertIn("running", statuses["clusterprof-sidecar"]["state"], name)
+            self.assertEqual(statuses["clusterprof-sidecar"]["restartCount"], 0, name)
+            self.assertTrue(ready(pod), (name, pod["status"].get("conditions")))
+
+    def failed_job_names(self, job_name, namespace, pod_name):
+        apply(profile_job(job_name, selector=pod_name, duration_ms=500, delay_ms=500), namespace)
+        status = wait_job_done(job_name, timeout=120, namespace=namespace)["status"]
+        self.assertEqual(status["phase"], "Failed", json.dumps(status, indent=1))
+        text = " ".join([status.get("message", ""), json.dumps(status.get("conditions")),
+                         json.dumps(status.get("targets", []))])
+        self.assertIn(pod_name, text)
+        return status, text
+
+    def test_09b_a_missing_token_secret_never_holds_the_pod(self):
+        # A namespace labelled for injection that the chart's auth.namespaces does not list.
+        namespace = "no-token"
+        self.broken_sidecar_namespace(namespace)
+        apply(self.trainer_pod("no-token", "no-token"), namespace)
+        pod = wait_until("pod no-token Ready", lambda: (lambda p: ready(p) and p)(
+            kjson("get", "pod", "no-token", "-n", namespace)), timeout=90)
+        secret = [v["secret"] for v in pod["spec"]["volumes"] if v["name"] == "clusterprof-token"]
+        self.assertEqual(len(secret), 1, pod["spec"]["volumes"])
+        self.assertTrue(secret[0].get("optional"), secret)
+        logs = wait_until("the sidecar to say it waits for its token", lambda: (lambda text: (
+            "--auth-token-file" in text and "starting it again" in text) and text)(
+                kubectl("logs", "no-token", "-n", namespace, "-c", "clusterprof-sidecar",
+                        check=False).stdout), timeout=60)
+        log("no token Secret: %s" % logs.strip().splitlines()[-1][:300])
+        self.assert_workload_unharmed(kjson("get", "pod", "no-token", "-n", namespace))
+        status, text = self.failed_job_names("no-token-1", namespace, "no-token")
+        log("ProfileJob over it: %s" % status.get("message"))
+
+        # The Secret created in the namespace, as `helm upgrade --set auth.namespaces=...` would:
+        # the kubelet projects it into the optional volume and the sidecar serves.
+        token = kjson("get", "secret", secret[0]["secretName"], "-n", NS)
+        apply(json.dumps({"apiVersion": "v1", "kind": "Secret", "type": token.get("type"),
+                          "metadata": {"name": token["metadata"]["name"]},
+                          "data": token["data"]}), namespace)
+        wait_until("the sidecar to serve with its token", lambda: "serving" in kubectl(
+            "logs", "no-token", "-n", namespace, "-c", "clusterprof-sidecar",
+            check=False).stdout.split("starting it again")[-1], timeout=240, interval=2)
+        apply(profile_job("no-token-2", selector="no-token", duration_ms=500, delay_ms=500),
+              namespace)
+        status = wait_job_done("no-token-2", namespace=namespace)["status"]
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+        self.assert_workload_unharmed(kjson("get", "pod", "no-token", "-n", namespace))
+
+    def test_09c_a_sidecar_that_exits_at_start_leaves_the_pod_ready(self):
+        # The pod brings its own shared volume, read-only (a ConfigMap): the sidecar cannot
+        # write its control page there and exits at every start.
+        namespace = "sidecar-exits"
+        self.broken_sidecar_namespace(namespace)
+        kubectl("create", "configmap", "read-only", "-n", namespace, "--from-literal=a=b")
+        apply(self.trainer_pod("sidecar-exits", "sidecar-exits", """  volumes:
+  - {name: clusterprof-shm, configMap: {name: read-only}}
+"""), namespace)
+        pod = wait_until("pod sidecar-exits Ready", lambda: (lambda p: ready(p) and p)(
+            kjson("get", "pod", "sidecar-exits", "-n", namespace)), timeout=90)
+        logs = wait_until("the sidecar to exit twice", lambda: (lambda text: text.count(
+            "clusterprof-sidecar exited with status") >= 2 and text)(
+                kubectl("logs", "sidecar-exits", "-n", namespace, "-c", "clusterprof-sidecar",
+                        check=False).stdout), timeout=60)
+        self.assertIn("/var/run/clusterprof", logs)
+        self.assert_workload_unharmed(kjson("get", "pod", "sidecar-exits", "-n", namespace))
+        status, text = self.failed_job_names("sidecar-exits", namespace, "sidecar-exits")
+        log("sidecar exits at start: pod Ready; ProfileJob: %s" % status.get("message"))
+
+    def test_09d_a_missing_sidecar_image_does_not_stop_the_workload(self):
+        # The pod as the webhook injects it (a server-side dry run), with the sidecar's image
+        # one the node does not have; created with the injected label, the webhook leaves it.
+        namespace = "missing-sidecar"
+        self.broken_sidecar_namespace(namespace)
+        injected = json.loads(kubectl("create", "--dry-run=server", "-o", "json", "-n",
+                                      namespace, "-f", "-", input=self.trainer_pod(
+                                          "missing-sidecar", "missing-sidecar")).stdout)
+        containers = injected["spec"]["containers"] + injected["spec"].get("initContainers", [])
+        sidecar = [c for c in containers if c["name"] == "clusterprof-sidecar"]
+        self.assertEqual(len(sidecar), 1, [c["name"] for c in containers])
+        sidecar[0]["image"] = "localhost/clusterprof/sidecar:no-such-tag"
+        for key in ("uid", "resourceVersion", "creationTimestamp", "managedFields"):
+            injected["metadata"].pop(key, None)
+        injected.pop("status", None)
+        start = time.monotonic()
+        apply(json.dumps(injected), namespace)
+        pod = wait_until("the trainer running", lambda: (lambda p: any(
+            c["name"] == "trainer" and "running" in c["state"]
+            for c in p["status"].get("containerStatuses", [])) and p)(
+                kjson("get", "pod", "missing-sidecar", "-n", namespace)), timeout=90)
+        figures["trainer_running_beside_a_missing_sidecar_image_s"] = round(
+            time.monotonic() - start, 2)
+        wait_until("the sidecar's image error", lambda: "ErrImageNeverPull" in json.dumps(
+            kjson("get", "pod", "missing-sidecar", "-n", namespace)["status"]), timeout=60)
+        pod = kjson("get", "pod", "missing-sidecar", "-n", namespace)
+        self.assert_workload_unharmed(pod, sidecar_running=False)
+        # Kubernetes counts every container for Ready: with a regular-container sidecar the
+        # pod is not Ready while its image is missing (docs/webhook.md says so).
+        self.assertFalse(ready(pod))
+        time.sleep(1)  # the operator's pod cache catches up with the status
+        status, text = self.failed_job_names("missing-sidecar", namespace, "missing-sidecar")
+        self.assertIn("clusterprof-sidecar", text)
+        self.assertRegex(text, r"ErrImageNeverPull|no-such-tag")
+        log("missing sidecar image: trainer running after %.2f s; ProfileJob: %s" % (
+            figures["trainer_running_beside_a_missing_sidecar_image_s"], status.get("message")))
+
+    # --- 10. helm uninstall ------------------------------------------------------------------
 
     def test_10_helm_uninstall(self):
         self.save_diagnostics()  # the operator's logs go with it

@@ -9,6 +9,8 @@
 namespace clusterprof::controllers {
 namespace {
 
+using ::testing::AllOf;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 coordinator::TargetResult Target(const std::string& name, coordinator::Outcome outcome,
@@ -144,6 +146,26 @@ TEST(TargetStatusForTest, CarriesTheResultAndThePlannedNode) {
   EXPECT_EQ(empty.phase, "Empty");
   EXPECT_EQ(empty.message, "no trace data");
   EXPECT_EQ(empty.node, "node-2");
+}
+
+TEST(TargetStatusForTest, ASidecarThatDoesNotListenIsNamedWithWhereToLook) {
+  const coordinator::TargetResult refused =
+      Target("a", coordinator::Outcome::kFailed,
+             "UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: "
+             "ipv4:10.78.0.21:8466: Failed to connect to remote host: Connection refused");
+  const api::TargetStatus status = TargetStatusFor(refused, Capturing("r1").targets);
+  EXPECT_EQ(status.phase, "Failed");
+  EXPECT_THAT(status.message,
+              AllOf(HasSubstr("Connection refused"), HasSubstr("the sidecar is not serving"),
+                    HasSubstr("kubectl logs POD -c clusterprof-sidecar")));
+  EXPECT_THAT(TargetFailures(RunOf({refused})),
+              ElementsAre(AllOf(HasSubstr("a (a:8466): UNAVAILABLE"),
+                                HasSubstr("the sidecar is not serving"))));
+  // Other failures keep the coordinator's words.
+  const coordinator::TargetResult refused_logdir =
+      Target("b", coordinator::Outcome::kFailed, "PERMISSION_DENIED: logdir not allowed");
+  EXPECT_EQ(TargetStatusFor(refused_logdir, Capturing("r1").targets).message,
+            "PERMISSION_DENIED: logdir not allowed");
 }
 
 TEST(FinalStatusTest, WritesThePhaseTargetsSummaryAndCondition) {

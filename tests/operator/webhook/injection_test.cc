@@ -76,10 +76,13 @@ TEST(InjectionTest, GpuPodGetsANativeSidecarTheSharedVolumeAndTheInjectionLibrar
   EXPECT_TRUE(security.at("readOnlyRootFilesystem").as_bool());
   EXPECT_FALSE(security.at("allowPrivilegeEscalation").as_bool());
   EXPECT_EQ(security.at("capabilities").at("drop").at(0).as_string(), "ALL");
-  EXPECT_EQ(sidecar.at("startupProbe").at("httpGet").at("port").as_integer(), 8467);
-  // Every second: a first probe late by up to a period holds the whole pod's Ready back.
-  EXPECT_EQ(sidecar.at("readinessProbe").at("periodSeconds").as_integer(), 1);
-  EXPECT_EQ(sidecar.at("readinessProbe").at("failureThreshold").as_integer(), 30);
+  // Nothing of the sidecar gates the pod: no startup probe holds the trainer back, no readiness
+  // probe takes the pod out of its Service, no liveness probe restarts the container into a
+  // back-off; the process keeps itself running instead.
+  EXPECT_FALSE(sidecar.has_field("startupProbe"));
+  EXPECT_FALSE(sidecar.has_field("readinessProbe"));
+  EXPECT_FALSE(sidecar.has_field("livenessProbe"));
+  EXPECT_EQ(testing::Args(sidecar).at(0), "--supervise");
 
   // Every container sees the shared directory; only the GPU one loads the library.
   for (const char* name : {"clusterprof-sidecar", "fetch-data", "trainer", "metrics-exporter"}) {
@@ -135,9 +138,9 @@ TEST(InjectionTest, RegularContainerModeAppendsTheSidecarToTheContainers) {
   ASSERT_EQ(containers.size(), 3u);
   EXPECT_EQ(containers.at(2).at("name").as_string(), "clusterprof-sidecar");
   EXPECT_FALSE(containers.at(2).has_field("restartPolicy"));
-  // Nothing waits for a regular container's start: no startup probe to delay its readiness.
   EXPECT_FALSE(containers.at(2).has_field("startupProbe"));
-  EXPECT_EQ(containers.at(2).at("readinessProbe").at("periodSeconds").as_integer(), 1);
+  EXPECT_FALSE(containers.at(2).has_field("readinessProbe"));
+  EXPECT_EQ(testing::Args(containers.at(2)).at(0), "--supervise");
   EXPECT_EQ(patched.at("spec").at("initContainers").size(), 1u);
 }
 
@@ -173,7 +176,64 @@ TEST(InjectionTest, PortAnnotationMovesBothPorts) {
   const value& sidecar = *testing::FindContainer(patched, "clusterprof-sidecar");
   EXPECT_THAT(testing::Args(sidecar), AllOf(Contains("--port=7000"), Contains("--http-port=7001")));
   EXPECT_EQ(sidecar.at("ports").at(0).at("containerPort").as_integer(), 7000);
-  EXPECT_EQ(sidecar.at("readinessProbe").at("httpGet").at("port").as_integer(), 7001);
+  EXPECT_EQ(sidecar.at("ports").at(1).at("containerPort").as_integer(), 7001);
+}
+
+// A namespace without the token Secret still starts its pods: the volume is optional, and the
+// sidecar (not the pod) waits for the Secret.
+TEST(InjectionTest, TheTokenVolumeIsOptionalSoAMissingSecretNeverHoldsThePod) {
+  InjectionConfig config;
+  config.token_secret = "clusterprof-sidecar-token";
+  const value patched =
+      Injected(config, testing::ExamplePod(SourcePath("examples/injection/tpu-jax-pod.yaml")));
+  const value* token = nullptr;
+  for (const value& volume : patched.at("spec").at("volumes").as_array()) {
+    if (volume.at("name").as_string() == "clusterprof-token") token = &volume;
+  }
+  ASSERT_NE(token, nullptr);
+  EXPECT_EQ(token->at("secret").at("secretName").as_string(), "clusterprof-sidecar-token");
+  EXPECT_TRUE(token->at("secret").at("optional").as_bool());
+  EXPECT_THAT(testing::Args(*testing::FindContainer(patched, "clusterprof-sidecar")),
+              Contains("--auth-token-file=/etc/clusterprof/token/token"));
+}
+
+TEST(InjectionTest, ImagePullSecretsAreAddedToThePodOnce) {
+  InjectionConfig config;
+  config.image_pull_secrets = {"registry-a", "registry-b"};
+  value pod = testing::ExamplePod(SourcePath("examples/injection/tpu-jax-pod.yaml"));
+  // Without imagePullSecrets the array is created.
+  value patched = Injected(config, pod);
+  ASSERT_TRUE(patched.at("spec").has_field("imagePullSecrets"));
+  const value& created = patched.at("spec").at("imagePullSecrets");
+  ASSERT_EQ(created.size(), 2u);
+  EXPECT_EQ(created.at(0).at("name").as_string(), "registry-a");
+  EXPECT_EQ(created.at(1).at("name").as_string(), "registry-b");
+  // The pod's own are kept, and one it names already is not added twice.
+  pod["spec"]["imagePullSecrets"] = value::array(
+      {value::parse(R"({"name": "team-registry"})"), value::parse(R"({"name": "registry-b"})")});
+  patched = Injected(config, pod);
+  std::vector<std::string> names;
+  for (const value& secret : patched.at("spec").at("imagePullSecrets").as_array()) {
+    names.push_back(secret.at("name").as_string());
+  }
+  EXPECT_THAT(names, ElementsAre("team-registry", "registry-b", "registry-a"));
+}
+
+TEST(InjectionTest, AHostNetworkPodIsInjectedOnlyOnAPortTheUserChose) {
+  value pod = testing::ExamplePod(SourcePath("examples/injection/tpu-jax-pod.yaml"));
+  pod["spec"]["hostNetwork"] = value::boolean(true);
+  absl::StatusOr<InjectionResult> result = Inject(InjectionConfig{}, pod.serialize());
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->outcome, "host-network");
+  EXPECT_EQ(result->patch, "");
+  ASSERT_EQ(result->warnings.size(), 1u);
+  EXPECT_THAT(result->warnings[0],
+              AllOf(HasSubstr("hostNetwork"), HasSubstr("clusterprof.io/port"), HasSubstr("8466")));
+
+  pod["metadata"]["annotations"]["clusterprof.io/port"] = value::string("19466");
+  const value patched = Injected(InjectionConfig{}, pod);
+  EXPECT_THAT(testing::Args(*testing::FindContainer(patched, "clusterprof-sidecar")),
+              AllOf(Contains("--port=19466"), Contains("--http-port=19467")));
 }
 
 TEST(InjectionTest, ResourceAnnotationsOverrideTheDefaults) {
@@ -430,6 +490,7 @@ resources:
   requests: {cpu: 50m, memory: 64Mi}
   limits: {memory: 256Mi}
 token_secret: tok
+image_pull_secrets: [artifact-registry]
 allowed_logdirs: [gs://b/p]
 framework_profiler: localhost:9012
 gpu_library: ""
@@ -449,6 +510,7 @@ env: {STORAGE_EMULATOR_HOST: "10.0.0.1:4443"}
   EXPECT_EQ(config->limits.at("memory"), "256Mi");
   EXPECT_FALSE(config->limits.contains("cpu"));
   EXPECT_EQ(config->token_secret, "tok");
+  EXPECT_THAT(config->image_pull_secrets, ElementsAre("artifact-registry"));
   EXPECT_THAT(config->allowed_logdirs, ElementsAre("gs://b/p"));
   EXPECT_EQ(config->framework_profiler, "localhost:9012");
   EXPECT_EQ(config->gpu_library, "");
@@ -480,6 +542,8 @@ TEST(InjectionConfigTest, BadFilesSayWhatIsWrong) {
   EXPECT_THAT(ParseInjectionConfig("gpu_library: lib.so").status().message(),
               HasSubstr("absolute path"));
   EXPECT_THAT(ParseInjectionConfig("- a\n- b").status().message(), HasSubstr("mapping"));
+  EXPECT_THAT(ParseInjectionConfig("image_pull_secrets: [Registry_A]").status().message(),
+              HasSubstr("'Registry_A' is not a Secret name"));
   EXPECT_THAT(ParseInjectionConfig("env: [A]").status().message(),
               HasSubstr("'env' has a value of the wrong type"));
   EXPECT_THAT(ParseInjectionConfig("env: {CLUSTERPROF_DIR: /x}").status().message(),
