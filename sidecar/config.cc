@@ -57,6 +57,7 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"framework_profiler", scalar(&c.framework_profiler)},
       {"framework_grace_ms", scalar(&c.framework_grace_ms)},
       {"auth_token_file", scalar(&c.auth_token_file)},
+      {"allow_loopback_without_token", scalar(&c.allow_loopback_without_token)},
       {"install_injection_library", scalar(&c.install_injection_library)},
   };
   for (const auto& entry : root) {

@@ -55,6 +55,11 @@ struct SidecarConfig {
   // A file holding the bearer token every gRPC call must carry (a mounted Secret); empty: no
   // token required (TF/JAX clients send none).
   std::string auth_token_file;
+  // With a token: calls from the pod's own loopback (127.0.0.0/8, ::1) need none. That is where
+  // `kubectl port-forward` arrives, which Kubernetes RBAC already guards (pods/portforward), so
+  // XProf's capture button and jax.collect_profile, which send no token, can reach the sidecar
+  // that way. The pod's other containers share that loopback too.
+  bool allow_loopback_without_token = false;
   // A copy of the GPU tracing library (libclusterprof_cupti.so) to place in shm_dir at start,
   // where the pod's CUDA processes load it (CUDA_INJECTION64_PATH, set by the injection
   // webhook); empty: none.

@@ -234,12 +234,14 @@ absl::Status SidecarServer::Impl::StartFrameworkTracer(const SidecarConfig& conf
 absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, RequestPolicy policy) {
   sessions = std::make_unique<SessionManager>(*clock, tracers, metrics.get(), storages.get());
   if (!config.auth_token_file.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded = TokenAuth::Create(config.auth_token_file);
+    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded =
+        TokenAuth::Create(config.auth_token_file, config.allow_loopback_without_token);
     if (!loaded.ok()) {
       return absl::InvalidArgumentError(StrCat("--auth-token-file: ", loaded.status().message()));
     }
     auth = std::move(*loaded);
-    spdlog::info("gRPC calls must carry the bearer token of {}", config.auth_token_file);
+    spdlog::info("gRPC calls must carry the bearer token of {}{}", config.auth_token_file,
+                 config.allow_loopback_without_token ? " (calls from loopback need none)" : "");
   }
   const std::vector<const Tracer*> all(tracers.begin(), tracers.end());
   const std::string host_name = policy.default_host_name;

@@ -23,20 +23,28 @@ namespace clusterprof::sidecar {
 inline constexpr char kAuthorizationKey[] = "authorization";
 inline constexpr char kBearerPrefix[] = "Bearer ";
 
+// Whether a gRPC peer string ("ipv4:127.0.0.1:5000", "ipv6:[::1]:5000",
+// "ipv6:[::ffff:127.0.0.1]:5000") is a loopback address. Unix sockets and anything else: false.
+bool IsLoopbackPeer(std::string_view peer);
+
 class TokenAuth {
  public:
   // Reads the token (surrounding whitespace trimmed). Fails when the file cannot be read or
   // holds no token.
-  static absl::StatusOr<std::unique_ptr<TokenAuth>> Create(std::string path);
+  // With `allow_loopback`, calls whose peer is a loopback address need no token.
+  static absl::StatusOr<std::unique_ptr<TokenAuth>> Create(std::string path,
+                                                           bool allow_loopback = false);
 
   // OK, or UNAUTHENTICATED saying what was missing.
   grpc::Status Check(const grpc::ServerContextBase& context);
 
  private:
-  explicit TokenAuth(std::string path) : path_(std::move(path)) {}
+  TokenAuth(std::string path, bool allow_loopback)
+      : path_(std::move(path)), allow_loopback_(allow_loopback) {}
   absl::Status ReloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string path_;
+  const bool allow_loopback_;
   Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
   timespec mtime_ ABSL_GUARDED_BY(mu_) = {};

@@ -22,3 +22,14 @@ set_tests_properties(node_cleanup PROPERTIES
 set_tests_properties(node_e2e_test PROPERTIES
   LABELS node FIXTURES_REQUIRED node TIMEOUT 1200 RUN_SERIAL TRUE SKIP_RETURN_CODE 77
   ENVIRONMENT "CLUSTERPROF_SOURCE_DIR=${PROJECT_SOURCE_DIR};CLUSTERPROF_BINARY_DIR=${PROJECT_BINARY_DIR}")
+
+# README.md's "On Kubernetes" block run as written (registry and bucket replaced) on the same
+# node after node_e2e_test, which leaves the cluster without a release; then users' roles
+# through edit and view, the restricted Pod Security Standard on injected pods, and the upgrade
+# from the last commit's chart with the CRDs applied first. It removes what it made.
+add_test(NAME readme_e2e_test
+  COMMAND ${CLUSTERPROF_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/e2e/readme_e2e_test.py)
+set_tests_properties(readme_e2e_test PROPERTIES
+  LABELS node FIXTURES_REQUIRED node DEPENDS node_e2e_test TIMEOUT 1200 RUN_SERIAL TRUE
+  SKIP_RETURN_CODE 77
+  ENVIRONMENT "CLUSTERPROF_SOURCE_DIR=${PROJECT_SOURCE_DIR};CLUSTERPROF_BINARY_DIR=${PROJECT_BINARY_DIR}")

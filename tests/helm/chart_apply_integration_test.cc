@@ -256,6 +256,7 @@ class HelmChartApplyTest : public kube::KubeFixture {
     const CommandResult rendered =
         Run({*helm, "template", kRelease, StrCat(kSourceDir, "/helm/clusterprof"), "--namespace",
              kReleaseNamespace, "--kube-version", "1.20.2", "--include-crds", "--set",
+             "image.registry=registry.example/clusterprof", "--set",
              StrCat("auth.namespaces={", kWorkloadNamespace, "}"), "--set",
              StrCat("networkPolicy.namespaces={", kWorkloadNamespace, "}"), "--set",
              "networkPolicy.admitOtherPorts=false"});
@@ -424,7 +425,7 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
   const std::string logs = root.Join("logs");
 
   // The unprivileged user gets exactly the chart's roles.
-  const std::string cluster_role = Find("ClusterRole").name;
+  const std::string cluster_role = Find("ClusterRole", "clusterprof-operator").name;
   const std::string lease_role = Find("Role").name;
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"create", "clusterrolebinding", "helm-test-operator",

@@ -6,8 +6,9 @@ regular-container sidecars and authentication off; every rendered document is pa
 the kinds, RBAC (exactly the rules the operator's code needs, see EXPECTED_CLUSTER_ROLE_RULES),
 the Deployment's flags, probes, mounts and security contexts, the MutatingWebhookConfiguration
 and its certificate (verified with the openssl CLI), the injection config against the values,
-the token Secret, the NetworkPolicy, the ServiceMonitor, the PodDisruptionBudget, and the
-schema's refusals.
+the token Secret, the NetworkPolicy, the ServiceMonitor, the PodDisruptionBudget, the schema's
+refusals, the refusal to render without image.registry, the users' aggregated ClusterRoles, and
+the operator pod against the restricted Pod Security Standard (tests/helm/pod_security.py).
 
 Helm comes from $CLUSTERPROF_HELM, else scripts/install-helm's cache, else PATH. Without it the
 test exits 77, which ctest reports as skipped. tests/helm/chart_apply_integration_test.cc applies
@@ -37,6 +38,9 @@ CHART = os.path.join(SOURCE_DIR, "helm", "clusterprof")
 RELEASE = "clusterprof"
 NAMESPACE = "clusterprof-system"
 SKIP_CODE = 77
+# Where the images are: the chart refuses to render without it (test_images_must_be_named).
+REGISTRY = "registry.example/clusterprof"
+BASE = ["--set", f"image.registry={REGISTRY}"]
 
 # The ClusterRole, rule by rule, with the operator code that needs each verb. A verb that no code
 # uses must not be granted, and one the code uses must be: the integration test runs the real
@@ -76,7 +80,7 @@ EXPECTED_LEASE_RULES = [
 # What the injection config says for the default values: every key the operator reads
 # (--injection-config, docs/webhook.md).
 DEFAULT_INJECTION_CONFIG = {
-    "image": "clusterprof/sidecar:0.1.0",
+    "image": f"{REGISTRY}/sidecar:0.1.0",
     "image_pull_policy": "IfNotPresent",
     "native_sidecar": True,
     "port": 8466,
@@ -137,7 +141,7 @@ def render(extra=(), include_crds=False):
     """The documents `helm template` renders, as a list of dicts (cached per argument list)."""
     key = (tuple(extra), include_crds)
     if key not in _render_cache:
-        args = ["template", RELEASE, CHART, "--namespace", NAMESPACE] + list(extra)
+        args = ["template", RELEASE, CHART, "--namespace", NAMESPACE] + BASE + list(extra)
         if include_crds:
             args.append("--include-crds")
         out = run_helm(args).stdout
@@ -182,8 +186,8 @@ class ChartTest(unittest.TestCase):
     def test_lint_is_clean_for_every_variant(self):
         for name, extra in VARIANTS.items():
             with self.subTest(variant=name):
-                result = run_helm(["lint", "--strict", CHART, "--namespace", NAMESPACE] + extra,
-                                  check=False)
+                result = run_helm(["lint", "--strict", CHART, "--namespace", NAMESPACE] + BASE +
+                                  extra, check=False)
                 self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
                 self.assertIn("0 chart(s) failed", result.stdout)
 
@@ -210,7 +214,8 @@ class ChartTest(unittest.TestCase):
     def test_default_kinds(self):
         kinds = sorted(d["kind"] for d in render())
         self.assertEqual(kinds, sorted([
-            "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+            "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
+            "Role", "RoleBinding",
             "ConfigMap", "Secret", "Secret", "Service", "Service", "Deployment",
             "MutatingWebhookConfiguration", "PodDisruptionBudget"]))
 
@@ -238,7 +243,7 @@ class ChartTest(unittest.TestCase):
     # --- RBAC ----------------------------------------------------------------------------------
 
     def cluster_role_table(self, docs):
-        role = one(docs, "ClusterRole")
+        role = one(docs, "ClusterRole", f"{RELEASE}-operator")
         table = {}
         for rule in role["rules"]:
             self.assertNotIn("resourceNames", rule)
@@ -272,7 +277,7 @@ class ChartTest(unittest.TestCase):
         binding = one(docs, "ClusterRoleBinding")
         self.assertEqual(binding["roleRef"], {"apiGroup": "rbac.authorization.k8s.io",
                                               "kind": "ClusterRole",
-                                              "name": one(docs, "ClusterRole")["metadata"]["name"]})
+                                              "name": f"{RELEASE}-operator"})
         self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": account,
                                                 "namespace": NAMESPACE}])
 
@@ -682,8 +687,8 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(ingress[1], {"ports": [{"port": 8467}]})
         self.assertEqual(len(ingress), 2)
         # Port ranges need 1.25: older clusters are told what to do instead.
-        result = run_helm(["template", RELEASE, CHART, "--namespace", NAMESPACE,
-                           "--kube-version", "1.24.0", "--set",
+        result = run_helm(["template", RELEASE, CHART, "--namespace", NAMESPACE] + BASE +
+                          ["--kube-version", "1.24.0", "--set",
                            "networkPolicy.namespaces={training}"], check=False)
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("networkPolicy.admitOtherPorts needs Kubernetes 1.25+", result.stderr)
@@ -719,6 +724,107 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(budget["spec"]["minAvailable"], 1)
         self.assertEqual(budget["spec"]["selector"]["matchLabels"],
                          deployment(render())["spec"]["selector"]["matchLabels"])
+
+    # --- Images --------------------------------------------------------------------------------
+
+    def test_images_must_be_named(self):
+        # Nothing publishes the images: without a registry the chart says what to set (helm
+        # install renders the same way; tests/e2e/readme_e2e_test.py sees it refused there).
+        result = run_helm(["template", RELEASE, CHART], check=False)
+        self.assertNotEqual(result.returncode, 0, result.stdout[:300])
+        self.assertIn("image.registry is not set", result.stderr)
+        self.assertIn("--set image.registry=", result.stderr)
+        # The registry names both images; a repository of its own wins.
+        docs = render()
+        self.assertEqual(operator_container(docs)["image"], f"{REGISTRY}/operator:0.1.0")
+        self.assertEqual(injection_config(docs)["image"], f"{REGISTRY}/sidecar:0.1.0")
+        docs = render(["--set", "image.registry=", "--set", "image.repository=a.example/op",
+                       "--set", "sidecar.image.repository=b.example/sc",
+                       "--set", "image.tag=1.2.3"])
+        self.assertEqual(operator_container(docs)["image"], "a.example/op:1.2.3")
+        self.assertEqual(injection_config(docs)["image"], "b.example/sc:0.1.0")
+        # One of the two set is not enough.
+        result = run_helm(["template", RELEASE, CHART, "--set", "image.repository=a.example/op"],
+                          check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("image.registry is not set", result.stderr)
+        # The node tests' values name the images scripts/build-images makes.
+        docs = [doc for doc in yaml.safe_load_all(run_helm(
+            ["template", RELEASE, CHART, "-f",
+             os.path.join(SOURCE_DIR, "tests", "e2e", "local-node-values.yaml")]).stdout) if doc]
+        self.assertEqual(operator_container(docs)["image"], "localhost/clusterprof/operator:0.1.0")
+        self.assertEqual(injection_config(docs)["image"], "localhost/clusterprof/sidecar:0.1.0")
+
+    def test_sidecar_image_pull_secrets(self):
+        # Rendered only when set, as the list of names the webhook adds to injected pods.
+        self.assertNotIn("image_pull_secrets", injection_config(render()))
+        config = injection_config(render(["--set", "sidecar.imagePullSecrets={regcred,mirror}"]))
+        self.assertEqual(config["image_pull_secrets"], ["regcred", "mirror"])
+        result = run_helm(["template", RELEASE, CHART] + BASE +
+                          ["--set", "sidecar.imagePullSecrets[0].name=regcred"], check=False)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("imagePullSecrets", result.stderr)
+
+    # --- Users' roles --------------------------------------------------------------------------
+
+    def test_user_roles_aggregate_into_edit_admin_and_view(self):
+        docs = render()
+        edit = one(docs, "ClusterRole", f"{RELEASE}-edit")
+        view = one(docs, "ClusterRole", f"{RELEASE}-view")
+        labels = lambda role: {k: v for k, v in role["metadata"]["labels"].items()
+                               if k.startswith("rbac.authorization.k8s.io/")}
+        self.assertEqual(labels(edit), {"rbac.authorization.k8s.io/aggregate-to-edit": "true",
+                                        "rbac.authorization.k8s.io/aggregate-to-admin": "true"})
+        self.assertEqual(labels(view), {"rbac.authorization.k8s.io/aggregate-to-view": "true"})
+        kinds = {"profilejobs", "profileschedules"}
+        table = lambda role: {(g, r): set(rule["verbs"]) for rule in role["rules"]
+                              for g in rule["apiGroups"] for r in rule["resources"]}
+        expected_edit = {("clusterprof.io", k): {"get", "list", "watch", "create", "update",
+                                                 "patch", "delete", "deletecollection"}
+                         for k in kinds}
+        expected_edit.update({("clusterprof.io", k + "/status"): {"get", "list", "watch"}
+                              for k in kinds})
+        self.assertEqual(table(edit), expected_edit)
+        expected_view = {("clusterprof.io", k): {"get", "list", "watch"}
+                         for k in kinds | {k + "/status" for k in kinds}}
+        self.assertEqual(table(view), expected_view)
+        # Every kind of the CRDs is in them: a new CRD without a line here fails.
+        crd_kinds = {c["spec"]["names"]["plural"] for c in
+                     of_kind(render(include_crds=True), "CustomResourceDefinition")}
+        self.assertEqual({r for (_, r) in table(edit) if "/" not in r}, crd_kinds)
+        # Off: no user roles, the operator's untouched.
+        docs = render(["--set", "rbac.aggregateToDefaultRoles=false"])
+        self.assertEqual([r["metadata"]["name"] for r in of_kind(docs, "ClusterRole")],
+                         [f"{RELEASE}-operator"])
+
+    # --- Pod Security --------------------------------------------------------------------------
+
+    def test_operator_pod_meets_the_restricted_pod_security_standard(self):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import pod_security
+        variants = dict(VARIANTS)
+        variants["preset-gpu-watch-namespace"] = ["--set", "preset=gpu",
+                                                  "--set", "operator.watchNamespace=training"]
+        for name, extra in variants.items():
+            with self.subTest(variant=name):
+                template = deployment(render(extra))["spec"]["template"]
+                self.assertEqual(pod_security.check(
+                    template["spec"], template["metadata"].get("annotations")), [])
+        # The checker is not a rubber stamp: each rule it applies can fail.
+        pod = deployment(render())["spec"]["template"]["spec"]
+        broken = yaml.safe_load(yaml.safe_dump(pod))
+        container = broken["containers"][0]
+        container["securityContext"].pop("allowPrivilegeEscalation")
+        container["securityContext"]["capabilities"] = {"add": ["SYS_ADMIN"]}
+        container["securityContext"].pop("seccompProfile")
+        broken["securityContext"].pop("seccompProfile")
+        broken["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+        broken["hostNetwork"] = True
+        controls = {v.split(":")[0] for v in pod_security.check(broken)}
+        self.assertEqual(controls, {"Privilege Escalation", "Capabilities", "Seccomp",
+                                    "HostPath Volumes", "Host Namespaces", "Volume Types"})
+        self.assertEqual({v.split(":")[0] for v in pod_security.check(broken, level="baseline")},
+                         {"Capabilities", "HostPath Volumes", "Host Namespaces"})
 
     # --- Schema --------------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "sidecar/token_auth.h"
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
@@ -109,6 +110,41 @@ TEST(TokenAuthIntegrationTest, OnlyCallsWithTheTokenGetThrough) {
 // Every RPC of both services, with no token, a wrong one, a malformed header and the right one;
 // then nothing the sidecar logged at its most verbose, nothing its /metrics serves and nothing the
 // CLI printed holds either token.
+TEST(IsLoopbackPeerTest, OnlyLoopbackAddressesAre) {
+  using sidecar::IsLoopbackPeer;
+  EXPECT_TRUE(IsLoopbackPeer("ipv4:127.0.0.1:5000"));
+  EXPECT_TRUE(IsLoopbackPeer("ipv4:127.10.0.3:1"));
+  EXPECT_TRUE(IsLoopbackPeer("ipv6:[::1]:5000"));
+  EXPECT_TRUE(IsLoopbackPeer("ipv6:[::ffff:127.0.0.1]:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("ipv4:10.0.0.5:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("ipv4:128.0.0.1:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("ipv4:127.0.0.1.example:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("ipv6:[::ffff:10.0.0.1]:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("ipv6:[fe80::1]:5000"));
+  EXPECT_FALSE(IsLoopbackPeer("unix:/tmp/socket"));
+  EXPECT_FALSE(IsLoopbackPeer(""));
+}
+
+// kubectl port-forward arrives on the pod's loopback: with --allow-loopback-without-token a
+// client that sends no token (XProf's capture button, jax.collect_profile) gets through there.
+TEST(TokenAuthIntegrationTest, LoopbackCallsNeedNoTokenWhenAllowed) {
+  TempDir root;
+  const std::string token_file = root.Join("token");
+  testing::WriteFileOrDie(token_file, "s3cret-token\n");
+  Subprocess sidecar(
+      {kSidecar, "--port", "0", "--http-port", "-1", "--shm-dir", root.Join("shm"), "--port-file",
+       root.Join("ports"), "--allowed-logdir", root.Join("logs"), "--no-gpu", "--auth-token-file",
+       token_file, "--allow-loopback-without-token"},
+      {}, root.Join("sidecar.log"));
+  const int port = testing::ReadGrpcPort(root.Join("ports"));
+  ASSERT_NE(port, 0) << "the sidecar did not start";
+  auto channel =
+      grpc::CreateChannel(StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  EXPECT_TRUE(GetInfo(channel, "").ok());
+  EXPECT_TRUE(GetInfo(channel, "s3cret-token").ok());
+  // Callers from elsewhere still need it: IsLoopbackPeerTest above.
+}
+
 TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
   TempDir root;
   const std::string token = "s3cret-7f1c9a2e58d4-token";

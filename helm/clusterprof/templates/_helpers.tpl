@@ -109,16 +109,33 @@ set), else the preset's.
 {{- toYaml $out -}}
 {{- end -}}
 
+{{/*
+An image reference: (dict "root" $ "image" <image values> "name" "operator"|"sidecar"). The
+repository is the image's own, else image.registry/<name>; neither set fails the render with
+what to set.
+*/}}
 {{- define "clusterprof.image" -}}
-{{- printf "%s:%s" .image.repository (default .root.Chart.AppVersion .image.tag) -}}
+{{- $repository := .image.repository -}}
+{{- if not $repository -}}
+{{- $registry := .root.Values.image.registry | default "" | trimSuffix "/" -}}
+{{- if not $registry -}}
+{{- fail `image.registry is not set: nothing publishes the clusterprof images, so the chart needs the registry you pushed them to (README.md, "On Kubernetes"): --set image.registry=REGION-docker.pkg.dev/PROJECT/REPOSITORY (the chart then uses REGISTRY/operator and REGISTRY/sidecar), or set image.repository and sidecar.image.repository` -}}
+{{- end -}}
+{{- $repository = printf "%s/%s" $registry .name -}}
+{{- end -}}
+{{- printf "%s:%s" $repository (default .root.Chart.AppVersion .image.tag) -}}
 {{- end -}}
 
 {{/* The injection config the operator reads (--injection-config); keys as in docs/webhook.md. */}}
 {{- define "clusterprof.injectionConfig" -}}
 {{- $effective := include "clusterprof.effective" . | fromYaml -}}
 {{- $sidecar := .Values.sidecar -}}
-image: {{ include "clusterprof.image" (dict "image" $sidecar.image "root" .) | quote }}
+image: {{ include "clusterprof.image" (dict "image" $sidecar.image "root" . "name" "sidecar") | quote }}
 image_pull_policy: {{ $sidecar.image.pullPolicy }}
+{{- with $sidecar.imagePullSecrets }}
+image_pull_secrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
 native_sidecar: {{ $sidecar.nativeSidecar }}
 port: {{ $sidecar.port }}
 http_port: {{ $sidecar.httpPort }}
@@ -129,8 +146,12 @@ allowed_logdirs:
   {{- toYaml ($sidecar.allowedLogdirs | default list) | nindent 2 }}
 framework_profiler: {{ $effective.frameworkProfiler | default "" | quote }}
 gpu_library: {{ $effective.gpuLibrary | default "" | quote }}
+{{- $extraArgs := $sidecar.extraArgs | default list }}
+{{- if and .Values.auth.enabled .Values.auth.allowPortForward }}
+{{- $extraArgs = append $extraArgs "--allow-loopback-without-token" }}
+{{- end }}
 extra_args:
-  {{- toYaml ($sidecar.extraArgs | default list) | nindent 2 }}
+  {{- toYaml $extraArgs | nindent 2 }}
 env:
   {{- toYaml ($sidecar.extraEnv | default dict) | nindent 2 }}
 {{- end -}}
