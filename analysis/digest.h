@@ -19,11 +19,12 @@ class XSpace;
 namespace clusterprof::analysis {
 
 // Collectives: NCCL's kernels (old and new names), XLA's collective ops, and host annotations
-// named after all-reduce or NCCL.
+// named after all-reduce, all-gather, reduce-scatter, all-to-all (the exchange of mixture-of-
+// experts layers) or NCCL.
 inline constexpr char kDefaultCollectivePattern[] =
     "ncclKernel_|ncclDevKernel_|all-reduce|all-gather|reduce-scatter|all-to-all|"
     "collective-permute|allreduce|all_reduce|allgather|all_gather|reducescatter|reduce_scatter|"
-    "nccl";
+    "alltoall|all_to_all|nccl";
 // Waiting on the input pipeline: common data-loader and iterator names.
 inline constexpr char kDefaultInputPattern[] =
     "data_?load|load_batch|dataloader|input_?pipeline|iterator::|GetNext|next_batch|"

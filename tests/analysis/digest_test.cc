@@ -92,6 +92,38 @@ TEST(DigestTest, ABadPatternIsNamed) {
   EXPECT_THAT(std::string(digest.status().message()), HasSubstr("step pattern 'step('"));
 }
 
+// The names frameworks give their collectives, host annotations and kernels, each the only
+// collective of a step: the default pattern finds every one, and a step's compute is not one.
+TEST(DigestTest, TheDefaultPatternFindsEachFrameworksCollectiveNames) {
+  for (const char* name :
+       {"ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ncclKernel_AllGather_RING_LL_Sum_int8_t",
+        "all-reduce.3", "all-to-all.1", "reduce-scatter", "collective-permute-start",
+        "torch.distributed.all_reduce", "torch.distributed.all_to_all_single",
+        "torch.distributed.all_gather_into_tensor", "ddp_all_reduce#bucket=0#",
+        "torch.distributed.reduce_scatter_tensor", "AllToAll", "hvd.allreduce"}) {
+    tensorflow::profiler::XSpace space;
+    xspace::XPlaneBuilder plane(
+        xspace::FindOrAddMutablePlaneWithName(&space, xspace::kHostThreadsPlaneName));
+    xspace::XLineBuilder line = plane.GetOrCreateLine(1);
+    line.SetTimestampNs(1'000'000'000);
+    xspace::XEventBuilder step = line.AddEvent(*plane.GetOrCreateEventMetadata("train"));
+    step.SetTimestampNs(1'000'000'000);
+    step.SetDurationNs(10'000'000);
+    step.AddStatValue(*plane.GetOrCreateStatMetadata("step_num"), int64_t{7});
+    xspace::XEventBuilder matmul = line.AddEvent(*plane.GetOrCreateEventMetadata("matmul"));
+    matmul.SetTimestampNs(1'001'000'000);
+    matmul.SetDurationNs(3'000'000);
+    xspace::XEventBuilder collective = line.AddEvent(*plane.GetOrCreateEventMetadata(name));
+    collective.SetTimestampNs(1'006'000'000);
+    collective.SetDurationNs(2'000'000);
+    absl::StatusOr<HostDigest> digest = DigestXSpace(space, "h");
+    ASSERT_TRUE(digest.ok()) << digest.status();
+    ASSERT_EQ(digest->steps.size(), 1u) << name;
+    EXPECT_EQ(digest->steps[0].collective_entry_ns, 1'006'000'000) << name;
+    EXPECT_EQ(digest->steps[0].collective_ns, 2'000'000) << name;
+  }
+}
+
 TEST(DigestTest, AnEmptySpaceHasNoSteps) {
   absl::StatusOr<HostDigest> digest = DigestXSpace(tensorflow::profiler::XSpace(), "h");
   ASSERT_TRUE(digest.ok());
