@@ -7,7 +7,9 @@
 #
 # The default command runs the C++ loop until the pod stops; the Python loop is
 #   command: ["python3", "/usr/share/clusterprof/examples/train_loop.py"]
-# Both find the sidecar through $CLUSTERPROF_DIR, which injection sets.
+# Both find the sidecar through $CLUSTERPROF_DIR, which injection sets. The Python loop's
+# clusterprof module is the SDK's wheel (scripts/build-wheel), installed with pip as a user's
+# image would install it.
 
 ARG DEBIAN_IMAGE=debian:bookworm
 ARG RUNTIME_IMAGE=debian:bookworm-slim
@@ -23,7 +25,7 @@ RUN set -eux; \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
       libcpprest-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev prometheus-cpp-dev \
       libcivetweb-dev \
-      zlib1g-dev libssl-dev libisal-dev; \
+      zlib1g-dev libssl-dev libisal-dev python3; \
     rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -36,10 +38,7 @@ RUN set -eux; \
     cmake --build /build --target train_loop clusterprof_annotate_c; \
     install -D -m 0755 /build/examples/train_loop /out/usr/bin/train_loop; \
     strip --strip-unneeded /out/usr/bin/train_loop; \
-    install -D -m 0755 /build/sidecar/libclusterprof_annotate.so \
-      /out/usr/lib/clusterprof/libclusterprof_annotate.so; \
-    install -D -m 0644 sidecar/sdk/python/clusterprof/__init__.py \
-      /out/usr/lib/python3/dist-packages/clusterprof/__init__.py; \
+    scripts/build-wheel --build-dir /build --out /out/wheels; \
     install -D -m 0644 examples/train_loop.py /out/usr/share/clusterprof/examples/train_loop.py
 
 FROM scratch AS prebuilt
@@ -58,15 +57,29 @@ LABEL org.opencontainers.image.title="clusterprof-example-workload" \
       org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 
 # train_loop carries clusterprof's annotation SDK statically and needs only the C++ runtime;
-# python3 runs train_loop.py, whose module loads libclusterprof_annotate.so with ctypes.
+# python3 runs train_loop.py, whose clusterprof module loads the libclusterprof_annotate.so
+# inside its package. pip installs the wheel into Debian's python3 (/usr/local/lib/python3.11/
+# dist-packages, where apt never writes; --break-system-packages is what PEP 668 asks for that)
+# and is purged in the same step with every package it brought (ca-certificates and openssl
+# among them), so the image carries no pip. A virtual environment would keep its own pip and
+# need its python on PATH instead of python3. The wheel is copied in (its layer keeps its
+# 0.6 MB) rather than bind-mounted with RUN --mount: buildah would reuse the cached step below
+# when only a mounted file changed, and install an old wheel.
+COPY --from=binaries /out/wheels/ /tmp/wheels/
 RUN set -eux; \
     apt-get update -q; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3; \
+    dpkg-query -W -f '${Package}\n' | sort >/tmp/packages; \
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-pip; \
+    python3 -m pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check \
+      --break-system-packages /tmp/wheels/clusterprof-*.whl; \
+    DEBIAN_FRONTEND=noninteractive apt-get purge -y -q \
+      $(dpkg-query -W -f '${Package}\n' | sort | comm -13 /tmp/packages -); \
+    python3 -c 'import clusterprof; assert clusterprof.library_path(), "no library"'; \
     apt-get clean; \
-    rm -rf /var/lib/apt/lists/*
+    rm -rf /var/lib/apt/lists/* /tmp/wheels /tmp/packages
 
-COPY --from=binaries /out/ /
-ENV CLUSTERPROF_ANNOTATE_LIB=/usr/lib/clusterprof/libclusterprof_annotate.so
+COPY --from=binaries /out/usr/ /usr/
 USER 65532:65532
 ENTRYPOINT []
 CMD ["/usr/bin/train_loop", "--busy-percent", "10"]

@@ -7,33 +7,19 @@
 # longer on deb.debian.org; the symbol versions test holds the libraries to 2.28.
 #
 #   old_glibc_load_integration_test.sh ANNOTATE_LIB PYTHON_MODULE_DIR [CUPTI_LIB]
-# Skips (77) without root, mmdebstrap, or a mirror that serves bullseye.
+# Skips (77) without root, mmdebstrap, or a mirror that serves bullseye (old_debian_rootfs.sh).
 set -euo pipefail
 annotate="$1"
 python_dir="$2"
 cupti="${3:-}"
-suite=bullseye
-mirror="${CLUSTERPROF_OLD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-cache="${XDG_CACHE_HOME:-$HOME/.cache}/clusterprof/rootfs-$suite-python3.tar"
 
-if [[ $(id -u) -ne 0 ]]; then echo "skipped: chroot needs root"; exit 77; fi
-if ! command -v mmdebstrap >/dev/null; then echo "skipped: no mmdebstrap"; exit 77; fi
-if [[ ! -s "$cache" ]]; then
-  mkdir -p "$(dirname "$cache")"
-  echo "making a Debian $suite root filesystem with python3 (once; cached in $cache)"
-  # mmdebstrap writes a tarball for a name ending in .tar.
-  partial="${cache%.tar}.partial.tar"
-  if ! mmdebstrap --quiet --variant=minbase --include=python3 "$suite" "$partial" "$mirror"; then
-    rm -rf "$partial"
-    echo "skipped: $mirror does not serve Debian $suite"
-    exit 77
-  fi
-  mv "$partial" "$cache"
-fi
+# The cached bullseye root filesystem (shared with old_glibc_wheel_integration_test.sh).
+source "$(dirname "$0")/old_debian_rootfs.sh"
+old_debian_rootfs
 
 root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
-tar -C "$root" -xf "$cache"
+tar -C "$root" -xf "$old_debian_rootfs_tar"
 mkdir -p "$root/opt/clusterprof/python" "$root/shm"
 cp "$annotate" "$root/opt/clusterprof/libclusterprof_annotate.so"
 cp -r "$python_dir/clusterprof" "$root/opt/clusterprof/python/"
