@@ -232,10 +232,11 @@ class ReadmeE2E(unittest.TestCase):
         bin_dir = os.path.join(self.work, "bin")
         os.makedirs(bin_dir)
         with open(os.path.join(bin_dir, "helm"), "w") as f:
-            f.write('#!/bin/sh\nexec %s "$@" --set sidecar.extraEnv.STORAGE_EMULATOR_HOST=%s '
+            f.write('#!/bin/sh\ncase "$1" in install|upgrade) ;; *) exec %s "$@" ;; esac\n'
+                    'exec %s "$@" --set sidecar.extraEnv.STORAGE_EMULATOR_HOST=%s '
                     '--set "operator.extraEnv[0].name=STORAGE_EMULATOR_HOST" '
                     '--set "operator.extraEnv[0].value=%s"\n'
-                    % (self.helm, self.gcs_host, self.gcs_host))
+                    % (self.helm, self.helm, self.gcs_host, self.gcs_host))
         os.chmod(os.path.join(bin_dir, "helm"), 0o755)
         env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
         log("running README.md's block:\n" + script)
@@ -244,6 +245,9 @@ class ReadmeE2E(unittest.TestCase):
         log("its output:\n" + result.stdout + result.stderr)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
         self.assertIn("llama-step-1200", result.stdout)
+        # helm test ran the sidecar image (templates/tests/sidecar-image-test.yaml).
+        self.assertRegex(result.stdout, r"sidecar-image-test\s+Last Started:.*\s+Last Completed:"
+                         r".*\s+Phase:\s+Succeeded")
 
         done = wait_until("llama-step-1200 to finish", lambda: (
             lambda j: j if j.get("status", {}).get("phase") in (

@@ -217,7 +217,7 @@ class ChartTest(unittest.TestCase):
             "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
             "Role", "RoleBinding",
             "ConfigMap", "Secret", "Secret", "Service", "Service", "Deployment",
-            "MutatingWebhookConfiguration", "PodDisruptionBudget"]))
+            "MutatingWebhookConfiguration", "PodDisruptionBudget", "Pod"]))
 
     def test_every_object_has_the_standard_labels_and_namespace(self):
         cluster_scoped = {"ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration"}
@@ -798,6 +798,28 @@ class ChartTest(unittest.TestCase):
                          [f"{RELEASE}-operator"])
 
     # --- Pod Security --------------------------------------------------------------------------
+
+    def test_helm_test_pulls_and_runs_the_sidecar_image(self):
+        # `helm test`: the sidecar image, as injection names it, with the operator's pull secrets.
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import pod_security
+        docs = render(["--set", "preset=gpu", "--set", "imagePullSecrets[0].name=registry",
+                       "--set", "sidecar.image.tag=9.9.9"])
+        pod = one(docs, "Pod")
+        self.assertEqual(pod["metadata"]["annotations"]["helm.sh/hook"], "test")
+        self.assertIn("hook-succeeded", pod["metadata"]["annotations"]["helm.sh/hook-delete-policy"])
+        spec = pod["spec"]
+        self.assertEqual(spec["restartPolicy"], "Never")
+        self.assertEqual(spec["imagePullSecrets"], [{"name": "registry"}])
+        [container] = spec["containers"]
+        self.assertEqual(container["image"], injection_config(docs)["image"])
+        self.assertTrue(container["image"].endswith("/sidecar:9.9.9"), container["image"])
+        self.assertEqual(container["imagePullPolicy"], injection_config(docs)["image_pull_policy"])
+        self.assertEqual(container["args"], ["--version"])
+        # It schedules where the operator may (the preset's tolerations) and is restricted too.
+        self.assertEqual(spec["tolerations"], deployment(docs)["spec"]["template"]["spec"]
+                         ["tolerations"])
+        self.assertEqual(pod_security.check(spec, pod["metadata"].get("annotations")), [])
 
     def test_operator_pod_meets_the_restricted_pod_security_standard(self):
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
