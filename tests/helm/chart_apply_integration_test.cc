@@ -255,8 +255,8 @@ class HelmChartApplyTest : public kube::KubeFixture {
     CLUSTERPROF_RETURN_IF_ERROR(plane_->WriteKubeconfig(AdminKubeconfig(), plane_->admin_token()));
     const CommandResult rendered =
         Run({*helm, "template", kRelease, StrCat(kSourceDir, "/helm/clusterprof"), "--namespace",
-             kReleaseNamespace, "--kube-version", "1.20.2", "--include-crds", "--skip-tests", "--set",
-             "image.registry=registry.example/clusterprof", "--set",
+             kReleaseNamespace, "--kube-version", "1.20.2", "--include-crds", "--skip-tests",
+             "--set", "image.registry=registry.example/clusterprof", "--set",
              StrCat("auth.namespaces={", kWorkloadNamespace, "}"), "--set",
              StrCat("networkPolicy.namespaces={", kWorkloadNamespace, "}"), "--set",
              "networkPolicy.admitOtherPorts=false"});
