@@ -260,15 +260,11 @@ def step(step_num, name="train"):
     return clusterprof.Trace(name, step_num=int(step_num), _r=1)
 
 
-class CollectiveAnnotations(object):
-    """What annotate_collectives did: `wrapped` (the torch.distributed functions) and
-    `comm_hook` (whether a DDP communication hook was registered). remove() restores the
-    functions; a communication hook cannot be unregistered in torch, so the hook stays and
-    records nothing after remove()."""
+class _Patches(object):
+    """Functions replaced in torch, each with how to put it back. remove() restores them all and
+    turns the handle off, so that a wrapper still referenced elsewhere records nothing."""
 
     def __init__(self):
-        self.wrapped = []
-        self.comm_hook = False
         self._active = True
         self._restores = []
 
@@ -277,6 +273,18 @@ class CollectiveAnnotations(object):
         for restore in self._restores:
             restore()
         self._restores = []
+
+
+class CollectiveAnnotations(_Patches):
+    """What annotate_collectives did: `wrapped` (the torch.distributed functions) and
+    `comm_hook` (whether a DDP communication hook was registered). remove() restores the
+    functions; a communication hook cannot be unregistered in torch, so the hook stays and
+    records nothing after remove()."""
+
+    def __init__(self):
+        super(CollectiveAnnotations, self).__init__()
+        self.wrapped = []
+        self.comm_hook = False
 
 
 # Collectives in progress on each thread: one that calls another (all_gather_object calls
@@ -501,22 +509,15 @@ def _register_ddp_hook(model, comm_hook, comm_state, handle):
     handle.comm_hook = True
 
 
-class NvtxSteps(object):
+class NvtxSteps(_Patches):
     """What nvtx_steps installed; remove() restores torch.cuda.nvtx.range_push/range_pop."""
 
     def __init__(self, pattern, name):
+        super(NvtxSteps, self).__init__()
         self.pattern = pattern
         self.name = name
-        self._active = True
         self._count = 0
         self._stacks = threading.local()
-        self._restores = []
-
-    def remove(self):
-        self._active = False
-        for restore in self._restores:
-            restore()
-        self._restores = []
 
     def _pushed(self, message):
         stack = getattr(self._stacks, "stack", None)
