@@ -184,6 +184,27 @@ def leader():
     return lease["spec"].get("holderIdentity", "").rpartition("_")[0]
 
 
+def start_gcs_test_server(work, node_ip):
+    """The GCS test server inside the node's network namespace, where pods reach it, serving
+    BUCKET: (its process, its log file, host:port)."""
+    port_file = os.path.join(work, "gcs.port")
+    log_file = open(os.path.join(work, "gcs.log"), "w")
+    process = subprocess.Popen(
+        [KUBE_NODE, "exec", NODE_DIR, "--",
+         os.path.join(BINARY_DIR, "tests", "gcs-test-server"), "--address", node_ip,
+         "--port", "0", "--port-file", port_file, "--bucket", BUCKET],
+        stdout=subprocess.DEVNULL, stderr=log_file)
+    wait_until("the GCS test server", lambda: os.path.exists(port_file), timeout=20)
+    with open(port_file) as f:
+        return process, log_file, "%s:%s" % (node_ip, f.read().strip())
+
+
+def stop_gcs_test_server(process, log_file):
+    process.terminate()
+    process.wait(10)
+    log_file.close()
+
+
 def container_id(pod, container):
     for status in pod["status"].get("containerStatuses", []):
         if status["name"] == container and status.get("containerID"):
@@ -233,24 +254,13 @@ class NodeE2E(unittest.TestCase):
         cls.work = tempfile.mkdtemp(prefix="node-e2e-")
         shutil.rmtree(os.path.join(os.path.dirname(FIGURES), "diagnostics"), ignore_errors=True)
         # The GCS test server inside the node's network namespace, where pods reach it.
-        port_file = os.path.join(cls.work, "gcs.port")
-        cls.gcs_log = open(os.path.join(cls.work, "gcs.log"), "w")
-        cls.gcs = subprocess.Popen(
-            [KUBE_NODE, "exec", NODE_DIR, "--",
-             os.path.join(BINARY_DIR, "tests", "gcs-test-server"), "--address", cls.node_ip,
-             "--port", "0", "--port-file", port_file, "--bucket", BUCKET],
-            stdout=subprocess.DEVNULL, stderr=cls.gcs_log)
-        wait_until("the GCS test server", lambda: os.path.exists(port_file), timeout=20)
-        with open(port_file) as f:
-            cls.gcs_host = "%s:%s" % (cls.node_ip, f.read().strip())
+        cls.gcs, cls.gcs_log, cls.gcs_host = start_gcs_test_server(cls.work, cls.node_ip)
 
     @classmethod
     def tearDownClass(cls):
         cls.save_diagnostics()
         if cls.gcs:
-            cls.gcs.terminate()
-            cls.gcs.wait(10)
-            cls.gcs_log.close()
+            stop_gcs_test_server(cls.gcs, cls.gcs_log)
         with open(FIGURES, "w") as f:
             json.dump(figures, f, indent=2, sort_keys=True)
         log("figures (%s): %s" % (FIGURES, json.dumps(figures, sort_keys=True)))
@@ -738,7 +748,7 @@ spec:
         apply(self.trainer_pod("sidecar-exits", "sidecar-exits", """  volumes:
   - {name: clusterprof-shm, configMap: {name: read-only}}
 """), namespace)
-        pod = wait_until("pod sidecar-exits Ready", lambda: (lambda p: ready(p) and p)(
+        wait_until("pod sidecar-exits Ready", lambda: (lambda p: ready(p) and p)(
             kjson("get", "pod", "sidecar-exits", "-n", namespace)), timeout=90)
         logs = wait_until("the sidecar to exit twice", lambda: (lambda text: text.count(
             "clusterprof-sidecar exited with status") >= 2 and text)(

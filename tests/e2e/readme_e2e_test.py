@@ -44,7 +44,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import node_e2e_test as node  # noqa: E402  (helpers: kubectl, wait_until, pods, ...)
 import pod_security  # noqa: E402
 from node_e2e_test import (BINARY_DIR, KUBE_NODE, NODE_DIR, SKIP_CODE, SOURCE_DIR, VERSION,  # noqa: E402
-                           find_helm, kjson, kubectl, pods, read_env, ready, run, wait_until)
+                           find_helm, kjson, kubectl, pods, read_env, ready, run,
+                           start_gcs_test_server, stop_gcs_test_server, wait_until)
 
 RELEASE = "clusterprof"
 SYSTEM_NS = "clusterprof-system"
@@ -146,16 +147,7 @@ class ReadmeE2E(unittest.TestCase):
         if not cls.helm:
             raise unittest.SkipTest("no helm: run scripts/install-helm")
         cls.work = tempfile.mkdtemp(prefix="readme-e2e-")
-        port_file = os.path.join(cls.work, "gcs.port")
-        cls.gcs_log = open(os.path.join(cls.work, "gcs.log"), "w")
-        cls.gcs = subprocess.Popen(
-            [KUBE_NODE, "exec", NODE_DIR, "--",
-             os.path.join(BINARY_DIR, "tests", "gcs-test-server"), "--address", cls.node_ip,
-             "--port", "0", "--port-file", port_file, "--bucket", BUCKET],
-            stdout=subprocess.DEVNULL, stderr=cls.gcs_log)
-        wait_until("the GCS test server", lambda: os.path.exists(port_file), timeout=20)
-        with open(port_file) as f:
-            cls.gcs_host = "%s:%s" % (cls.node_ip, f.read().strip())
+        cls.gcs, cls.gcs_log, cls.gcs_host = start_gcs_test_server(cls.work, cls.node_ip)
         # node_e2e_test leaves its workloads in the namespace: start from none.
         kubectl("delete", "namespace", NS, "--ignore-not-found", "--wait=false")
         wait_until("namespace %s gone" % NS, lambda: kubectl(
@@ -164,9 +156,7 @@ class ReadmeE2E(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         if cls.gcs:
-            cls.gcs.terminate()
-            cls.gcs.wait(10)
-            cls.gcs_log.close()
+            stop_gcs_test_server(cls.gcs, cls.gcs_log)
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def helm_run(self, *args, check=True, timeout=180):
