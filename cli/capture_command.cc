@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "analysis/report.h"
 #include "cli/commands.h"
@@ -116,6 +117,17 @@ void PrintSummary(const RunResult& result, std::ostream& out) {
                      result.max_start_skew_ns > 0
                          ? fmt::format("{:.0f} us", result.max_start_skew_ns / 1000.0)
                          : std::string("unknown"));
+  // With a lookback: how far back each host's trace reaches (a recorder that started late, or
+  // hit its memory bound, reaches less far).
+  std::vector<std::string> lookbacks;
+  for (const TargetResult& t : result.targets) {
+    if (t.stats_known && t.lookback_ns > 0) {
+      lookbacks.push_back(fmt::format("{} {:.1f} s", t.host_name, t.lookback_ns / 1e9));
+    }
+  }
+  if (!lookbacks.empty()) {
+    out << fmt::format("  lookback before the start: {}\n", absl::StrJoin(lookbacks, ", "));
+  }
 }
 
 // The cross-host verdict from the sidecars' digests, as `clusterprof report` words it, and the

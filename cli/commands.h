@@ -86,6 +86,26 @@ struct CaptureOptions {
 // clusterprof capture --service-addr a:8466,b:8466 --logdir DIR [--duration-ms N] ...
 int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err);
 
+struct TopOptions {
+  // host:port[,host:port...]; grpc:// prefixes are accepted.
+  std::string service_addr;
+  std::string token_file;
+  // The last this many steps make the step time, the lateness and the verdict.
+  int steps = 20;
+  // How often the table is drawn again.
+  int64_t interval_ms = 1000;
+  // Draw one table once every sidecar has sent a step (or after timeout_ms), then exit: for
+  // scripts. Without it the table refreshes in place until Ctrl-C.
+  bool once = false;
+  int64_t timeout_ms = 10'000;
+  // Stop after this long (0: until interrupted).
+  int64_t seconds = 0;
+};
+
+// clusterprof top --service-addr a:8466,b:8466: every host's live step time, how late it enters
+// the collectives, and the verdict, refreshing in place (docs/triggers.md).
+int RunTop(const TopOptions& options, std::ostream& out, std::ostream& err);
+
 }  // namespace clusterprof::cli
 
 #endif  // CLUSTERPROF_CLI_COMMANDS_H_

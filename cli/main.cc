@@ -134,12 +134,48 @@ int main(int argc, char** argv) {
       },
       "KEY=VALUE for ProfileOptions.advanced_configuration, repeatable (true/false: a bool, an "
       "integer: an int64, else a string); e.g. --option gpu_enable_nvtx_tracking=true");
+  capture_cmd
+      ->add_option_function<int64_t>(
+          "--lookback-ms",
+          [&profile](int64_t lookback_ms) {
+            (*profile.mutable_advanced_configuration())[clusterprof::proto::kLookbackMsKey]
+                .set_int64_value(lookback_ms);
+          },
+          "Reach back this long before the start: the annotations the sidecars' flight "
+          "recorders kept (at most their --recorder-window-ms; docs/triggers.md)")
+      ->check(CLI::Range(int64_t{0}, int64_t{3'600'000}));
   capture_cmd->add_option("--run", capture.run,
                           "Run name (default: the capture's UTC time, YYYY_MM_DD_HH_MM_SS)");
   capture_cmd->add_option("--host-names", capture.host_names,
                           "Comma list of host names, one per address (default: each sidecar's "
                           "own name, else the address)");
   capture_cmd->add_flag("!--no-progress", capture.progress, "No live progress lines");
+
+  clusterprof::cli::TopOptions top;
+  CLI::App* top_cmd = app.add_subcommand(
+      "top",
+      "Every host's live step time, how late it enters the collectives, and the verdict, "
+      "refreshing in place (the sidecars' live step telemetry; no capture)");
+  top_cmd
+      ->add_option("--service-addr", top.service_addr,
+                   "host:port[,host:port...] of clusterprof sidecars")
+      ->required();
+  top_cmd->add_option("--token-file", top.token_file,
+                      "File with the bearer token of sidecars started with --auth-token-file");
+  top_cmd->add_option("--steps", top.steps, "The last this many steps make each row")
+      ->check(CLI::Range(2, 1000))
+      ->capture_default_str();
+  top_cmd->add_option("--interval-ms", top.interval_ms, "How often the table is drawn again")
+      ->check(CLI::Range(int64_t{100}, int64_t{3'600'000}))
+      ->capture_default_str();
+  top_cmd->add_flag("--once", top.once,
+                    "Print one table once every host has sent steps (or after --timeout-ms), "
+                    "then exit (1 if a host could not be reached)");
+  top_cmd->add_option("--timeout-ms", top.timeout_ms, "With --once: how long to wait for steps")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  top_cmd->add_option("--seconds", top.seconds, "Stop after this long (0: until Ctrl-C)")
+      ->check(CLI::NonNegativeNumber);
 
   // One example per subcommand: in the tool's help, and in each subcommand's.
   const std::vector<std::pair<CLI::App*, std::string>> examples = {
@@ -149,6 +185,7 @@ int main(int argc, char** argv) {
       {inspect_cmd, "clusterprof inspect logs/plugins/profile/2026_11_26_10_00_00"},
       {report_cmd, "clusterprof report logs/plugins/profile/2026_11_26_10_00_00 --html r.html"},
       {convert_cmd, "clusterprof convert host-0.xplane.pb -o host-0.trace.json.gz"},
+      {top_cmd, "clusterprof top --service-addr 10.0.0.7:8466,10.0.0.8:8466"},
   };
   std::string footer = "\nExamples:";
   for (const auto& [command, example] : examples) {
@@ -182,5 +219,6 @@ int main(int argc, char** argv) {
   if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
   if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
   if (*report_cmd) return clusterprof::cli::RunReport(report, std::cout, std::cerr);
+  if (*top_cmd) return clusterprof::cli::RunTop(top, std::cout, std::cerr);
   return clusterprof::cli::kExitUsage;
 }

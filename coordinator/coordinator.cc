@@ -425,6 +425,7 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
   result.stats_known = true;
   result.events = session.events();
   result.dropped_events = session.dropped_events();
+  result.lookback_ns = session.lookback_ns();
   result.bytes = 0;
   result.files.clear();
   for (const auto& file : session.files()) {

@@ -145,6 +145,8 @@ struct TargetResult {
   bool start_known = false;
   uint64_t events = 0;
   uint64_t dropped_events = 0;
+  // How far before the start the host's trace reaches (the flight recorder's lookback; 0: none).
+  int64_t lookback_ns = 0;
   uint64_t bytes = 0;
   bool stats_known = false;  // events/dropped/bytes came from the sidecar
   std::vector<std::string> files;

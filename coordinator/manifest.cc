@@ -67,6 +67,7 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
     if (target.stats_known) {
       json.Field("events", target.events);
       json.Field("dropped_events", target.dropped_events);
+      json.Field("lookback_ns", target.lookback_ns);
       json.Field("bytes", target.bytes);
     }
     json.Key("files");

@@ -22,6 +22,9 @@ inline constexpr char kOverrideHostnameKey[] = "override_hostname";
 inline constexpr char kStepPatternKey[] = "clusterprof_step_pattern";
 inline constexpr char kCollectivePatternKey[] = "clusterprof_collective_pattern";
 inline constexpr char kInputPatternKey[] = "clusterprof_input_pattern";
+// How far before the start instant the capture reaches back, in ms (int64_value): the sidecar's
+// flight recorder hands over the annotations it kept from then on (docs/triggers.md).
+inline constexpr char kLookbackMsKey[] = "clusterprof_lookback_ms";
 
 // Upstream's defaults (what a server uses for a request with version 0): version 1, host tracer
 // level 2, device 1, Python 0, HLO protos and dataset ops included.

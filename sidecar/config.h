@@ -28,6 +28,18 @@ struct SidecarConfig {
   int max_profile_calls = 64;
   // Events kept per capture when a request does not say.
   uint64_t max_events = 4'000'000;
+  // The flight recorder and live step telemetry (docs/triggers.md). Between captures the
+  // workloads' annotations up to recorder_level are recorded all the time: their steps are the
+  // live telemetry (/metrics, WatchSteps), and the last recorder_window_ms of them (at most
+  // recorder_max_bytes) are kept so a capture can reach back (lookback). Level 0: nothing is
+  // recorded between captures; window 0: steps only, no lookback.
+  int recorder_level = 2;
+  int64_t recorder_window_ms = 30'000;
+  uint64_t recorder_max_bytes = uint64_t{64} << 20;
+  // What the live telemetry takes for step markers and collectives (the digest's patterns):
+  // empty step pattern: events with a step_num stat; empty collective pattern: the default.
+  std::string step_pattern;
+  std::string collective_pattern;
   std::string log_format = "text";
   std::string log_level = "info";
   // When set, the bound ports are written here as `grpc=<port>` and `http=<port>` lines once the

@@ -1,5 +1,6 @@
 #include "sidecar/metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -10,6 +11,15 @@
 #include "prometheus/registry.h"
 
 namespace clusterprof::sidecar {
+
+void SidecarMetrics::StepFinished(int64_t step, int64_t start_ns, int64_t end_ns) {
+  step_duration_->Observe(static_cast<double>(end_ns - start_ns) / 1e9);
+  steps_->Increment();
+  if (static_cast<double>(step) >= last_step_->Value() || steps_->Value() <= 1) {
+    last_step_->Set(static_cast<double>(step));
+  }
+  last_step_end_->Set(std::max(last_step_end_->Value(), static_cast<double>(end_ns) / 1e9));
+}
 
 SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
   captures_ = &prometheus::BuildCounter()
@@ -56,6 +66,30 @@ SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Regist
                       .Register(*registry_)
                       .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 5e-5, 1e-4, 2e-4, 5e-4,
                                                                        1e-3, 5e-3, 1e-2, 0.1, 1});
+  step_duration_ =
+      &prometheus::BuildHistogram()
+           .Name("clusterprof_step_duration_seconds")
+           .Help(
+               "Duration of the workloads' steps (step markers, live: no capture "
+               "needed)")
+           .Register(*registry_)
+           .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                            0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  steps_ = &prometheus::BuildCounter()
+                .Name("clusterprof_steps_total")
+                .Help("Steps the workloads finished, as seen by the live step telemetry")
+                .Register(*registry_)
+                .Add({});
+  last_step_ = &prometheus::BuildGauge()
+                    .Name("clusterprof_last_step")
+                    .Help("Number of the last step a workload finished")
+                    .Register(*registry_)
+                    .Add({});
+  last_step_end_ = &prometheus::BuildGauge()
+                        .Name("clusterprof_last_step_end_timestamp_seconds")
+                        .Help("When the last step ended (wall clock, seconds since the epoch)")
+                        .Register(*registry_)
+                        .Add({});
   uploads_ = &prometheus::BuildCounter()
                   .Name("clusterprof_sidecar_uploads_total")
                   .Help(

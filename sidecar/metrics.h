@@ -34,6 +34,9 @@ class SidecarMetrics final : public SessionObserver {
   void CaptureFinished(std::string_view outcome, const TracerStats& stats, uint64_t bytes_written,
                        double start_error_seconds, double latency_seconds) override;
 
+  // A step the live telemetry saw finish (from the annotation tracer's drainer).
+  void StepFinished(int64_t step, int64_t start_ns, int64_t end_ns);
+
   // What the gs:// uploader did (GcsStorageOptions::observer); thread-safe.
   void UploadEvent(const storage::UploadEvent& event);
 
@@ -47,6 +50,10 @@ class SidecarMetrics final : public SessionObserver {
   prometheus::Counter* bytes_;
   prometheus::Histogram* latency_;
   prometheus::Histogram* start_error_;
+  prometheus::Histogram* step_duration_;
+  prometheus::Counter* steps_;
+  prometheus::Gauge* last_step_;
+  prometheus::Gauge* last_step_end_;
   prometheus::Family<prometheus::Counter>* uploads_;
   prometheus::Counter* uploaded_bytes_;
   prometheus::Counter* upload_retries_;

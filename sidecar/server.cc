@@ -82,6 +82,20 @@ absl::Status ValidateConfig(const SidecarConfig& config) {
   if (config.upload_wait_ms < 0) {
     return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
   }
+  if (config.recorder_level < 0 || config.recorder_level > 3) {
+    return absl::InvalidArgumentError(StrCat("--recorder-level ", config.recorder_level,
+                                             " is not a host level: give 0 (off) to 3"));
+  }
+  if (config.recorder_window_ms < 0 || config.recorder_window_ms > 3'600'000) {
+    return absl::InvalidArgumentError(StrCat("--recorder-window-ms ", config.recorder_window_ms,
+                                             " is out of range: give 0 (keep none) to 3600000"));
+  }
+  if (config.recorder_window_ms > 0 && config.recorder_max_bytes < (uint64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        StrCat("--recorder-max-bytes ", config.recorder_max_bytes,
+               " is below 1 MiB, too little to keep a window of annotations (or set "
+               "--recorder-window-ms 0)"));
+  }
   return absl::OkStatus();
 }
 
@@ -113,6 +127,7 @@ absl::StatusOr<RequestPolicy> MakeRequestPolicy(const SidecarConfig& config) {
 struct SidecarServer::Impl {
   Clock* clock = nullptr;
   std::unique_ptr<ShmTransport> shm;
+  std::unique_ptr<StepTelemetry> telemetry;
   std::unique_ptr<AnnotationTracer> annotations;
   std::unique_ptr<NvmlApi> nvml;               // null without libnvidia-ml
   std::unique_ptr<GpuTracer> gpu;              // null with --no-gpu
@@ -164,8 +179,25 @@ absl::Status SidecarServer::Impl::StartShmTracers(const SidecarConfig& config) {
     }
   }
   CLUSTERPROF_ASSIGN_OR_RETURN(shm, ShmTransport::Create(shm_options));
+  StepTelemetry::Options telemetry_options;
+  telemetry_options.step_pattern = config.step_pattern;
+  telemetry_options.collective_pattern = config.collective_pattern;
+  absl::StatusOr<std::unique_ptr<StepTelemetry>> made_telemetry =
+      StepTelemetry::Create(telemetry_options);
+  if (!made_telemetry.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat("--step-pattern or --collective-pattern: ", made_telemetry.status().message()));
+  }
+  telemetry = std::move(*made_telemetry);
+  telemetry->SetStepObserver([metrics = metrics.get()](const LiveStep& step) {
+    metrics->StepFinished(step.step, step.start_ns, step.end_ns);
+  });
   AnnotationTracer::Options annotation_options;
   annotation_options.default_max_events = config.max_events;
+  annotation_options.recorder_level = static_cast<uint32_t>(config.recorder_level);
+  annotation_options.recorder_window_ms = config.recorder_window_ms;
+  annotation_options.recorder_max_bytes = config.recorder_max_bytes;
+  annotation_options.telemetry = telemetry.get();
   CLUSTERPROF_ASSIGN_OR_RETURN(annotations,
                                AnnotationTracer::Create(shm.get(), annotation_options));
   tracers.push_back(annotations.get());
@@ -191,7 +223,6 @@ absl::Status SidecarServer::Impl::StartShmTracers(const SidecarConfig& config) {
 }
 
 void SidecarServer::Impl::StartStorage(const SidecarConfig& config, const RequestPolicy& policy) {
-  metrics = std::make_unique<SidecarMetrics>();
   spool_dir = config.spool_dir.empty() ? storage::DefaultSpoolDir(GetEnv, storage::kSidecarSpoolDir)
                                        : config.spool_dir;
   storage::StorageSetOptions storage_options;
@@ -248,8 +279,11 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   policy.tracers = all;
   profiler_service = std::make_unique<ProfilerServiceImpl>(
       *sessions, std::move(policy), *clock, metrics.get(), auth.get(), config.max_profile_calls);
-  sidecar_service =
-      std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock, auth.get());
+  LiveStepsSource live_steps;
+  live_steps.telemetry = telemetry.get();
+  live_steps.annotations = annotations.get();
+  sidecar_service = std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock,
+                                                         auth.get(), live_steps);
 
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos
@@ -306,6 +340,7 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   CLUSTERPROF_ASSIGN_OR_RETURN(RequestPolicy policy, MakeRequestPolicy(config));
   auto impl = std::make_unique<Impl>();
   impl->clock = &clock;
+  impl->metrics = std::make_unique<SidecarMetrics>();
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartShmTracers(config));
   impl->StartStorage(config, policy);
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartFrameworkTracer(config));

@@ -1,7 +1,9 @@
 #include "sidecar/services.h"
 
 #include <memory>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "common/base/grpc_status.h"
 #include "common/base/mutex.h"
 #include "common/base/strings.h"
@@ -248,6 +250,149 @@ grpc::ServerUnaryReactor* SidecarServiceImpl::GetSession(
   }
   *response = session->Snapshot();
   return FinishedReactor(context, grpc::Status::OK);
+}
+
+namespace {
+
+// One WatchSteps stream. A thread of its own waits for steps (or a second without any), writes
+// one message at a time, and finishes the call once the client is gone; the reactor deletes
+// itself when gRPC is done with it.
+class WatchStepsReactor final
+    : public grpc::ServerWriteReactor<clusterprof::v1alpha1::WatchStepsResponse> {
+ public:
+  WatchStepsReactor(const LiveStepsSource& source, std::string host_name, Clock& clock, int history,
+                    std::atomic<int>* streams)
+      : source_(source),
+        host_name_(std::move(host_name)),
+        clock_(clock),
+        history_(history),
+        streams_(streams) {
+    std::thread([this] { Run(); }).detach();
+  }
+
+  void OnWriteDone(bool ok) override {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) done_ = true;
+  }
+  void OnCancel() override {
+    MutexLock lock(&mu_);
+    done_ = true;
+  }
+  void OnDone() override {
+    streams_->fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
+
+ private:
+  static constexpr absl::Duration kHeartbeat = absl::Seconds(1);
+
+  void Run() {
+    int64_t last_sent = -1;
+    bool first = true;
+    uint64_t sequence = 0;
+    while (true) {
+      const StepTelemetry::Snapshot snapshot =
+          first ? source_.telemetry->Get(-1, static_cast<size_t>(history_))
+                : source_.telemetry->Get(last_sent);
+      sequence = snapshot.sequence;
+      Fill(snapshot);
+      if (!snapshot.steps.empty()) last_sent = snapshot.steps.back().step;
+      first = false;
+      {
+        MutexLock lock(&mu_);
+        if (done_) break;
+        writing_ = true;
+        StartWrite(&response_);
+        mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !writing_; });
+        if (done_) break;
+      }
+      // Steps, or a heartbeat a second after the last message.
+      const absl::Time deadline = absl::Now() + kHeartbeat;
+      while (absl::Now() < deadline) {
+        sequence = source_.telemetry->WaitForChange(sequence, absl::Milliseconds(200));
+        if (source_.telemetry->Get(last_sent, 1).steps.size() > 0) break;
+        MutexLock lock(&mu_);
+        if (done_) break;
+      }
+    }
+    // Nothing of `this` is touched after Finish: OnDone may delete it at once.
+    Finish(grpc::Status::OK);
+  }
+
+  void Fill(const StepTelemetry::Snapshot& snapshot) {
+    response_.Clear();
+    for (const LiveStep& step : snapshot.steps) {
+      clusterprof::v1alpha1::LiveStep* out = response_.add_steps();
+      out->set_step(step.step);
+      out->set_start_ns(step.start_ns);
+      out->set_end_ns(step.end_ns);
+      out->set_collective_entry_ns(step.collective_entry_ns);
+    }
+    response_.set_wall_time_ns(clock_.WallNs());
+    response_.set_host_name(host_name_);
+    response_.set_steps_total(snapshot.steps_total);
+    response_.set_last_step_end_ns(snapshot.last_step_end_ns);
+    response_.set_processes(snapshot.processes);
+    response_.set_processes_with_steps(snapshot.processes_with_steps);
+    response_.set_step_source(snapshot.step_source);
+    if (source_.annotations != nullptr) {
+      const AnnotationTracer::RecorderStatus recorder = source_.annotations->Recorder();
+      response_.set_recorder_level(recorder.on ? static_cast<int32_t>(recorder.level) : 0);
+      response_.set_recorder_window_ms(recorder.window_ms);
+      response_.set_recorder_covered_since_ns(recorder.covered_since_ns);
+      response_.set_recorder_bytes(recorder.bytes);
+    }
+  }
+
+  const LiveStepsSource source_;
+  const std::string host_name_;
+  Clock& clock_;
+  const int history_;
+  std::atomic<int>* const streams_;
+  clusterprof::v1alpha1::WatchStepsResponse response_;
+  Mutex mu_;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A WatchSteps call refused at once.
+class RefusedStream final
+    : public grpc::ServerWriteReactor<clusterprof::v1alpha1::WatchStepsResponse> {
+ public:
+  explicit RefusedStream(const grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<clusterprof::v1alpha1::WatchStepsResponse>* SidecarServiceImpl::WatchSteps(
+    grpc::CallbackServerContext* context, const clusterprof::v1alpha1::WatchStepsRequest* request) {
+  if (auth_ != nullptr) {
+    if (grpc::Status denied = auth_->Check(*context); !denied.ok()) {
+      spdlog::warn("call from {} refused: {}", context->peer(), denied.error_message());
+      return new RefusedStream(denied);
+    }
+  }
+  if (live_steps_.telemetry == nullptr) {
+    return new RefusedStream(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                          "this sidecar has no live step telemetry"));
+  }
+  if (request->history() < 0 || request->history() > 1024) {
+    return new RefusedStream(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     StrCat("history ", request->history(), " is out of range: give 0 to 1024")));
+  }
+  const int streams = streams_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (streams > live_steps_.max_streams) {
+    streams_.fetch_sub(1, std::memory_order_relaxed);
+    return new RefusedStream(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        StrCat("this sidecar already serves ", live_steps_.max_streams,
+               " WatchSteps streams; close one (clusterprof top, an operator) and retry")));
+  }
+  return new WatchStepsReactor(live_steps_, host_name_, clock_,
+                               request->history() == 0 ? 64 : request->history(), &streams_);
 }
 
 namespace {

@@ -13,6 +13,8 @@
 #include "sidecar/metrics.h"
 #include "sidecar/session.h"
 #include "sidecar/token_auth.h"
+#include "sidecar/tracers/annotation_tracer.h"
+#include "sidecar/tracers/step_telemetry.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::sidecar {
@@ -59,15 +61,25 @@ class ProfilerServiceImpl final : public tensorflow::ProfilerService::CallbackSe
   std::atomic<int> profile_calls_{0};
 };
 
+// What WatchSteps streams: the live steps and the flight recorder that feeds them.
+struct LiveStepsSource {
+  const StepTelemetry* telemetry = nullptr;
+  const AnnotationTracer* annotations = nullptr;
+  // Streams served at once; more are refused with RESOURCE_EXHAUSTED.
+  int max_streams = 16;
+};
+
 class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::CallbackService {
  public:
   SidecarServiceImpl(SessionManager& sessions, std::vector<const Tracer*> tracers,
-                     std::string host_name, Clock& clock, TokenAuth* auth = nullptr)
+                     std::string host_name, Clock& clock, TokenAuth* auth = nullptr,
+                     LiveStepsSource live_steps = {})
       : sessions_(sessions),
         tracers_(std::move(tracers)),
         host_name_(std::move(host_name)),
         clock_(clock),
-        auth_(auth) {}
+        auth_(auth),
+        live_steps_(live_steps) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const clusterprof::v1alpha1::GetInfoRequest* request,
@@ -75,6 +87,9 @@ class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::Callback
   grpc::ServerUnaryReactor* GetSession(
       grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
       clusterprof::v1alpha1::GetSessionResponse* response) override;
+  grpc::ServerWriteReactor<clusterprof::v1alpha1::WatchStepsResponse>* WatchSteps(
+      grpc::CallbackServerContext* context,
+      const clusterprof::v1alpha1::WatchStepsRequest* request) override;
 
  private:
   SessionManager& sessions_;
@@ -82,6 +97,8 @@ class SidecarServiceImpl final : public clusterprof::v1alpha1::Sidecar::Callback
   const std::string host_name_;
   Clock& clock_;
   TokenAuth* const auth_;
+  const LiveStepsSource live_steps_;
+  std::atomic<int> streams_{0};
 };
 
 // Every method that no service here serves (another service's, a misspelled one): the token is

@@ -97,6 +97,7 @@ void CaptureSession::Run() {
     MutexLock lock(&mu_);
     status_.set_events(stats.events);
     status_.set_dropped_events(stats.dropped_events);
+    status_.set_lookback_ns(stats.lookback_ns);
     status_.set_empty_trace(result.empty_trace);
     for (const std::string& warning : space.warnings()) status_.add_warnings(warning);
   }

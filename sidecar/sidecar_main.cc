@@ -62,6 +62,22 @@ int main(int argc, char** argv) {
   app.add_option("--max-events", flags.max_events,
                  "Events kept per capture when the request does not say")
       ->capture_default_str();
+  app.add_option("--recorder-level", flags.recorder_level,
+                 "Host level recorded between captures, for live steps and lookback (0: none)")
+      ->capture_default_str();
+  app.add_option("--recorder-window-ms", flags.recorder_window_ms,
+                 "How long the flight recorder keeps annotations for a capture's lookback (0: "
+                 "none kept)")
+      ->capture_default_str();
+  app.add_option("--recorder-max-bytes", flags.recorder_max_bytes,
+                 "Most memory the flight recorder's annotations take (64 bytes each)")
+      ->capture_default_str();
+  app.add_option("--step-pattern", flags.step_pattern,
+                 "Live steps: step markers are events named like this (default: events with a "
+                 "step_num stat)");
+  app.add_option("--collective-pattern", flags.collective_pattern,
+                 "Live steps: collectives are events named like this (default: NCCL, XLA and "
+                 "common all-reduce names)");
   app.add_option("--log-format", flags.log_format, "text or json")->capture_default_str();
   app.add_option("--log-level", flags.log_level, "trace, debug, info, warn or error")
       ->capture_default_str();
@@ -125,6 +141,11 @@ int main(int argc, char** argv) {
   if (given("--max-duration-ms")) config.max_duration_ms = flags.max_duration_ms;
   if (given("--max-profile-calls")) config.max_profile_calls = flags.max_profile_calls;
   if (given("--max-events")) config.max_events = flags.max_events;
+  if (given("--recorder-level")) config.recorder_level = flags.recorder_level;
+  if (given("--recorder-window-ms")) config.recorder_window_ms = flags.recorder_window_ms;
+  if (given("--recorder-max-bytes")) config.recorder_max_bytes = flags.recorder_max_bytes;
+  if (given("--step-pattern")) config.step_pattern = flags.step_pattern;
+  if (given("--collective-pattern")) config.collective_pattern = flags.collective_pattern;
   if (given("--log-format")) config.log_format = flags.log_format;
   if (given("--log-level")) config.log_level = flags.log_level;
   if (given("--port-file")) config.port_file = flags.port_file;

@@ -11,12 +11,16 @@
 #include <unordered_map>
 
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
 #include "common/base/check.h"
+#include "common/base/clock.h"
 #include "common/base/saturating.h"
 #include "common/base/strings.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/traceme.h"
+#include "fmt/format.h"
+#include "proto/profile_options.h"
 #include "spdlog/spdlog.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -33,6 +37,20 @@ using xspace::XPlaneBuilder;
 // Rings are looked for again every this many drains even when the directory's mtime says
 // nothing changed (file systems with coarse timestamps).
 constexpr int kRefreshEveryDrains = 20;
+
+// With the recorder on, rings of processes that have ended are looked for this often.
+constexpr int64_t kCloseEveryNs = 1'000'000'000;
+
+// "4.2 s", "250 ms".
+std::string FormatSeconds(int64_t ns) {
+  if (ns < 1'000'000'000) return StrCat(ns / kNanosPerMilli, " ms");
+  return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9);
+}
+
+void AppendLine(std::string* text, std::string_view line) {
+  if (!text->empty()) text->push_back('\n');
+  text->append(line);
+}
 
 // Async lanes get line ids far above any thread id.
 constexpr int64_t kAsyncLineIdBase = int64_t{1} << 40;
@@ -114,13 +132,28 @@ class RingConverter {
 absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(ShmTransport* shm,
                                                                            Options options) {
   CLUSTERPROF_CHECK(shm != nullptr) << "the annotation tracer needs the shared-memory transport";
+  if (options.recorder_window_ms < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("the recorder window must be 0 (off) or more ms, not ", options.recorder_window_ms));
+  }
+  if (options.recorder_level > 3) {
+    return absl::InvalidArgumentError(
+        StrCat("the recorder level must be 0 (off) to 3, not ", options.recorder_level));
+  }
+  if (options.recorder_drain_interval_ms <= 0) options.recorder_drain_interval_ms = 50;
   return std::unique_ptr<AnnotationTracer>(new AnnotationTracer(shm, std::move(options)));
 }
 
 AnnotationTracer::AnnotationTracer(ShmTransport* shm, Options options)
     : options_(std::move(options)), shm_(shm), rings_(*shm, shm::kRingPrefix, "ring") {
-  // One drainer for the tracer's life, idle between captures: Start only flips a flag, so the
-  // instants after a synchronized start cost little CPU (many sidecars may share a machine).
+  {
+    MutexLock lock(&mu_);
+    recorder_since_ns_ = NowNs();
+  }
+  ArmIdleLevel();
+  // One drainer for the tracer's life. Without the recorder it idles between captures: Start
+  // only flips a flag, so the instants after a synchronized start cost little CPU (many sidecars
+  // may share a machine). With it, it drains every recorder_drain_interval_ms.
   drainer_ = std::thread([this] { DrainLoop(); });
 }
 
@@ -134,18 +167,101 @@ AnnotationTracer::~AnnotationTracer() {
   drainer_.join();
 }
 
+int64_t AnnotationTracer::NowNs() const {
+  if (options_.now_ns) return options_.now_ns();
+  return absl::ToUnixNanos(absl::Now());
+}
+
+void AnnotationTracer::ArmIdleLevel() {
+  if (recorder_on()) {
+    shm_->control().ArmHost(options_.recorder_level, NowNs(), INT64_MAX);
+  } else {
+    shm_->control().DisarmHost();
+  }
+}
+
+std::vector<std::string_view> AnnotationTracer::OwnedKeys() const {
+  return {proto::kLookbackMsKey};
+}
+
+absl::Status AnnotationTracer::Validate(const tensorflow::ProfileOptions& options) const {
+  auto it = options.advanced_configuration().find(proto::kLookbackMsKey);
+  if (it == options.advanced_configuration().end()) return absl::OkStatus();
+  const int64_t lookback_ms = it->second.int64_value();
+  if (it->second.value_case() != tensorflow::ProfileOptions::AdvancedConfigValue::kInt64Value ||
+      lookback_ms < 0) {
+    return absl::InvalidArgumentError(StrCat("advanced_configuration[\"", proto::kLookbackMsKey,
+                                             "\"] must be an int64_value of 0 or more ms"));
+  }
+  if (lookback_ms == 0) return absl::OkStatus();
+  if (!recorder_on() || options_.recorder_window_ms == 0) {
+    return absl::InvalidArgumentError(
+        StrCat("advanced_configuration[\"", proto::kLookbackMsKey, "\"] is ", lookback_ms,
+               " ms but this sidecar's flight recorder is off (",
+               !recorder_on() ? "--recorder-level 0" : "--recorder-window-ms 0",
+               "), so it keeps nothing from before a capture: drop the lookback or turn the "
+               "recorder on (docs/triggers.md)"));
+  }
+  if (lookback_ms > options_.recorder_window_ms) {
+    return absl::InvalidArgumentError(
+        StrCat("advanced_configuration[\"", proto::kLookbackMsKey, "\"] is ", lookback_ms,
+               " ms, longer than this sidecar's flight recorder keeps (--recorder-window-ms ",
+               options_.recorder_window_ms, "): ask for at most ", options_.recorder_window_ms,
+               " ms or raise the window (docs/triggers.md)"));
+  }
+  return absl::OkStatus();
+}
+
 TracerStatus AnnotationTracer::Status() const {
   absl::StatusOr<std::vector<std::string>> files = shm_->ListRings(shm::kRingPrefix);
   if (!files.ok()) return {false, std::string(files.status().message())};
-  return {true, StrCat(files->size(), " instrumented process(es) in ", shm_->dir())};
+  std::string recorder = "flight recorder off";
+  if (recorder_on()) {
+    const RecorderStatus status = Recorder();
+    recorder = StrCat("flight recorder at level ", status.level, ", ",
+                      status.window_ms > 0
+                          ? StrCat(status.window_ms, " ms window, ", status.records, " events kept")
+                          : "no window");
+  }
+  return {true,
+          StrCat(files->size(), " instrumented process(es) in ", shm_->dir(), "; ", recorder)};
+}
+
+AnnotationTracer::RecorderStatus AnnotationTracer::Recorder() const {
+  RecorderStatus status;
+  status.on = recorder_on();
+  status.level = options_.recorder_level;
+  status.window_ms = recorder_on() ? options_.recorder_window_ms : 0;
+  MutexLock lock(&mu_);
+  status.records = kept_records_;
+  status.bytes = kept_records_ * sizeof(shm::Record);
+  if (status.on && status.window_ms > 0) {
+    status.covered_since_ns =
+        std::max(recorder_since_ns_, NowNs() - status.window_ms * kNanosPerMilli);
+  }
+  return status;
 }
 
 void AnnotationTracer::PrepareLocked(const CaptureWindow& window, const CaptureConfig& config) {
-  rings_.Release();
+  // Without the recorder nothing is kept between captures: the rings are opened afresh.
+  if (!recorder_on()) rings_.Release();
+  for (auto& [path, ring] : rings_) {
+    for (ThreadEvents& thread : ring.threads) thread.records = BlockBuffer<shm::Record>();
+    ring.dropped = 0;
+  }
   window_ = window;
   stop_ns_ = window.planned_stop_ns;
   max_events_ = config.max_events > 0 ? config.max_events : options_.default_max_events;
   host_level_ = config.options.host_tracer_level();
+  lookback_asked_ns_ = 0;
+  if (auto it = config.options.advanced_configuration().find(proto::kLookbackMsKey);
+      it != config.options.advanced_configuration().end() && it->second.int64_value() > 0) {
+    lookback_asked_ns_ = it->second.int64_value() * kNanosPerMilli;
+  }
+  lookback_ns_ = 0;
+  lookback_pending_ = false;
+  lookback_warning_.clear();
+  lookback_dropped_ = 0;
   kept_ = 0;
   capped_ = 0;
   open_errors_.clear();
@@ -166,12 +282,18 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window, const CaptureC
     MutexLock lock(&mu_);
     CLUSTERPROF_CHECK(!draining_) << "annotation tracer started twice";
     if (!prepared_) PrepareLocked(window, config);
-    host_level = host_level_;
+    host_level = std::max(host_level_, options_.recorder_level);
     prepared_ = false;
     window_ = window;
     stop_ns_ = window.planned_stop_ns;
-    // What the rings hold from before the start is not part of this capture.
-    for (auto& [path, ring] : rings_) ring.reader->Skip();
+    if (recorder_on()) {
+      // The drainer's first drain of the capture takes the lookback from the recorder, off the
+      // start instant's path.
+      lookback_pending_ = true;
+    } else {
+      // What the rings hold from before the start is not part of this capture.
+      for (auto& [path, ring] : rings_) ring.reader->Skip();
+    }
     draining_ = true;  // the drainer wakes when the lock is released
   }
   shm_->control().ArmHost(host_level, window.start_ns, window.planned_stop_ns);
@@ -179,81 +301,212 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window, const CaptureC
 }
 
 absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
-  shm_->control().DisarmHost();
+  ArmIdleLevel();
   MutexLock lock(&mu_);
-  draining_ = false;
-  stop_ns_ = stop_ns;
   // A thread that checked the level just before the disarm may still be writing its record;
   // what it writes ends after stop_ns and is filtered out at collection.
   rings_.Refresh(&open_errors_, "");
   DrainLocked();
+  draining_ = false;
+  stop_ns_ = stop_ns;
   return absl::OkStatus();
 }
 
 void AnnotationTracer::DrainLoop() {
   MutexLock lock(&mu_);
+  int drains = 0;
+  timespec dir_mtime{};
+  int64_t last_close_ns = 0;
   while (true) {
-    mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return draining_ || shutting_down_; });
+    if (!recorder_on()) {
+      mu_.Await([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return draining_ || shutting_down_; });
+    }
     if (shutting_down_) return;
-    // The first drain waits one interval: at the start instant the CPU belongs to the sessions
-    // (of every sidecar on the machine) taking their start times.
-    mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
-                         std::chrono::milliseconds(options_.drain_interval_ms));
-    int drains = 0;
-    timespec dir_mtime{};
-    while (draining_) {
-      // A process that starts annotating mid-capture creates its ring then: look for new rings
-      // whenever the directory changed (a stat per drain), and in any case now and then.
-      const bool changed = shm_->DirectoryChanged(&dir_mtime);
-      if (changed || ++drains % kRefreshEveryDrains == 0) rings_.Refresh(&open_errors_, "");
-      DrainLocked();
-      mu_.AwaitWithTimeout([this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !draining_; },
-                           std::chrono::milliseconds(options_.drain_interval_ms));
+    // The first drain of a capture waits one interval: at the start instant the CPU belongs to
+    // the sessions (of every sidecar on the machine) taking their start times. A capture that
+    // starts or ends wakes the wait, which then starts over at the other interval.
+    const bool capturing = draining_;
+    const int64_t interval_ms =
+        capturing ? options_.drain_interval_ms : options_.recorder_drain_interval_ms;
+    if (mu_.AwaitWithTimeout(
+            [this, capturing]()
+                ABSL_NO_THREAD_SAFETY_ANALYSIS { return shutting_down_ || draining_ != capturing; },
+            std::chrono::milliseconds(interval_ms))) {
+      continue;
+    }
+    // A process that starts annotating creates its ring then: look for new rings whenever the
+    // directory changed (a stat per drain), and in any case now and then.
+    const bool changed = shm_->DirectoryChanged(&dir_mtime);
+    if (changed || ++drains % kRefreshEveryDrains == 0) rings_.Refresh(&open_errors_, "");
+    DrainLocked();
+    if (!draining_) {
+      const int64_t now = NowNs();
+      if (now - last_close_ns >= kCloseEveryNs) {
+        last_close_ns = now;
+        CloseEndedRingsLocked();
+      }
     }
   }
 }
 
 uint64_t AnnotationTracer::DrainOnce() {
   MutexLock lock(&mu_);
+  rings_.Refresh(&open_errors_, "");
   return DrainLocked();
 }
 
 uint64_t AnnotationTracer::DrainLocked() {
+  if (draining_ && lookback_pending_) TakeLookbackLocked();
+  const bool keep = recorder_on() && options_.recorder_window_ms > 0;
+  const int64_t now = NowNs();
   uint64_t total = 0;
+  int with_steps = 0;
   for (auto& [path, ring] : rings_) {
     Ring* r = &ring;
     const shm::DrainStats drained = r->reader->DrainSpans(
-        [this, r](const shm::ThreadInfo& thread, std::span<const shm::Record> records)
+        [this, r, keep](const shm::ThreadInfo& thread, std::span<const shm::Record> records)
             ABSL_NO_THREAD_SAFETY_ANALYSIS {
-              const uint64_t room = max_events_ - std::min(kept_, max_events_);
-              if (records.size() > room) {
-                capped_ += records.size() - room;
-                records = records.first(room);
-              }
-              if (records.empty()) return;
               if (thread.index >= r->threads.size()) r->threads.resize(thread.index + 1);
               ThreadEvents& events = r->threads[thread.index];
               if (events.tid != thread.tid || events.name != thread.name) {
                 events.tid = thread.tid;
                 events.name.assign(thread.name);
               }
+              if (options_.telemetry != nullptr) {
+                options_.telemetry->Observe(r->names, *r->reader, records);
+              }
+              if (keep) {
+                events.kept.Append(records);
+                kept_records_ += records.size();
+              }
+              if (!draining_) return;
+              const uint64_t room = max_events_ - std::min(kept_, max_events_);
+              if (records.size() > room) {
+                capped_ += records.size() - room;
+                records = records.first(room);
+              }
+              if (records.empty()) return;
               events.records.Append(records);
               kept_ += records.size();
             });
-    r->dropped += drained.dropped;
+    if (draining_) {
+      r->dropped += drained.dropped;
+    } else if (drained.dropped > 0 && keep) {
+      recorder_drops_.emplace_back(now, drained.dropped);
+    }
     total += drained.records;
+    if (r->names.saw_step) ++with_steps;
   }
+  if (options_.telemetry != nullptr) {
+    options_.telemetry->EndDrain(static_cast<int>(rings_.size()), with_steps);
+  }
+  if (keep) TrimRecorderLocked(now);
   return total;
+}
+
+void AnnotationTracer::TakeLookbackLocked() {
+  lookback_pending_ = false;
+  if (lookback_asked_ns_ <= 0) return;
+  const int64_t start_ns = window_.start_ns;
+  const int64_t cutoff = SaturatingSub(start_ns, lookback_asked_ns_);
+  const int64_t reached_from = std::max(cutoff, recorder_since_ns_);
+  lookback_ns_ = std::max<int64_t>(0, SaturatingSub(start_ns, reached_from));
+  std::vector<shm::Record> batch;
+  for (auto& [path, ring] : rings_) {
+    for (ThreadEvents& thread : ring.threads) {
+      batch.clear();
+      thread.kept.ForEachEndingSince(cutoff,
+                                     [&](const shm::Record& record) { batch.push_back(record); });
+      const uint64_t room = max_events_ - std::min(kept_, max_events_);
+      std::span<const shm::Record> records(batch);
+      if (records.size() > room) {
+        capped_ += records.size() - room;
+        records = records.first(room);
+      }
+      thread.records.Append(records);
+      kept_ += records.size();
+    }
+  }
+  uint64_t dropped = 0;
+  for (const auto& [when, count] : recorder_drops_) {
+    if (when >= cutoff) dropped += count;
+  }
+  if (dropped > 0) {
+    lookback_dropped_ = dropped;
+    lookback_warning_ = StrCat("annotations: ", dropped,
+                               " events of the lookback were dropped because a ring was full "
+                               "between drains (a thread writing faster than the recorder "
+                               "drains: raise CLUSTERPROF_RING_EVENTS in the workload)");
+  }
+  if (lookback_ns_ < lookback_asked_ns_) {
+    const std::string why =
+        recorder_trimmed_for_memory_
+            ? StrCat("the recorder's memory bound (", options_.recorder_max_bytes >> 20,
+                     " MiB, --recorder-max-bytes) let older annotations go")
+            : "the recorder holds annotations only since the sidecar started";
+    AppendLine(
+        &lookback_warning_,
+        StrCat("annotations: the trace reaches back ", FormatSeconds(lookback_ns_),
+               " before the start, not the ", FormatSeconds(lookback_asked_ns_), " asked: ", why));
+  }
+}
+
+void AnnotationTracer::TrimRecorderLocked(int64_t now_ns) {
+  const int64_t cutoff = SaturatingSub(now_ns, options_.recorder_window_ms * kNanosPerMilli);
+  for (auto& [path, ring] : rings_) {
+    for (ThreadEvents& thread : ring.threads) {
+      while (thread.kept.OldestBlockEnd() < cutoff) kept_records_ -= thread.kept.DropOldestBlock();
+    }
+  }
+  const uint64_t max_records = std::max<uint64_t>(options_.recorder_max_bytes / sizeof(shm::Record),
+                                                  RecordWindow::kBlockRecords);
+  while (kept_records_ > max_records) {
+    RecordWindow* oldest = nullptr;
+    for (auto& [path, ring] : rings_) {
+      for (ThreadEvents& thread : ring.threads) {
+        if (!thread.kept.empty() &&
+            (oldest == nullptr || thread.kept.OldestBlockEnd() < oldest->OldestBlockEnd())) {
+          oldest = &thread.kept;
+        }
+      }
+    }
+    if (oldest == nullptr) break;
+    recorder_since_ns_ = std::max(recorder_since_ns_, oldest->OldestBlockEnd());
+    recorder_trimmed_for_memory_ = true;
+    kept_records_ -= oldest->DropOldestBlock();
+  }
+  while (!recorder_drops_.empty() && recorder_drops_.front().first < cutoff) {
+    recorder_drops_.pop_front();
+  }
+}
+
+void AnnotationTracer::CloseEndedRingsLocked() {
+  if (draining_) return;
+  rings_.CloseIf([this](Ring& ring) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    if (!ring.writer_gone) {
+      // Marked now and closed at a later call, so that a drain runs after the writer is known
+      // to be gone (it may have written its last records just before it ended).
+      ring.writer_gone = !shm_->WriterAlive(ring.reader->path(), ring.reader->pid(),
+                                            ring.reader->process_start_ticks());
+      return false;
+    }
+    for (const ThreadEvents& thread : ring.threads) {
+      if (!thread.kept.empty()) return false;
+    }
+    return true;
+  });
 }
 
 absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
   MutexLock lock(&mu_);
-  const int64_t start_ns = window_.start_ns;
+  if (lookback_pending_) TakeLookbackLocked();  // a capture stopped before its first drain
+  // The window reaches back as far as the recorder did.
+  const int64_t start_ns = SaturatingSub(window_.start_ns, lookback_ns_);
   const int64_t stop_ns = stop_ns_;
   XPlaneBuilder plane(xspace::FindOrAddMutablePlaneWithName(space, xspace::kHostThreadsPlaneName));
   std::set<int64_t> used_line_ids;
   uint64_t events = 0;
-  uint64_t dropped = capped_;
+  uint64_t dropped = capped_ + lookback_dropped_;
   int64_t next_async_line = kAsyncLineIdBase;
 
   for (auto& [path, ring] : rings_) {
@@ -399,8 +652,22 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
                                " were dropped (raise max_events)"));
   }
   stats->events += events;
+  if (!lookback_warning_.empty()) {
+    for (std::string_view line : SplitSkipEmpty(lookback_warning_, '\n')) {
+      space->add_warnings(std::string(line));
+    }
+  }
   stats->dropped_events += dropped;
-  rings_.Release();
+  stats->lookback_ns = std::max(stats->lookback_ns, lookback_ns_);
+  for (auto& [path, ring] : rings_) {
+    for (ThreadEvents& thread : ring.threads) thread.records = BlockBuffer<shm::Record>();
+    ring.dropped = 0;
+  }
+  if (recorder_on()) {
+    CloseEndedRingsLocked();
+  } else {
+    rings_.Release();
+  }
   return absl::OkStatus();
 }
 

@@ -98,6 +98,21 @@ class RingSet {
     Refresh(errors, error_prefix, [](Entry&) {});
   }
 
+  // Closes the rings for which `close(entry)` is true, deleting the files of processes that are
+  // gone (their records drained).
+  template <typename Pred>
+  void CloseIf(Pred close) {
+    for (auto it = entries_.begin(); it != entries_.end();) {
+      if (!close(it->second)) {
+        ++it;
+        continue;
+      }
+      shm_.RemoveIfExited(it->first, it->second.reader->pid(),
+                          it->second.reader->process_start_ticks(), what_);
+      it = entries_.erase(it);
+    }
+  }
+
   // Closes every ring, deleting the files of processes that are gone (their records drained).
   void Release() {
     for (auto& [path, entry] : entries_) {

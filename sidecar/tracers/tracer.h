@@ -45,6 +45,9 @@ struct TracerStats {
   uint64_t events = 0;
   // Events lost anywhere between the workload and the XSpace (full rings, caps).
   uint64_t dropped_events = 0;
+  // How far before the start instant the trace reaches (the flight recorder's lookback); 0 when
+  // none was asked or none was kept.
+  int64_t lookback_ns = 0;
 };
 
 // Readiness as GetInfo reports it.

@@ -43,15 +43,19 @@ constexpr char kCli[] = CLUSTERPROF_CLI_PATH;
 // One sidecar (and optionally its workload), standing in for a host.
 class Host {
  public:
-  Host(const TempDir& root, int index, const std::string& logs) : index_(index) {
+  // `flags`: more sidecar flags.
+  Host(const TempDir& root, int index, const std::string& logs,
+       const std::vector<std::string>& flags = {})
+      : index_(index) {
     shm_dir_ = root.Join(StrCat("shm", index));
     const std::string port_file = root.Join(StrCat("ports", index));
     log_ = root.Join(StrCat("sidecar", index, ".log"));
-    sidecar_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kSidecar, "--port", "0", "--http-port", "-1", "--shm-dir",
-                                 shm_dir_, "--port-file", port_file, "--allowed-logdir", logs,
-                                 "--host-name", name(), "--log-level", "debug"},
-        std::map<std::string, std::string>{}, log_);
+    std::vector<std::string> argv = {kSidecar,  "--port",           "0",      "--http-port",
+                                     "-1",      "--shm-dir",        shm_dir_, "--port-file",
+                                     port_file, "--allowed-logdir", logs,     "--host-name",
+                                     name(),    "--log-level",      "debug"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    sidecar_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{}, log_);
     port_ = testing::ReadGrpcPort(port_file);
     EXPECT_NE(port_, 0) << "sidecar " << index << " did not start";
     channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
@@ -344,8 +348,11 @@ TEST_F(SidecarIntegrationTest, AResumedRunReadsBackJoinsAndCapturesWithoutRepeat
 }
 
 TEST_F(SidecarIntegrationTest, ACrashingWorkloadKeepsItsEventsUpToTheCrash) {
+  // Without the flight recorder the workload records only while the capture runs, so it crashes
+  // in the capture.
   std::vector<std::unique_ptr<Host>> hosts;
-  hosts.push_back(std::make_unique<Host>(root_, 0, logs_));
+  hosts.push_back(
+      std::make_unique<Host>(root_, 0, logs_, std::vector<std::string>{"--recorder-level", "0"}));
   hosts[0]->StartWorkload({"--threads", "1", "--crash-after", "40"});
   coordinator::CaptureOptions options = Options(hosts);
   options.duration_ms = 1500;
@@ -367,6 +374,35 @@ TEST_F(SidecarIntegrationTest, ACrashingWorkloadKeepsItsEventsUpToTheCrash) {
   EXPECT_EQ(steps, 20);
   EXPECT_THAT(ListFilesRecursively(hosts[0]->shm_dir()), ::testing::ElementsAre("control"))
       << "the dead process's ring was removed after its last drain";
+}
+
+TEST_F(SidecarIntegrationTest, TheLookbackHoldsTheLastStepsOfAWorkloadThatCrashedBeforeTheCapture) {
+  // With the flight recorder (the default) the workload records from its start and crashes
+  // before anyone asks for a capture; a capture with a lookback still has its last steps.
+  std::vector<std::unique_ptr<Host>> hosts;
+  hosts.push_back(std::make_unique<Host>(root_, 0, logs_));
+  hosts[0]->StartWorkload({"--threads", "1", "--crash-after", "40"});
+  auto exit = hosts[0]->workload().Wait(std::chrono::seconds(20));
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_TRUE(WIFSIGNALED(*exit) && WTERMSIG(*exit) == SIGKILL) << "the workload crashed";
+  coordinator::CaptureOptions options = Options(hosts);
+  options.duration_ms = 300;
+  (*options.profile.mutable_advanced_configuration())["clusterprof_lookback_ms"].set_int64_value(
+      20'000);
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_GT(result->targets[0].lookback_ns, 0);
+  auto loaded = xspace::ReadXSpaceFile(result->targets[0].files[0]);
+  ASSERT_TRUE(loaded.ok());
+  int steps = 0;
+  const auto* plane = xspace::FindPlaneWithName((*loaded)->space(), xspace::kHostThreadsPlaneName);
+  ASSERT_NE(plane, nullptr);
+  for (const auto& line : plane->lines()) {
+    for (const auto& event : line.events()) {
+      steps += plane->event_metadata().at(event.metadata_id()).name() == "step";
+    }
+  }
+  EXPECT_EQ(steps, 20) << "every step up to the crash, from before the capture";
 }
 
 TEST_F(SidecarIntegrationTest, AStartInThePastStartsAtOnce) {

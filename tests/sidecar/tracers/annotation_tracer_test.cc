@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <bit>
 #include <map>
 #include <thread>
@@ -101,15 +103,21 @@ const XLine* LineNamed(const XPlane& plane, std::string_view name) {
 
 class AnnotationTracerTest : public ::testing::Test {
  protected:
+  // Without the flight recorder: the capture path alone (RecorderTest below has it on).
   std::unique_ptr<AnnotationTracer> NewTracer(std::string proc_root = "/proc",
                                               uint64_t max_events = 1000,
                                               int64_t drain_interval_ms = 1) {
-    auto shm = ShmTransport::Create({.dir = dir_.path(), .proc_root = std::move(proc_root)});
-    EXPECT_TRUE(shm.ok()) << shm.status();
-    transports_.push_back(std::move(*shm));
     AnnotationTracer::Options options;
     options.default_max_events = max_events;
     options.drain_interval_ms = drain_interval_ms;
+    options.recorder_level = 0;
+    return NewTracerWith(options, std::move(proc_root));
+  }
+  std::unique_ptr<AnnotationTracer> NewTracerWith(const AnnotationTracer::Options& options,
+                                                  std::string proc_root = "/proc") {
+    auto shm = ShmTransport::Create({.dir = dir_.path(), .proc_root = std::move(proc_root)});
+    EXPECT_TRUE(shm.ok()) << shm.status();
+    transports_.push_back(std::move(*shm));
     auto tracer = AnnotationTracer::Create(transports_.back().get(), options);
     EXPECT_TRUE(tracer.ok()) << tracer.status();
     return std::move(*tracer);
@@ -396,6 +404,204 @@ TEST_F(AnnotationTracerTest, ProcessesThatStartDuringTheCaptureAreFound) {
   TracerStats stats;
   ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
   EXPECT_EQ(stats.events, 1u);
+}
+
+// The flight recorder: the tracer drains between captures, keeps a window of annotations for a
+// capture's lookback, and feeds the live step telemetry. Time is a fake wall clock.
+class RecorderTest : public AnnotationTracerTest {
+ protected:
+  AnnotationTracer::Options RecorderOptions() {
+    AnnotationTracer::Options options;
+    options.recorder_level = 2;
+    options.recorder_window_ms = 10'000;
+    options.recorder_drain_interval_ms = 3'600'000;  // the test drains (DrainOnce)
+    options.drain_interval_ms = 3'600'000;
+    options.now_ns = [this] { return now_.load(); };
+    return options;
+  }
+  CaptureConfig LookbackConfig(int64_t lookback_ms) {
+    CaptureConfig config = Config();
+    (*config.options.mutable_advanced_configuration())["clusterprof_lookback_ms"].set_int64_value(
+        lookback_ms);
+    return config;
+  }
+  XSpace CaptureWith(AnnotationTracer& tracer, const CaptureConfig& config,
+                     const std::function<void()>& during, TracerStats* stats) {
+    EXPECT_TRUE(tracer.Prepare(Window(), config).ok());
+    EXPECT_TRUE(tracer.Start(Window(), config).ok());
+    during();
+    EXPECT_TRUE(tracer.Stop(kStop).ok());
+    XSpace space;
+    EXPECT_TRUE(tracer.CollectInto(&space, stats).ok());
+    return space;
+  }
+  static std::vector<std::string> Names(const XSpace& space) {
+    std::vector<std::string> names;
+    for (const XPlane& plane : space.planes()) {
+      for (const XLine& line : plane.lines()) {
+        for (const XEvent& event : line.events()) names.push_back(EventName(plane, event));
+      }
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+
+  std::atomic<int64_t> now_{kStart - 20'000'000'000};
+};
+
+TEST_F(RecorderTest, ArmsTheRecorderLevelBetweenCapturesAndTheCapturesLevelDuringThem) {
+  auto tracer = NewTracerWith(RecorderOptions());
+  shm::ControlReader reader;
+  ASSERT_TRUE(reader.TryAttach(dir_.path()));
+  EXPECT_EQ(reader.page().host_level.load(), 2u) << "armed from the start, no capture needed";
+  CaptureConfig verbose = Config();
+  verbose.options.set_host_tracer_level(3);
+  ASSERT_TRUE(tracer->Start(Window(), verbose).ok());
+  EXPECT_EQ(reader.page().host_level.load(), 3u);
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  EXPECT_EQ(reader.page().host_level.load(), 2u) << "back to the recorder's level";
+  tracer.reset();
+  EXPECT_EQ(reader.page().host_level.load(), 0u) << "and off when the sidecar goes";
+}
+
+TEST_F(RecorderTest, ALookbackHoldsTheEventsBeforeTheStartAndNothingOlder) {
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  // Written and drained before the capture, as the recorder does between captures.
+  thread->Append(process.Complete("too_old", kStart - 5'000'000'000, kStart - 4'000'000'000));
+  thread->Append(process.Complete("before", kStart - 2'000'000'000, kStart - 1'000'000'000));
+  now_ = kStart - 900'000'000;
+  tracer->DrainOnce();
+  // Written before the start but drained only once the capture runs.
+  thread->Append(process.Complete("just_before", kStart - 500'000'000, kStart - 100'000'000));
+  now_ = kStart;
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, LookbackConfig(3'000),
+      [&] { thread->Append(process.Complete("during", kStart + 10, kStart + 20)); }, &stats);
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("before", "during", "just_before"));
+  EXPECT_EQ(stats.lookback_ns, 3'000'000'000);
+  EXPECT_EQ(stats.events, 3u);
+  for (const std::string& warning : space.warnings()) ADD_FAILURE() << warning;
+
+  // The next capture without a lookback starts at its start instant.
+  TracerStats second;
+  XSpace next = CaptureWith(
+      *tracer, Config(),
+      [&] { thread->Append(process.Complete("again", kStart + 30, kStart + 40)); }, &second);
+  EXPECT_THAT(Names(next), ::testing::ElementsAre("again"));
+  EXPECT_EQ(second.lookback_ns, 0);
+}
+
+TEST_F(RecorderTest, ALookbackReachesOnlyAsFarAsTheRecorderRanAndSaysSo) {
+  now_ = kStart - 1'000'000'000;  // the sidecar started one second before the capture
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  process.Thread(7)->Append(process.Complete("early", kStart - 800'000'000, kStart - 700'000'000));
+  now_ = kStart;
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, LookbackConfig(5'000), [] {}, &stats);
+  EXPECT_EQ(stats.lookback_ns, 1'000'000'000);
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("early"));
+  ASSERT_EQ(space.warnings_size(), 1);
+  EXPECT_THAT(space.warnings(0), AllOf(HasSubstr("reaches back 1.0 s"), HasSubstr("5.0 s asked"),
+                                       HasSubstr("since the sidecar started")));
+}
+
+TEST_F(RecorderTest, TheWindowAndTheMemoryBoundLetTheOldestGo) {
+  AnnotationTracer::Options options = RecorderOptions();
+  options.recorder_max_bytes = 2 * RecordWindow::kBlockRecords * sizeof(shm::Record);
+  auto tracer = NewTracerWith(options);
+  FakeProcess process(dir_.path(), /*slots=*/4096);
+  shm::ThreadRing* thread = process.Thread(7);
+  // 1000 records, one a millisecond, ending at kStart - 1 s.
+  for (int i = 0; i < 1000; ++i) {
+    const int64_t end = kStart - 2'000'000'000 + int64_t{i} * 1'000'000;
+    thread->Append(process.Complete("e", end - 10, end));
+  }
+  now_ = kStart;
+  tracer->DrainOnce();
+  AnnotationTracer::RecorderStatus status = tracer->Recorder();
+  EXPECT_LE(status.records, 2 * RecordWindow::kBlockRecords) << "the memory bound";
+  EXPECT_GT(status.records, 0u);
+  EXPECT_GT(status.covered_since_ns, kStart - 2'000'000'000) << "older ones are gone";
+
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, LookbackConfig(10'000), [] {}, &stats);
+  EXPECT_EQ(stats.events, status.records);
+  EXPECT_LT(stats.lookback_ns, 2'000'000'000);
+  ASSERT_EQ(space.warnings_size(), 1);
+  EXPECT_THAT(space.warnings(0), HasSubstr("memory bound"));
+
+  // Past the window everything goes.
+  now_ = kStart + 60'000'000'000;
+  tracer->DrainOnce();
+  EXPECT_EQ(tracer->Recorder().records, 0u);
+}
+
+TEST_F(RecorderTest, LookbacksTheRecorderCannotServeAreRefusedNamingTheKey) {
+  auto tracer = NewTracerWith(RecorderOptions());
+  EXPECT_TRUE(tracer->Validate(LookbackConfig(10'000).options).ok());
+  absl::Status longer = tracer->Validate(LookbackConfig(10'001).options);
+  EXPECT_EQ(longer.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(longer.message(),
+              AllOf(HasSubstr("clusterprof_lookback_ms"), HasSubstr("--recorder-window-ms 10000")));
+  EXPECT_FALSE(tracer->Validate(LookbackConfig(-1).options).ok());
+
+  auto off = NewTracer();
+  absl::Status refused = off->Validate(LookbackConfig(1'000).options);
+  EXPECT_THAT(refused.message(), HasSubstr("flight recorder is off"));
+  EXPECT_TRUE(off->Validate(LookbackConfig(0).options).ok());
+}
+
+TEST_F(RecorderTest, DrainedRecordsFeedTheLiveStepTelemetry) {
+  auto telemetry = StepTelemetry::Create({});
+  ASSERT_TRUE(telemetry.ok()) << telemetry.status();
+  AnnotationTracer::Options options = RecorderOptions();
+  options.telemetry = telemetry->get();
+  auto tracer = NewTracerWith(options);
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7);
+  for (int step = 0; step < 3; ++step) {
+    const int64_t start = kStart + step * 100'000'000;
+    thread->Append(process.Complete("all-reduce", start + 60'000'000, start + 90'000'000));
+    thread->Append(
+        process.Complete(StrCat("train#step_num=", step, ",_r=1#"), start, start + 100'000'000));
+  }
+  tracer->DrainOnce();
+  StepTelemetry::Snapshot snapshot = (*telemetry)->Get();
+  ASSERT_EQ(snapshot.steps.size(), 3u);
+  EXPECT_EQ(snapshot.steps[2].step, 2);
+  EXPECT_EQ(snapshot.steps[2].duration_ns(), 100'000'000);
+  EXPECT_EQ(snapshot.steps[2].collective_entry_ns, kStart + 260'000'000);
+  EXPECT_EQ(snapshot.processes, 1);
+  EXPECT_EQ(snapshot.processes_with_steps, 1);
+}
+
+TEST_F(RecorderTest, RingsOfEndedProcessesStayWhileTheirEventsAreInTheWindow) {
+  TempDir empty_proc;
+  AnnotationTracer::Options options = RecorderOptions();
+  options.recorder_drain_interval_ms = 5;  // the drainer runs here, and closes rings
+  auto tracer = NewTracerWith(options, empty_proc.path());
+  auto process = std::make_unique<FakeProcess>(dir_.path());
+  process->Thread(5)->Append(process->Complete("last_words", kStart - 100, kStart - 50));
+  const std::string path = process->path();
+  process.reset();
+  now_ = kStart;
+  for (int i = 0; i < 100; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_TRUE(FileExists(path)) << "its last seconds may still be asked for";
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, LookbackConfig(1'000), [] {}, &stats);
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("last_words"));
+  now_ = kStart + 60'000'000'000;  // past the window
+  for (int i = 0; i < 1000 && FileExists(path); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(FileExists(path));
 }
 
 }  // namespace
