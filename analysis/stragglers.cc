@@ -175,9 +175,12 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     }
     if (c.entries.size() != steps.size()) continue;  // a host without a collective in this step
     const auto [earliest, latest] = std::minmax_element(c.entries.begin(), c.entries.end());
+    // Lateness from the median host (with two hosts, the earlier one): the earliest of many
+    // hosts is an outlier of the noise, and measured from it most healthy hosts look late.
+    const int64_t median_entry = Median(c.entries);
     std::vector<int64_t> durations;
     for (size_t h = 0; h < steps.size(); ++h) {
-      c.lateness.push_back(SaturatingSub(c.entries[h], *earliest));
+      c.lateness.push_back(SaturatingSub(c.entries[h], median_entry));
       durations.push_back(steps[h]->duration_ns());
     }
     c.median_step_ns = Median(std::move(durations));

@@ -2,7 +2,8 @@
 // collectives every step, the step time is the same everywhere: the slow host shows instead in
 // when it enters the collectives, late, while the others wait for it. Per step shared by every
 // host, entries are put on one clock (the offsets measured at capture time); a host's lateness is
-// its entry minus the earliest. A host is a straggler when its lateness exceeds
+// its entry minus the median host's (with two hosts, the earlier one's: the gap). A host is a
+// straggler when its lateness exceeds
 // max(5% of the step time, 3 x the median absolute deviation of all hosts' lateness over all
 // steps) in at least half of the steps. The cause compares what it did before entering with what
 // the others did.

@@ -49,7 +49,17 @@ struct WatchedSidecar {
   int64_t recorder_covered_since_ns = 0;
 };
 
-class StepWatcher {
+// Where live steps come from: StepWatcher, or a fake in tests.
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  // Follows exactly these host:port addresses from now on.
+  virtual void SetTargets(const std::vector<std::string>& addresses) = 0;
+  // Every followed sidecar, in address order.
+  virtual std::vector<WatchedSidecar> Snapshot() const = 0;
+};
+
+class StepWatcher final : public StepSource {
  public:
   struct Options {
     // "authorization: Bearer <token>" on every call; empty: none.
@@ -69,11 +79,9 @@ class StepWatcher {
   StepWatcher(const StepWatcher&) = delete;
   StepWatcher& operator=(const StepWatcher&) = delete;
 
-  // Follows exactly these host:port addresses from now on (streams to others are closed).
-  void SetTargets(const std::vector<std::string>& addresses);
-
-  // Every followed sidecar, in address order.
-  std::vector<WatchedSidecar> Snapshot() const;
+  // Streams to addresses no longer given are closed; the others are left alone.
+  void SetTargets(const std::vector<std::string>& addresses) override;
+  std::vector<WatchedSidecar> Snapshot() const override;
   // The update count now; WaitForUpdate returns when it passes `seen` or after `timeout`.
   uint64_t updates() const;
   uint64_t WaitForUpdate(uint64_t seen, absl::Duration timeout) const;

@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   app.add_option("--sidecar-token-file", options.jobs.sidecar_token_file,
                  "File with the bearer token the sidecars require (their --auth-token-file); "
                  "read for each capture");
+  app.add_option("--recorder-window-ms", options.triggers.recorder_window_ms,
+                 "How long the sidecars' flight recorders keep annotations (the chart's "
+                 "sidecar.recorder.windowMs): a ProfileTrigger asking a longer lookback is refused")
+      ->capture_default_str();
   std::string injection_config;
   app.add_option("--webhook-port", options.webhook.port,
                  "HTTPS port of the sidecar-injection webhook, POST /mutate-pods (0 picks one; -1, "

@@ -8,121 +8,14 @@
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/storage/logdir.h"
+#include "operator/api/fields.h"
 
 namespace clusterprof::api {
 namespace {
 
+using api_internal::Fields;
+using api_internal::Range;
 using web::json::value;
-
-// Reads typed fields of one JSON object; errors name the field by its path.
-class Fields {
- public:
-  Fields(const value& object, std::string where) : object_(object), where_(std::move(where)) {}
-
-  static absl::StatusOr<Fields> Of(const value& object, std::string where) {
-    if (!object.is_object()) {
-      return absl::InvalidArgumentError(StrCat(where, ": must be an object"));
-    }
-    return Fields(object, std::move(where));
-  }
-
-  std::string Path(std::string_view key) const { return StrCat(where_, ".", key); }
-
-  // nullptr when absent or null.
-  const value* Find(std::string_view key) const {
-    const auto& object = object_.as_object();
-    auto it = object.find(std::string(key));
-    if (it == object.end() || it->second.is_null()) return nullptr;
-    return &it->second;
-  }
-
-  absl::Status Int(std::string_view key, int64_t* out) const {
-    const value* field = Find(key);
-    if (field == nullptr) return absl::OkStatus();
-    if (!field->is_number() || !field->as_number().is_int64()) {
-      return absl::InvalidArgumentError(
-          StrCat(Path(key), ": must be an integer, got ", field->serialize()));
-    }
-    *out = field->as_number().to_int64();
-    return absl::OkStatus();
-  }
-  template <typename T>
-  absl::Status Int(std::string_view key, T* out) const {
-    int64_t wide = *out;
-    CLUSTERPROF_RETURN_IF_ERROR(Int(key, &wide));
-    if (wide < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
-        wide > static_cast<int64_t>(std::numeric_limits<T>::max())) {
-      return absl::InvalidArgumentError(StrCat(Path(key), ": ", wide, " is out of range"));
-    }
-    *out = static_cast<T>(wide);
-    return absl::OkStatus();
-  }
-  absl::Status OptionalInt(std::string_view key, std::optional<int64_t>* out) const {
-    if (Find(key) == nullptr) return absl::OkStatus();
-    int64_t v = 0;
-    CLUSTERPROF_RETURN_IF_ERROR(Int(key, &v));
-    *out = v;
-    return absl::OkStatus();
-  }
-  absl::Status String(std::string_view key, std::string* out) const {
-    const value* field = Find(key);
-    if (field == nullptr) return absl::OkStatus();
-    if (!field->is_string()) {
-      return absl::InvalidArgumentError(
-          StrCat(Path(key), ": must be a string, got ", field->serialize()));
-    }
-    *out = field->as_string();
-    return absl::OkStatus();
-  }
-  absl::Status Bool(std::string_view key, bool* out) const {
-    const value* field = Find(key);
-    if (field == nullptr) return absl::OkStatus();
-    if (!field->is_boolean()) {
-      return absl::InvalidArgumentError(
-          StrCat(Path(key), ": must be true or false, got ", field->serialize()));
-    }
-    *out = field->as_bool();
-    return absl::OkStatus();
-  }
-  absl::Status StringList(std::string_view key, std::vector<std::string>* out) const {
-    const value* field = Find(key);
-    if (field == nullptr) return absl::OkStatus();
-    if (!field->is_array())
-      return absl::InvalidArgumentError(StrCat(Path(key), ": must be a list"));
-    for (const value& item : field->as_array()) {
-      if (!item.is_string()) {
-        return absl::InvalidArgumentError(StrCat(Path(key), "[]: must be a string"));
-      }
-      out->push_back(item.as_string());
-    }
-    return absl::OkStatus();
-  }
-  absl::Status StringMap(std::string_view key, std::map<std::string, std::string>* out) const {
-    const value* field = Find(key);
-    if (field == nullptr) return absl::OkStatus();
-    if (!field->is_object())
-      return absl::InvalidArgumentError(StrCat(Path(key), ": must be a map"));
-    for (const auto& [k, v] : field->as_object()) {
-      if (!v.is_string()) {
-        return absl::InvalidArgumentError(StrCat(Path(key), ".", k, ": must be a string"));
-      }
-      (*out)[k] = v.as_string();
-    }
-    return absl::OkStatus();
-  }
-
- private:
-  const value& object_;
-  std::string where_;
-};
-
-absl::Status Range(std::string_view path, int64_t v, int64_t lo, int64_t hi,
-                   std::string_view unit = "") {
-  if (v >= lo && v <= hi) return absl::OkStatus();
-  return absl::InvalidArgumentError(StrCat(path, ": must be between ", lo, " and ", hi,
-                                           unit.empty() ? "" : StrCat(" (", unit, ")"), ", got ",
-                                           v));
-}
 
 value Str(std::string_view s) { return value::string(std::string(s)); }
 
@@ -205,6 +98,9 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
   CLUSTERPROF_RETURN_IF_ERROR(spec.Int("delayMs", &out.delay_ms));
   CLUSTERPROF_RETURN_IF_ERROR(
       Range(spec.Path("delayMs"), out.delay_ms, 0, kMaxDelayMs, "milliseconds"));
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("lookbackMs", &out.lookback_ms));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      Range(spec.Path("lookbackMs"), out.lookback_ms, 0, kMaxLookbackMs, "milliseconds"));
 
   CLUSTERPROF_RETURN_IF_ERROR(spec.String("logdir", &out.logdir));
   if (out.logdir.empty()) {
@@ -278,6 +174,10 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
         }
       }
     }
+  }
+  if (out.lookback_ms > 0) {
+    (*out.profile_options.mutable_advanced_configuration())[proto::kLookbackMsKey].set_int64_value(
+        out.lookback_ms);
   }
   CLUSTERPROF_RETURN_IF_ERROR(spec.Int("queueTimeoutSeconds", &out.queue_timeout_seconds));
   CLUSTERPROF_RETURN_IF_ERROR(Range(spec.Path("queueTimeoutSeconds"), out.queue_timeout_seconds, 0,
@@ -491,6 +391,7 @@ absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json)
       CLUSTERPROF_RETURN_IF_ERROR(t.Int("attempts", &target.attempts));
       CLUSTERPROF_RETURN_IF_ERROR(t.Int("events", &target.events));
       CLUSTERPROF_RETURN_IF_ERROR(t.Int("droppedEvents", &target.dropped_events));
+      CLUSTERPROF_RETURN_IF_ERROR(t.Int("lookbackMs", &target.lookback_ms));
       CLUSTERPROF_RETURN_IF_ERROR(t.Int("bytes", &target.bytes));
       CLUSTERPROF_RETURN_IF_ERROR(t.String("file", &target.file));
       CLUSTERPROF_RETURN_IF_ERROR(t.Int("clockOffsetNs", &target.clock_offset_ns));
@@ -541,6 +442,7 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
       t["attempts"] = value::number(target.attempts);
       t["events"] = value::number(target.events);
       t["droppedEvents"] = value::number(target.dropped_events);
+      if (target.lookback_ms > 0) t["lookbackMs"] = value::number(target.lookback_ms);
       t["bytes"] = value::number(target.bytes);
       if (!target.file.empty()) t["file"] = Str(target.file);
       t["clockOffsetNs"] = value::number(target.clock_offset_ns);

@@ -50,6 +50,9 @@ inline constexpr int32_t kMaxTracingAttempts = 10;
 inline constexpr int64_t kDefaultQueueTimeoutSeconds = 600;
 inline constexpr int64_t kMaxQueueTimeoutSeconds = 86400;
 inline constexpr size_t kMaxAddresses = 1000;
+// The longest lookback asked of the sidecars' flight recorders (each refuses more than its
+// --recorder-window-ms).
+inline constexpr int64_t kMaxLookbackMs = 3'600'000;
 
 struct ProfileJobSpec {
   // Pods in the job's namespace; nullopt: only `addresses`.
@@ -61,6 +64,9 @@ struct ProfileJobSpec {
   int32_t min_ready = 1;
   int64_t duration_ms = 2000;
   int64_t delay_ms = 1000;
+  // How far before the start the trace reaches: the annotations the sidecars' flight recorders
+  // kept (docs/triggers.md); sent as advanced_configuration clusterprof_lookback_ms. 0: none.
+  int64_t lookback_ms = 0;
   // As written, and parsed (ParseProfileJobSpec checked that it parses).
   std::string logdir;
   storage::Logdir parsed_logdir;
@@ -119,6 +125,9 @@ struct TargetStatus {
   int32_t attempts = 0;
   int64_t events = 0;
   int64_t dropped_events = 0;
+  // How far before the start the host's trace reaches (less than spec.lookbackMs when its
+  // recorder had not run that long).
+  int64_t lookback_ms = 0;
   int64_t bytes = 0;
   std::string file;
   int64_t clock_offset_ns = 0;

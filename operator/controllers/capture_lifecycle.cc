@@ -100,6 +100,7 @@ api::TargetStatus TargetStatusFor(const coordinator::TargetResult& result,
   entry.attempts = result.attempts;
   entry.events = static_cast<int64_t>(result.events);
   entry.dropped_events = static_cast<int64_t>(result.dropped_events);
+  entry.lookback_ms = result.lookback_ns / kNanosPerMilli;
   entry.bytes = static_cast<int64_t>(result.bytes);
   for (const std::string& file : result.files) {
     if (EndsWith(file, storage::kXPlaneSuffix)) entry.file = file;

@@ -66,6 +66,17 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
                  .Help("1 while this replica leads (or runs without leader election)")
                  .Register(*registry_)
                  .Add({});
+  trigger_firings_ = &prometheus::BuildCounter()
+                          .Name("clusterprof_operator_trigger_firings_total")
+                          .Help("ProfileTrigger rules that fired and created a ProfileJob, by rule")
+                          .Register(*registry_);
+  trigger_suppressed_ =
+      &prometheus::BuildCounter()
+           .Name("clusterprof_operator_trigger_suppressed_total")
+           .Help(
+               "ProfileTrigger rules that held but created no job, by reason (cooldown, "
+               "daily-cap, active-job)")
+           .Register(*registry_);
   queue_depth_ = &prometheus::BuildGauge()
                       .Name("clusterprof_operator_workqueue_depth")
                       .Help("Keys waiting in a controller's work queue")
@@ -120,6 +131,14 @@ void OperatorMetrics::ApiRequest(std::string_view method, int code, int64_t late
 }
 
 void OperatorMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
+
+void OperatorMetrics::TriggerFired(std::string_view rule) {
+  trigger_firings_->Add({{"rule", std::string(rule)}}).Increment();
+}
+
+void OperatorMetrics::TriggerSuppressed(std::string_view reason) {
+  trigger_suppressed_->Add({{"reason", std::string(reason)}}).Increment();
+}
 
 kube::WorkQueueMetrics* OperatorMetrics::QueueMetrics(const std::string& name) {
   std::unique_ptr<QueueObserver>& observer = queues_[name];

@@ -42,6 +42,10 @@ class OperatorMetrics {
   void ReconcileFinished(std::string_view controller, bool ok);
   void ApiRequest(std::string_view method, int code, int64_t latency_ns);
   void SetLeader(bool leader);
+  // A ProfileTrigger's rule held: fired (a job created), or held back ("cooldown",
+  // "daily-cap", "active-job").
+  void TriggerFired(std::string_view rule);
+  void TriggerSuppressed(std::string_view reason);
 
   // A work queue's depth and adds, labelled with `name`; the observer must outlive the queue's
   // use of it.
@@ -59,6 +63,8 @@ class OperatorMetrics {
   prometheus::Family<prometheus::Counter>* reconcile_errors_;
   prometheus::Family<prometheus::Histogram>* api_latency_;
   prometheus::Gauge* leader_;
+  prometheus::Family<prometheus::Counter>* trigger_firings_;
+  prometheus::Family<prometheus::Counter>* trigger_suppressed_;
   prometheus::Family<prometheus::Gauge>* queue_depth_;
   prometheus::Family<prometheus::Counter>* queue_adds_;
   prometheus::Family<prometheus::Histogram>* queue_latency_;

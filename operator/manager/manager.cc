@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "common/http/health_server.h"
 #include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
+#include "operator/api/trigger.h"
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/kube/event_recorder.h"
@@ -52,6 +54,21 @@ absl::Status CheckApiAccess(kube::RestClient& client, const std::string& ns) {
                            client.config().description, ")"));
   }
   return absl::OkStatus();
+}
+
+// Whether ProfileTriggers can be listed: FailedPrecondition saying how to install the CRD when
+// it is not installed.
+absl::Status CheckTriggerApi(kube::RestClient& client, const std::string& ns) {
+  kube::ListOptions options;
+  options.limit = 1;
+  absl::StatusOr<kube::ObjectList> listed = client.List(api::ProfileTriggers(), ns, options);
+  if (listed.ok()) return absl::OkStatus();
+  if (absl::IsNotFound(listed.status())) {
+    return absl::FailedPreconditionError(
+        "the ProfileTrigger custom resource is not installed: kubectl apply --server-side -f "
+        "crds/profiletrigger.yaml (helm upgrade does not update CRDs), then restart the operator");
+  }
+  return Annotate(listed.status(), "cannot list ProfileTriggers");
 }
 
 // The API server's /version, or "" when it cannot be read.
@@ -273,17 +290,38 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
                                       job_options);
   ProfileScheduleController schedule_controller(client.get(), &clock, &schedules, &jobs, &recorder,
                                                 &metrics, options.schedules);
+  // ProfileTriggers when their CRD is installed (a cluster upgraded from a chart without it
+  // runs the other controllers, with a warning that says how to add it).
+  std::unique_ptr<kube::Informer> triggers;
+  std::unique_ptr<controllers::ProfileTriggerController> trigger_controller;
+  if (absl::Status installed = CheckTriggerApi(*client, ns); installed.ok()) {
+    triggers = std::make_unique<kube::Informer>(
+        client.get(), &clock, InformerOptionsFor(api::ProfileTriggers(), ns, "profiletriggers"));
+    controllers::ProfileTriggerControllerOptions trigger_options = options.triggers;
+    if (trigger_options.sidecar_token_file.empty()) {
+      trigger_options.sidecar_token_file = options.jobs.sidecar_token_file;
+    }
+    trigger_controller = std::make_unique<controllers::ProfileTriggerController>(
+        client.get(), &clock, triggers.get(), &jobs, &pods, &recorder, &metrics, trigger_options);
+  } else {
+    spdlog::warn("ProfileTriggers are off: {}", std::string(installed.message()));
+  }
+  std::vector<kube::Informer*> informers = {&jobs, &schedules, &pods};
+  if (triggers != nullptr) informers.push_back(triggers.get());
 
-  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<http::HealthServer> health,
-                               StartHealthServer(options, {&jobs, &schedules, &pods}, metrics));
+  CLUSTERPROF_ASSIGN_OR_RETURN(
+      std::unique_ptr<http::HealthServer> health,
+      StartHealthServer(options, {informers.begin(), informers.end()}, metrics));
   CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<webhook::WebhookServer> webhook_server,
                                StartWebhook(options, *client, metrics));
   WritePortFile(options.port_file, health.get(), webhook_server.get());
 
-  for (kube::Informer* informer : {&jobs, &schedules, &pods}) informer->Start();
-  spdlog::info("watching ProfileJobs, ProfileSchedules and pods in {}",
+  for (kube::Informer* informer : informers) informer->Start();
+  spdlog::info("watching ProfileJobs, ProfileSchedules, {}pods in {}",
+               triggers != nullptr ? "ProfileTriggers and " : "",
                ns.empty() ? std::string("every namespace") : StrCat("namespace ", ns));
-  while (!stop && !(jobs.HasSynced() && schedules.HasSynced() && pods.HasSynced())) {
+  while (!stop && !std::all_of(informers.begin(), informers.end(),
+                               [](const kube::Informer* i) { return i->HasSynced(); })) {
     clock.SleepForNs(50 * kNanosPerMilli);
   }
 
@@ -297,6 +335,7 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
       metrics.SetLeader(true);
       job_controller.Start();
       schedule_controller.Start();
+      if (trigger_controller != nullptr) trigger_controller->Start();
       started = true;
     }
     if (clock.MonotonicNs() >= next_refresh_ns) {
@@ -316,9 +355,10 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
         "next operator reads them back from the jobs' status");
   }
   schedule_controller.Stop();
+  if (trigger_controller != nullptr) trigger_controller->Stop();
   leadership.Stop();
   recorder.Flush(2 * kNanosPerSecond);
-  for (kube::Informer* informer : {&jobs, &schedules, &pods}) informer->Stop();
+  for (kube::Informer* informer : informers) informer->Stop();
   return leadership.lost() ? leadership.LostError() : absl::OkStatus();
 }
 

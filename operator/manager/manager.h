@@ -17,6 +17,7 @@
 #include "common/base/clock.h"
 #include "operator/controllers/profilejob_controller.h"
 #include "operator/controllers/profileschedule_controller.h"
+#include "operator/controllers/profiletrigger_controller.h"
 #include "operator/kube/config.h"
 #include "operator/webhook/webhook_server.h"
 
@@ -47,6 +48,7 @@ struct ManagerOptions {
   webhook::WebhookServerOptions webhook = {.port = -1};
   controllers::ProfileJobControllerOptions jobs;
   controllers::ProfileScheduleControllerOptions schedules;
+  controllers::ProfileTriggerControllerOptions triggers;
   // On shutdown, how long running captures may take to finish.
   int64_t shutdown_grace_ns = 25 * kNanosPerSecond;
 };

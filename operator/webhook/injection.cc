@@ -213,7 +213,28 @@ struct PodSettings {
   std::string framework_profiler;
   std::map<std::string, std::string> requests, limits;
   bool gpu = false;
+  int64_t recorder_window_ms = 0;
+  int64_t recorder_max_bytes = 0;
 };
+
+// An annotation's whole number of bytes: digits, optionally with Ki, Mi or Gi.
+std::optional<int64_t> ParseBytes(std::string_view text) {
+  int64_t unit = 1;
+  for (const auto& [suffix, factor] : {std::pair<std::string_view, int64_t>{"Ki", 1 << 10},
+                                       {"Mi", 1 << 20},
+                                       {"Gi", int64_t{1} << 30}}) {
+    if (EndsWith(text, suffix)) {
+      text.remove_suffix(2);
+      unit = factor;
+      break;
+    }
+  }
+  if (text.empty() || text.size() > 12 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    return std::nullopt;
+  }
+  return std::stoll(std::string(text)) * unit;
+}
 
 value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
   std::vector<value> args = {
@@ -240,6 +261,9 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
   if (!config.token_secret.empty()) {
     args.push_back(Str(StrCat("--auth-token-file=", kTokenDir, "/token")));
   }
+  args.push_back(Str(StrCat("--recorder-level=", config.recorder_level)));
+  args.push_back(Str(StrCat("--recorder-window-ms=", pod.recorder_window_ms)));
+  args.push_back(Str(StrCat("--recorder-max-bytes=", pod.recorder_max_bytes)));
   for (const std::string& arg : config.extra_args) args.push_back(Str(arg));
 
   std::vector<value> mounts = {
@@ -325,6 +349,30 @@ absl::Status ReadPodSettings(const InjectionConfig& config, const value& pod, Po
                                                out->framework_profiler,
                                                "\" is not host:port (for example localhost:9012)"));
     }
+  }
+  out->recorder_window_ms = config.recorder_window_ms;
+  if (HasMapKey(annotations, kRecorderWindowAnnotation)) {
+    const std::string text(StripAsciiWhitespace(MapString(annotations, kRecorderWindowAnnotation)));
+    const std::optional<int64_t> ms = ParseBytes(text);  // digits only: no unit
+    if (!ms.has_value() || *ms > 3'600'000 || text.find_first_not_of("0123456789") != text.npos) {
+      return absl::InvalidArgumentError(
+          StrCat("annotation ", kRecorderWindowAnnotation, "=\"", text,
+                 "\" is not a window in milliseconds (0, which keeps nothing, to 3600000)"));
+    }
+    out->recorder_window_ms = *ms;
+  }
+  out->recorder_max_bytes = config.recorder_max_bytes;
+  if (HasMapKey(annotations, kRecorderMaxBytesAnnotation)) {
+    const std::string text(
+        StripAsciiWhitespace(MapString(annotations, kRecorderMaxBytesAnnotation)));
+    const std::optional<int64_t> bytes = ParseBytes(text);
+    if (!bytes.has_value() || *bytes < (int64_t{1} << 20)) {
+      return absl::InvalidArgumentError(
+          StrCat("annotation ", kRecorderMaxBytesAnnotation, "=\"", text,
+                 "\" is not a memory bound of at least 1 MiB (bytes, or a quantity such as "
+                 "64Mi)"));
+    }
+    out->recorder_max_bytes = *bytes;
   }
   out->requests = config.requests;
   out->limits = config.limits;
@@ -421,6 +469,9 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
       {"spool_size_limit", scalar(&config.spool_size_limit)},
       {"log_format", scalar(&config.log_format)},
       {"extra_args", strings(&config.extra_args)},
+      {"recorder_level", scalar(&config.recorder_level)},
+      {"recorder_window_ms", scalar(&config.recorder_window_ms)},
+      {"recorder_max_bytes", scalar(&config.recorder_max_bytes)},
       {"env",
        [&config](const YAML::Node& node) {
          config.env.clear();
@@ -471,6 +522,18 @@ absl::StatusOr<InjectionConfig> LoadInjectionConfig(const std::string& path) {
 }
 
 absl::Status ValidateInjectionConfig(const InjectionConfig& config) {
+  if (config.recorder_level < 0 || config.recorder_level > 3) {
+    return absl::InvalidArgumentError(
+        StrCat("recorder_level ", config.recorder_level, " must be 0 (off) to 3"));
+  }
+  if (config.recorder_window_ms < 0 || config.recorder_window_ms > 3'600'000) {
+    return absl::InvalidArgumentError(StrCat("recorder_window_ms ", config.recorder_window_ms,
+                                             " must be 0 (keep none) to 3600000"));
+  }
+  if (config.recorder_max_bytes < (int64_t{1} << 20)) {
+    return absl::InvalidArgumentError(
+        StrCat("recorder_max_bytes ", config.recorder_max_bytes, " must be at least 1 MiB"));
+  }
   if (!IsPort(config.port) || !IsPort(config.http_port) || config.port == config.http_port) {
     return absl::InvalidArgumentError(StrCat("port (", config.port, ") and http_port (",
                                              config.http_port,

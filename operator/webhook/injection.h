@@ -38,6 +38,10 @@ inline constexpr std::string_view kCpuLimitAnnotation = "clusterprof.io/sidecar-
 inline constexpr std::string_view kMemoryRequestAnnotation =
     "clusterprof.io/sidecar-memory-request";
 inline constexpr std::string_view kMemoryLimitAnnotation = "clusterprof.io/sidecar-memory-limit";
+// The sidecar's flight recorder for one pod (docs/triggers.md): --recorder-window-ms and
+// --recorder-max-bytes (an integer, or a quantity such as 64Mi).
+inline constexpr std::string_view kRecorderWindowAnnotation = "clusterprof.io/recorder-window-ms";
+inline constexpr std::string_view kRecorderMaxBytesAnnotation = "clusterprof.io/recorder-max-bytes";
 inline constexpr std::string_view kShmVolumeName = "clusterprof-shm";
 inline constexpr std::string_view kSpoolVolumeName = "clusterprof-spool";
 inline constexpr std::string_view kTokenVolumeName = "clusterprof-token";
@@ -78,6 +82,11 @@ struct InjectionConfig {
   std::string shm_size_limit = "256Mi";
   std::string spool_size_limit = "2Gi";
   std::string log_format = "json";
+  // The sidecar's flight recorder (--recorder-level, --recorder-window-ms, --recorder-max-bytes;
+  // docs/triggers.md); pods override the window and the bound with annotations.
+  int recorder_level = 2;
+  int64_t recorder_window_ms = 30'000;
+  int64_t recorder_max_bytes = int64_t{64} << 20;
   std::vector<std::string> extra_args;
   // More environment variables for the sidecar (name -> value), e.g. STORAGE_EMULATOR_HOST or
   // an HTTPS proxy for gs:// uploads. The names the sidecar gets anyway (POD_NAME,

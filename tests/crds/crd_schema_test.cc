@@ -545,7 +545,22 @@ TEST_P(CrdTest, CelRulesUseOnlyRuleAndMessage) {
   EXPECT_THAT(problems, IsEmpty());
 }
 
-INSTANTIATE_TEST_SUITE_P(Crds, CrdTest, ::testing::Values(kProfileJob, kProfileSchedule), CaseName);
+const CrdCase kProfileTrigger = {"crds/profiletrigger.yaml",
+                                 "ProfileTrigger",
+                                 "profiletriggers",
+                                 "profiletrigger",
+                                 "ptrig",
+                                 {{"Rules", ".status.rules", "string", 1},
+                                  {"Pods", ".status.pods", "integer", 0},
+                                  {"Step Time", ".status.stepTime", "string", 0},
+                                  {"Baseline", ".status.baseline", "string", 0},
+                                  {"Last Fired", ".status.lastFiredTime", "date", 0},
+                                  {"Last Job", ".status.lastJob", "string", 0},
+                                  {"Age", ".metadata.creationTimestamp", "date", 0}}};
+
+INSTANTIATE_TEST_SUITE_P(Crds, CrdTest,
+                         ::testing::Values(kProfileJob, kProfileSchedule, kProfileTrigger),
+                         CaseName);
 
 // ----------------------------------------------------------------------------------------------
 // The ProfileJob spec, as the operator reads it. Checked in ProfileJob and in ProfileSchedule's
@@ -580,7 +595,7 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
         for (const auto& entry : Get(spec, "properties")) keys.push_back(entry.first.Scalar());
         return keys;
       }(),
-      UnorderedElementsAre("targets", "durationMs", "delayMs", "logdir", "runName",
+      UnorderedElementsAre("targets", "durationMs", "delayMs", "lookbackMs", "logdir", "runName",
                            "tracingAttempts", "options", "queueTimeoutSeconds",
                            "ttlSecondsAfterFinished"));
 
@@ -590,6 +605,7 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
            {"targets.minReady", "int32", 0, none, 1},
            {"durationMs", "int64", 1, 600000, 2000},
            {"delayMs", "int64", 0, 3600000, 1000},
+           {"lookbackMs", "int64", 0, 3600000, 0},
            {"tracingAttempts", "int32", 1, 10, 3},
            {"options.hostTracerLevel", "int32", 0, 3, 2},
            {"options.deviceTracerLevel", "int32", 0, 2, 1},
@@ -860,6 +876,41 @@ TEST_F(ProfileScheduleCrdTest, JobTemplateSpecIsTheProfileJobSpecButMutable) {
     }
   });
   ExpectProfileJobSpec(template_spec);
+}
+
+class ProfileTriggerCrdTest : public CrdSchemaTest {
+ protected:
+  void SetUp() override { Load(kProfileTrigger.file); }
+};
+
+TEST_F(ProfileTriggerCrdTest, TargetsAndCaptureAreTheProfileJobsFields) {
+  const YAML::Node job_spec = SchemaAt(RootSchema(LoadSourceFile(kProfileJob.file)), "spec");
+  EXPECT_EQ(FirstDifference(WithoutDescriptionAndTransitionRules(SchemaAt(job_spec, "targets")),
+                            WithoutDescriptionAndTransitionRules(SchemaAt(spec_, "targets")),
+                            "spec.targets"),
+            "");
+  for (const char* field : {"logdir", "options", "tracingAttempts"}) {
+    EXPECT_EQ(FirstDifference(WithoutDescriptionAndTransitionRules(SchemaAt(job_spec, field)),
+                              WithoutDescriptionAndTransitionRules(
+                                  SchemaAt(spec_, std::string("capture.") + field)),
+                              field),
+              "");
+  }
+  // The trigger's own defaults: a short capture that reaches back, at once.
+  for (const IntegerField& field : std::vector<IntegerField>{
+           {"capture.durationMs", "int64", 1, 600000, 5000},
+           {"capture.lookbackMs", "int64", 0, 3600000, 10000},
+           {"capture.delayMs", "int64", 0, 3600000, 0},
+           {"capture.queueTimeoutSeconds", "int64", 0, 86400, 60},
+           {"cooldownSeconds", "int64", 0, 604800, 1800},
+           {"maxCapturesPerDay", "int32", 1, 1000, 10},
+           {"rules[].straggler.steps", "int32", 14, 1000, 20},
+           {"rules[].stepTimeRegression.steps", "int32", 1, 512, 10},
+           {"rules[].stepStall.seconds", "int64", 1, 86400, 120},
+       }) {
+    ExpectIntegerField(spec_, field);
+  }
+  EXPECT_THAT(Strings(Get(spec_, "required")), UnorderedElementsAre("targets", "rules", "capture"));
 }
 
 TEST_F(ProfileScheduleCrdTest, Status) {

@@ -62,6 +62,13 @@ EXPECTED_CLUSTER_ROLE_RULES = {
     ("clusterprof.io", "profilejobs/status"): {"update", "patch"},
     # update: the schedule controller's write_status (profileschedule_controller.cc).
     ("clusterprof.io", "profileschedules/status"): {"update"},
+    # list, watch: the ProfileTrigger informer and CheckTriggerApi (manager.cc); get:
+    #   ProfileTriggerController::WriteStatus reads the latest copy after its own firing write
+    #   (profiletrigger_controller.cc).
+    ("clusterprof.io", "profiletriggers"): {"get", "list", "watch"},
+    # update: a firing recorded before its job is created, and the telemetry
+    #   (profiletrigger_controller.cc).
+    ("clusterprof.io", "profiletriggers/status"): {"update"},
     # list, watch: the pod informer (manager.cc), the targets of a job.
     ("", "pods"): {"list", "watch"},
     # create: EventRecorder's new events; patch: counting a repeated event
@@ -91,6 +98,9 @@ DEFAULT_INJECTION_CONFIG = {
     "allowed_logdirs": [],
     "framework_profiler": "",
     "gpu_library": "/usr/lib/clusterprof/libclusterprof_cupti.so",
+    "recorder_level": 2,
+    "recorder_window_ms": 30000,
+    "recorder_max_bytes": 67108864,
     "extra_args": [],
     "env": {},
 }
@@ -209,7 +219,8 @@ class ChartTest(unittest.TestCase):
                                  f"crds/{name}: copy crds/{name} over it")
         crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
         self.assertEqual(sorted(c["metadata"]["name"] for c in crds),
-                         ["profilejobs.clusterprof.io", "profileschedules.clusterprof.io"])
+                         ["profilejobs.clusterprof.io", "profileschedules.clusterprof.io",
+                          "profiletriggers.clusterprof.io"])
 
     def test_default_kinds(self):
         kinds = sorted(d["kind"] for d in render())
@@ -267,6 +278,7 @@ class ChartTest(unittest.TestCase):
             render(["--set", "rbac.ownerReferencesPermissionEnforcement=true"]))
         expected = dict(EXPECTED_CLUSTER_ROLE_RULES)
         expected[("clusterprof.io", "profileschedules/finalizers")] = {"update"}
+        expected[("clusterprof.io", "profiletriggers/finalizers")] = {"update"}
         self.assertEqual(table, expected)
 
     def test_cluster_role_is_bound_to_the_service_account(self):
@@ -322,6 +334,7 @@ class ChartTest(unittest.TestCase):
             "--injection-config=/etc/clusterprof/injection/config.yaml",
             "--sidecar-token-file=/etc/clusterprof/sidecar-token/token",
             "--workers=4",
+            "--recorder-window-ms=30000",
             "--qps=50",
             "--burst=100",
             "--shutdown-grace-seconds=25",
@@ -776,7 +789,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(labels(edit), {"rbac.authorization.k8s.io/aggregate-to-edit": "true",
                                         "rbac.authorization.k8s.io/aggregate-to-admin": "true"})
         self.assertEqual(labels(view), {"rbac.authorization.k8s.io/aggregate-to-view": "true"})
-        kinds = {"profilejobs", "profileschedules"}
+        kinds = {"profilejobs", "profileschedules", "profiletriggers"}
         table = lambda role: {(g, r): set(rule["verbs"]) for rule in role["rules"]
                               for g in rule["apiGroups"] for r in rule["resources"]}
         expected_edit = {("clusterprof.io", k): {"get", "list", "watch", "create", "update",

@@ -146,6 +146,9 @@ allowed_logdirs:
   {{- toYaml ($sidecar.allowedLogdirs | default list) | nindent 2 }}
 framework_profiler: {{ $effective.frameworkProfiler | default "" | quote }}
 gpu_library: {{ $effective.gpuLibrary | default "" | quote }}
+recorder_level: {{ $sidecar.recorder.level }}
+recorder_window_ms: {{ $sidecar.recorder.windowMs | int64 }}
+recorder_max_bytes: {{ $sidecar.recorder.maxBytes | int64 }}
 {{- $extraArgs := $sidecar.extraArgs | default list }}
 {{- if and .Values.auth.enabled .Values.auth.allowPortForward }}
 {{- $extraArgs = append $extraArgs "--allow-loopback-without-token" }}

@@ -211,9 +211,11 @@ class Capture {
         sidecar::ShmTransport::Create({.dir = dir_.path(), .proc_root = proc_.path() + "/empty"});
     if (!shm.ok()) clusterprof::fuzzing::Fail(std::string(shm.status().message()));
     shm_ = std::move(*shm);
-    // The drainer thread never runs during a capture: the stop drains, deterministically.
+    // The drainer thread never runs during a capture: the stop drains, deterministically. No
+    // flight recorder: each capture opens the rings afresh and closes them after.
     auto tracer = sidecar::AnnotationTracer::Create(
-        shm_.get(), {.drain_interval_ms = 3'600'000, .default_max_events = 4'000'000});
+        shm_.get(),
+        {.drain_interval_ms = 3'600'000, .default_max_events = 4'000'000, .recorder_level = 0});
     if (!tracer.ok()) clusterprof::fuzzing::Fail(std::string(tracer.status().message()));
     tracer_ = std::move(*tracer);
   }

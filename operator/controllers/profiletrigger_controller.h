@@ -1,0 +1,150 @@
+// The ProfileTrigger controller (docs/triggers.md): captures without a human.
+//
+// For each valid, unsuspended trigger it follows the live steps of the sidecars of the pods its
+// targets select (Sidecar.WatchSteps, one StepSource per trigger), and an evaluator thread runs
+// the trigger's rules (analysis/trigger_rules.h) over them every 100 ms. When a rule holds, the
+// trigger is reconciled at once, and the reconcile decides from the trigger's status, which is
+// what survives a restart or a failover:
+//
+// - cooldown: nothing fires within cooldownSeconds of status.lastFiredNs;
+// - daily cap: at most maxCapturesPerDay firings per UTC day (status.capturesDay/Today);
+// - one at a time: nothing fires while a job the trigger created is still running.
+//
+// A firing is written to the status first (lastFiredTime, lastJob, lastJobCreated false), then
+// the job is created, then lastJobCreated is set: a new leader that finds lastJobCreated false
+// creates the job under the recorded name (AlreadyExists is fine), and one that finds it true
+// never fires again for the same episode. The job is named "<trigger>-<unix seconds of the
+// detection>", labelled clusterprof.io/trigger and owned by the trigger; a Triggered Event
+// carries the evidence. Finished jobs beyond the history limits are deleted, oldest first.
+//
+// Status also shows the job's live telemetry (step time, baseline, pods with steps), written at
+// most every status_interval, and conditions: Valid, Watching, NoStepTelemetry (naming the pods
+// without step markers or unreachable sidecars), CooldownActive, DailyCapReached.
+#ifndef CLUSTERPROF_OPERATOR_CONTROLLERS_PROFILETRIGGER_CONTROLLER_H_
+#define CLUSTERPROF_OPERATOR_CONTROLLERS_PROFILETRIGGER_CONTROLLER_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "analysis/trigger_rules.h"
+#include "common/base/clock.h"
+#include "common/base/mutex.h"
+#include "coordinator/step_watcher.h"
+#include "operator/api/trigger.h"
+#include "operator/controllers/metrics.h"
+#include "operator/kube/api_client.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/workqueue.h"
+
+namespace clusterprof::controllers {
+
+struct ProfileTriggerControllerOptions {
+  int workers = 1;
+  // How long the sidecars' flight recorders keep annotations (the chart's
+  // sidecar.recorder.windowMs): a longer capture.lookbackMs is refused. -1: not checked.
+  int64_t recorder_window_ms = 30'000;
+  // How often the rules are evaluated, and how often the status's telemetry is refreshed.
+  int64_t evaluate_interval_ms = 100;
+  int64_t status_interval_ms = 10'000;
+  // Makes the StepSource of each trigger; default: a StepWatcher that sends the token of
+  // `sidecar_token_file` (read when the trigger's pods are first followed; empty: none).
+  std::function<std::unique_ptr<coordinator::StepSource>()> step_source;
+  std::string sidecar_token_file;
+};
+
+class ProfileTriggerController : public kube::ResourceEventHandler {
+ public:
+  // `triggers`, `jobs` (JsonDecoder) and `pods` (PodDecoder) are informers over the same
+  // namespaces. `events` and `metrics` may be null. Everything must outlive the controller.
+  ProfileTriggerController(kube::ApiClient* client, Clock* clock, kube::Informer* triggers,
+                           kube::Informer* jobs, kube::Informer* pods, kube::EventRecorder* events,
+                           OperatorMetrics* metrics, ProfileTriggerControllerOptions options = {});
+  ~ProfileTriggerController() override;
+  ProfileTriggerController(const ProfileTriggerController&) = delete;
+  ProfileTriggerController& operator=(const ProfileTriggerController&) = delete;
+
+  // Registers with the informers and starts the workers and the evaluator.
+  void Start();
+  void Stop();
+
+  // One reconcile of the trigger `key`; public for tests. An error requeues it.
+  absl::Status Reconcile(const std::string& key);
+  // Evaluates the rules of every followed trigger once, queueing those whose rules hold; the
+  // evaluator thread does this every evaluate_interval_ms. Public for tests.
+  void EvaluateAll();
+
+  void OnAdd(const kube::ObjectPtr& object, bool initial_list) override;
+  void OnUpdate(const kube::ObjectPtr& old_object, const kube::ObjectPtr& new_object) override;
+  void OnDelete(const kube::ObjectPtr& object, bool final_state_unknown) override;
+
+  struct Child {
+    std::string name;
+    std::string uid;
+    api::JobPhase phase = api::JobPhase::kPending;
+    std::string finished_or_created;
+  };
+
+ private:
+  class JobHandler;
+  class PodHandler;
+
+  // What is followed for one trigger, and the last evaluation of its rules.
+  struct Watch {
+    analysis::TriggerRules rules;
+    std::unique_ptr<coordinator::StepSource> source;
+    // target address -> pod name (the host name when the sidecar has not said)
+    std::map<std::string, std::string> pods;
+    std::optional<analysis::TriggerEvaluation> evaluation;
+    std::vector<coordinator::WatchedSidecar> sidecars;
+    int64_t last_status_ns = 0;
+  };
+
+  absl::Status ReconcileValid(const kube::JsonObject& trigger, const api::ProfileTriggerSpec& spec,
+                              api::ProfileTriggerStatus& status, int64_t now_ns);
+  // Starts, updates or stops following the trigger's pods.
+  void Follow(const std::string& key, const api::ProfileTriggerSpec& spec,
+              const kube::ObjectMeta& meta, int* followed, std::vector<std::string>* skipped);
+  void Unfollow(const std::string& key);
+  std::vector<Child> ListChildren(const kube::ObjectMeta& meta);
+  absl::Status CreateJob(const kube::ObjectMeta& meta, const api::ProfileTriggerSpec& spec,
+                         const api::TriggerFiringStatus& firing);
+  absl::Status PruneHistory(const kube::ObjectMeta& meta, std::vector<Child> children,
+                            int32_t limit);
+  absl::Status WriteStatus(const kube::JsonObject& trigger,
+                           const absl::StatusOr<api::ProfileTriggerStatus>& current,
+                           const api::ProfileTriggerStatus& status);
+  void Worker();
+  void Evaluator();
+  void EnqueueOwner(const kube::ObjectPtr& job);
+  void Event(const kube::ObjectMeta& meta, std::string_view type, std::string_view reason,
+             std::string_view message);
+
+  kube::ApiClient* const client_;
+  Clock* const clock_;
+  kube::Informer* const triggers_;
+  kube::Informer* const jobs_;
+  kube::Informer* const pods_;
+  kube::EventRecorder* const events_;
+  OperatorMetrics* const metrics_;
+  const ProfileTriggerControllerOptions options_;
+  std::unique_ptr<JobHandler> job_handler_;
+  std::unique_ptr<PodHandler> pod_handler_;
+  kube::RateLimitingQueue queue_;
+  std::vector<std::thread> workers_;
+  std::thread evaluator_;
+
+  Mutex mu_;
+  std::map<std::string, std::unique_ptr<Watch>> watches_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace clusterprof::controllers
+
+#endif  // CLUSTERPROF_OPERATOR_CONTROLLERS_PROFILETRIGGER_CONTROLLER_H_
