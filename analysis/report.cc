@@ -22,12 +22,17 @@ using xspace::FormatDurationNs;
 constexpr uint64_t kMaxManifestBytes = 64 << 20;
 
 // Each host's clock offset from the manifest, by host name.
-std::map<std::string, int64_t> ClockOffsets(const std::string& manifest) {
+std::map<std::string, int64_t> ClockOffsets(const std::string& manifest,
+                                            int64_t* lookback_start_ns) {
   std::map<std::string, int64_t> offsets;
   try {
     const web::json::value json = web::json::value::parse(manifest);
     if (!json.has_array_field("targets")) return offsets;
     for (const web::json::value& target : json.at("targets").as_array()) {
+      if (target.has_number_field("lookback_ns") &&
+          target.at("lookback_ns").as_number().to_int64() > 0 && json.has_number_field("t0_ns")) {
+        *lookback_start_ns = json.at("t0_ns").as_number().to_int64();
+      }
       if (!target.has_string_field("host") || !target.has_number_field("clock_offset_ns")) {
         continue;
       }
@@ -62,7 +67,7 @@ absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::stri
     absl::StatusOr<std::string> manifest =
         storage::ReadObject(storage, StrCat(run_dir, "/", storage::kManifestName));
     if (manifest.ok()) {
-      run.clock_offsets_ns = ClockOffsets(*manifest);
+      run.clock_offsets_ns = ClockOffsets(*manifest, &run.lookback_start_ns);
       run.manifest_found = !run.clock_offsets_ns.empty();
     }
   }
@@ -71,13 +76,32 @@ absl::StatusOr<RunHosts> ListRunHosts(storage::Storage& storage, const std::stri
 
 RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
                         std::vector<HostRun> runs, const std::vector<std::string>& left_out,
-                        bool offsets_known) {
+                        bool offsets_known, int64_t verdict_from_ns) {
   RunReport report;
   report.run_dir = std::move(run_dir);
   report.run = report.run_dir.substr(report.run_dir.find_last_of('/') + 1);
   report.options = options;
   report.manifest_found = offsets_known;
-  report.analysis = FindStragglers(runs);
+  if (verdict_from_ns > 0) {
+    // The verdict over the capture window; the lookback's steps only for context.
+    std::vector<HostRun> window = runs;
+    size_t before = 0;
+    for (HostRun& run : window) {
+      const size_t all = run.digest.steps.size();
+      std::erase_if(run.digest.steps, [&](const StepDigest& step) {
+        return step.start_ns - run.clock_offset_ns < verdict_from_ns;
+      });
+      before = std::max(before, all - run.digest.steps.size());
+    }
+    report.analysis = FindStragglers(window);
+    if (before > 0) {
+      report.analysis.notes.push_back(
+          StrCat("the verdict is over the steps from the capture's start on; the up to ", before,
+                 " steps of the lookback before it are in the traces for context"));
+    }
+  } else {
+    report.analysis = FindStragglers(runs);
+  }
   report.analysis.left_out.insert(report.analysis.left_out.begin(), left_out.begin(),
                                   left_out.end());
   if (!offsets_known && runs.size() + left_out.size() > 1) {
@@ -118,7 +142,8 @@ absl::StatusOr<RunReport> AnalyzeRunDirectory(
     if (!digest.ok()) return digest.status();  // a bad pattern: the same for every host
     runs.push_back({*std::move(digest), run->OffsetOf(host)});
   }
-  return MakeRunReport(run_dir, options, std::move(runs), unreadable, run->manifest_found);
+  return MakeRunReport(run_dir, options, std::move(runs), unreadable, run->manifest_found,
+                       run->lookback_start_ns);
 }
 
 std::string FormatVerdictText(const Analysis& a) {

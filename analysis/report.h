@@ -34,9 +34,13 @@ struct RunReport {
 
 // The report of digests already made (by the sidecars, or read here): the verdict over `runs`,
 // with `left_out` (hosts without a digest, each with why) put first among the left out.
+// `verdict_from_ns` (reference clock; 0: none) is the start instant of a capture that reached
+// back (a lookback): the verdict is then over the steps from that instant on, the capture
+// window, and the steps of the lookback stay in the digests for context. A trigger's capture
+// holds seconds of healthy steps before the slowdown it fired on, which would outvote it.
 RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
                         std::vector<HostRun> runs, const std::vector<std::string>& left_out,
-                        bool offsets_known);
+                        bool offsets_known, int64_t verdict_from_ns = 0);
 
 // The hosts of a run directory (its <host>.xplane.pb files, by name) and each one's clock offset
 // from the run's manifest (host clock minus the coordinator's; hosts it does not name: 0).
@@ -44,6 +48,8 @@ struct RunHosts {
   std::vector<std::string> hosts;
   std::map<std::string, int64_t> clock_offsets_ns;
   bool manifest_found = false;
+  // The capture's start when a host's trace reaches back before it (a lookback); 0 otherwise.
+  int64_t lookback_start_ns = 0;
   int64_t OffsetOf(const std::string& host) const {
     auto it = clock_offsets_ns.find(host);
     return it == clock_offsets_ns.end() ? 0 : it->second;

@@ -630,9 +630,14 @@ std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& resu
       runs.push_back({*target.digest, target.clock_offset_ns});
     }
   }
+  // A capture that reached back is judged over its window (MakeRunReport).
+  const bool lookback =
+      std::any_of(result.targets.begin(), result.targets.end(),
+                  [](const TargetResult& target) { return target.lookback_ns > 0; });
   // Offsets are known when every digest came from a sidecar, which is always probed.
-  return std::make_shared<const analysis::RunReport>(analysis::MakeRunReport(
-      layout_->RunDir(), digest_options_, std::move(runs), left_out, /*offsets_known=*/true));
+  return std::make_shared<const analysis::RunReport>(
+      analysis::MakeRunReport(layout_->RunDir(), digest_options_, std::move(runs), left_out,
+                              /*offsets_known=*/true, lookback ? result.t0_ns : 0));
 }
 
 void Run::WriteReport(RunResult* result) {

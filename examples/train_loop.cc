@@ -15,9 +15,10 @@
 // makes allreduce a barrier (every rank waits there for the last one to finish its compute, then
 // all spend the rest of the step "communicating"), so their steps run in lockstep and a rank with
 // --straggle-ms (extra compute each step) holds every other rank back: a straggler to find with
-// `clusterprof report`. The barrier is files: rank r writes the step it finished to
-// <sync-dir>/rank-<r> (a rename, so readers see whole numbers) and waits until every rank's file
-// says at least that step.
+// `clusterprof report`. With --straggle-from-step N (or --straggle-after-seconds S) the rank
+// slows down only from then on, a worker that degrades mid-run, for a ProfileTrigger to catch. The
+// barrier is files: rank r writes the step it finished to <sync-dir>/rank-<r> (a rename, so readers
+// see whole numbers) and waits until every rank's file says at least that step.
 #include <unistd.h>
 
 #include <atomic>
@@ -214,6 +215,8 @@ int main(int argc, char** argv) {
   int rank = 0;
   int world = 1;
   int straggle_ms = 0;
+  int64_t straggle_from_step = 0;
+  double straggle_after_seconds = 0;
   app.add_option("--sync-dir", sync_dir,
                  "train in lockstep with the other ranks that share this directory");
   app.add_option("--rank", rank, "this process's rank, 0 to --world - 1")
@@ -221,6 +224,12 @@ int main(int argc, char** argv) {
   app.add_option("--world", world, "how many ranks train together")->check(CLI::Range(1, 1024));
   app.add_option("--straggle-ms", straggle_ms, "extra compute in each step (a slow worker)")
       ->check(CLI::Range(0, 60000));
+  app.add_option("--straggle-from-step", straggle_from_step,
+                 "add --straggle-ms only from this step on (a worker that degrades mid-run)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--straggle-after-seconds", straggle_after_seconds,
+                 "add --straggle-ms only once this long has passed since the start")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--seconds", seconds, "stop after this long (0: run until killed)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--step-ms", step_ms, "duration of one step")->check(CLI::Range(1, 60000));
@@ -263,6 +272,10 @@ int main(int argc, char** argv) {
       timing.step - timing.forward - timing.backward - timing.optimizer;
 
   clusterprof::SetThreadName("trainer");
+  const Clock::time_point straggle_at =
+      start + std::chrono::duration_cast<Clock::duration>(
+                  std::chrono::duration<double>(straggle_after_seconds));
+  bool straggling = false;
   int64_t step = 0;
   for (; g_stop == 0 && Clock::now() < deadline; ++step) {
     const Clock::time_point step_start = Clock::now();
@@ -274,9 +287,16 @@ int main(int argc, char** argv) {
       if (!queue.Pop(&batch)) break;
       clusterprof::AsyncEnd(batch);
     }
+    const bool slow = straggle_ms > 0 && step >= straggle_from_step && Clock::now() >= straggle_at;
+    if (slow && !straggling) {
+      straggling = true;
+      std::printf("train_loop: rank %d slows down by %d ms per step from step %lld\n", rank,
+                  straggle_ms, static_cast<long long>(step));
+      std::fflush(stdout);
+    }
     {
       clusterprof::Trace op("forward", {{"batch", batch}});
-      sink += Burn(timing.forward + std::chrono::milliseconds(straggle_ms));
+      sink += Burn(timing.forward + std::chrono::milliseconds(slow ? straggle_ms : 0));
     }
     {
       clusterprof::Trace op("backward");

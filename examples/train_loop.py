@@ -110,6 +110,10 @@ def main():
     parser.add_argument("--world", type=int, default=1, help="how many ranks train together")
     parser.add_argument("--straggle-ms", type=float, default=0,
                         help="extra compute in each step (a slow worker)")
+    parser.add_argument("--straggle-from-step", type=int, default=0,
+                        help="add --straggle-ms only from this step on (degrades mid-run)")
+    parser.add_argument("--straggle-after-seconds", type=float, default=0,
+                        help="add --straggle-ms only once this long has passed")
     args = parser.parse_args()
     if not 0 <= args.rank < args.world:
         parser.error("--rank %d is not in [0, --world %d)" % (args.rank, args.world))
@@ -137,8 +141,15 @@ def main():
     start = time.monotonic()
     deadline = start + args.seconds if args.seconds > 0 else float("inf")
     step = 0
+    straggling = False
     while not _stop.is_set() and time.monotonic() < deadline:
         step_start = time.monotonic()
+        slow = (args.straggle_ms > 0 and step >= args.straggle_from_step and
+                step_start - start >= args.straggle_after_seconds)
+        if slow and not straggling:
+            straggling = True
+            print("train_loop.py: rank %d slows down by %g ms per step from step %d" %
+                  (args.rank, args.straggle_ms, step), flush=True)
         with clusterprof.Trace("train", step_num=step, _r=1):
             with clusterprof.Trace("data_load", clusterprof.INFO):
                 batch = None
@@ -151,7 +162,7 @@ def main():
                     break
                 clusterprof.async_end(batch)
             with clusterprof.Trace("forward", clusterprof.INFO, batch=batch):
-                burn(forward_s + args.straggle_ms / 1000.0)
+                burn(forward_s + (args.straggle_ms / 1000.0 if slow else 0.0))
             with clusterprof.Trace("backward", clusterprof.INFO):
                 burn(backward_s)
             with clusterprof.Trace("optimizer", clusterprof.INFO) as trace:

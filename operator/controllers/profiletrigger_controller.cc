@@ -71,6 +71,15 @@ value ChildJob(const kube::ObjectMeta& trigger, const api::ProfileTriggerSpec& s
   return job;
 }
 
+// What a followed sidecar is called: its pod's name; for spec.targets.addresses the name the
+// sidecar reports, else the address.
+std::string NameOf(const coordinator::WatchedSidecar& sidecar,
+                   const std::map<std::string, std::string>& names) {
+  auto name = names.find(sidecar.address);
+  if (name != names.end() && name->second != sidecar.address) return name->second;
+  return sidecar.host_name.empty() ? sidecar.address : sidecar.host_name;
+}
+
 // The pods' steps on one clock, for the rules: those with a name and steps.
 std::vector<analysis::PodSteps> PodStepsOf(const std::vector<coordinator::WatchedSidecar>& sidecars,
                                            const std::map<std::string, std::string>& names) {
@@ -78,10 +87,7 @@ std::vector<analysis::PodSteps> PodStepsOf(const std::vector<coordinator::Watche
   for (const coordinator::WatchedSidecar& sidecar : sidecars) {
     if (sidecar.steps.empty()) continue;
     analysis::PodSteps pod;
-    auto name = names.find(sidecar.address);
-    pod.pod = name != names.end()         ? name->second
-              : sidecar.host_name.empty() ? sidecar.address
-                                          : sidecar.host_name;
+    pod.pod = NameOf(sidecar, names);
     pod.clock_offset_ns = sidecar.clock_offset_ns;
     pod.steps = sidecar.steps;
     pods.push_back(std::move(pod));
@@ -418,8 +424,7 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
   std::vector<std::string> silent;
   for (const coordinator::WatchedSidecar& sidecar : sidecars) {
     if (!sidecar.steps.empty()) continue;
-    auto name = names.find(sidecar.address);
-    const std::string pod = name != names.end() ? name->second : sidecar.address;
+    const std::string pod = NameOf(sidecar, names);
     if (!sidecar.connected && sidecar.last_message_ns == 0) {
       silent.push_back(StrCat(pod, " (its sidecar does not answer",
                               sidecar.error.empty() ? "" : StrCat(": ", sidecar.error), ")"));

@@ -36,8 +36,7 @@ constexpr auto kAttachInterval = std::chrono::milliseconds(200);
 struct State {
   std::mutex mu;
   std::string dir;
-  uint64_t generation = 1;                   // bumped by ResetForTesting; thread caches compare it
-  std::atomic<uint64_t> generation_seen{1};  // the same, readable without the mutex
+  uint64_t generation = 1;  // bumped by ResetForTesting and after fork; g_generation mirrors it
   std::unique_ptr<shm::ControlReader> control;
   ino_t control_inode = 0;
   std::unique_ptr<shm::RingWriter> ring;
@@ -86,23 +85,6 @@ void AttachLocked(State& state) {
   state.control_inode = inode;
 }
 
-// Timestamps from the TSC. clock_gettime(CLOCK_REALTIME) reads the TSC too (the vDSO), then
-// scales it; doing that here, with the scale calibrated by the poller thread, saves most of the
-// cost of two clock reads per event. Used only where the kernel itself trusts the TSC (its
-// clocksource is "tsc", which implies an invariant TSC synchronized across CPUs); elsewhere, and
-// until the first calibration, NowNs falls back to clock_gettime.
-//
-// The poller re-anchors (TSC, wall clock) every 200 ms and measures the TSC rate against
-// CLOCK_MONOTONIC_RAW over a growing baseline, so NTP steps and slews reach the timestamps within
-// one period. Readers use a seqlock.
-struct alignas(64) TscClock {
-  std::atomic<uint64_t> seq{0};  // odd while the poller writes
-  std::atomic<int64_t> base_wall_ns{0};
-  std::atomic<uint64_t> base_tsc{0};
-  std::atomic<uint64_t> ns_per_tick_q32{0};  // 0: not calibrated
-};
-TscClock g_tsc;
-
 int64_t ClockGettimeNs(clockid_t id) {
   timespec ts;
   clock_gettime(id, &ts);
@@ -110,8 +92,15 @@ int64_t ClockGettimeNs(clockid_t id) {
 }
 
 #if defined(__x86_64__)
-inline uint64_t ReadTsc() { return __builtin_ia32_rdtsc(); }
-
+// Timestamps from the TSC (g_tsc). clock_gettime(CLOCK_REALTIME) reads the TSC too (the vDSO),
+// then scales it; doing that in the SDK, with the scale calibrated by the poller thread, saves
+// most of the cost of two clock reads per event. Used only where the kernel itself trusts the
+// TSC (its clocksource is "tsc", which implies an invariant TSC synchronized across CPUs);
+// elsewhere, and until the first calibration, NowNs falls back to clock_gettime.
+//
+// The poller re-anchors (TSC, wall clock) every 200 ms and measures the TSC rate against
+// CLOCK_MONOTONIC_RAW over a growing baseline, so NTP steps and slews reach the timestamps within
+// one period.
 bool TscUsable() {
   if (const char* env = std::getenv("CLUSTERPROF_TSC"); env != nullptr && env[0] == '0') {
     return false;
@@ -158,12 +147,13 @@ class TscCalibrator {
     if (ticks == 0 || elapsed <= 0) return;
     const uint64_t rate =
         static_cast<uint64_t>((static_cast<unsigned __int128>(elapsed) << 32) / ticks);
+    // The seqlock's writer: an odd seq, the fields (release: a reader that sees any of them
+    // sees the odd seq too, and retries), an even seq.
     const uint64_t seq = g_tsc.seq.load(std::memory_order_relaxed);
     g_tsc.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    g_tsc.base_wall_ns.store(wall, std::memory_order_relaxed);
-    g_tsc.base_tsc.store(tsc, std::memory_order_relaxed);
-    g_tsc.ns_per_tick_q32.store(rate, std::memory_order_relaxed);
+    g_tsc.base_wall_ns.store(wall, std::memory_order_release);
+    g_tsc.base_tsc.store(tsc, std::memory_order_release);
+    g_tsc.ns_per_tick_q32.store(rate, std::memory_order_release);
     g_tsc.seq.store(seq + 2, std::memory_order_release);
   }
 
@@ -208,7 +198,7 @@ void AfterForkInChild() {
   state.ring_failed = false;
   state.poller_started = false;
   ++state.generation;
-  state.generation_seen.store(state.generation, std::memory_order_release);
+  g_generation.store(state.generation, std::memory_order_release);
   // Until the child's poller calibrates again, timestamps come from clock_gettime.
   g_tsc.ns_per_tick_q32.store(0, std::memory_order_relaxed);
 }
@@ -222,24 +212,40 @@ void EnsureInitializedLocked(State& state) {
   StartPollerLocked(state);
 }
 
-// Per-thread: the ring, the interned ids, the thread's name.
+// Heterogeneous lookup: finding a string_view in the map builds no std::string.
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view text) const { return std::hash<std::string_view>{}(text); }
+};
+
+// Per-thread: the ring, the interned ids, the thread's name. t_hot holds what the inline path
+// needs of the same ring.
 struct ThreadState {
   uint64_t generation = 0;
   shm::ThreadRing* ring = nullptr;
   shm::RingWriter* writer = nullptr;
   bool failed = false;
   std::string name;
-  std::unordered_map<std::string, uint32_t> ids;
+  std::unordered_map<std::string, uint32_t, StringHash, std::equal_to<>> ids;
 };
 
 thread_local ThreadState t_state;
+
+// Points t_hot at the thread's ring, which is set up and current.
+void PublishThreadHot(const ThreadState& t) {
+  t_hot.slot = t.ring->slot();
+  t_hot.records = t.ring->records();
+  t_hot.mask = t.ring->mask();
+  t_hot.read_index = t_hot.slot->read_index.load(std::memory_order_acquire);
+  t_hot.generation = t.generation;
+}
 
 // The calling thread's ring, set up on first use; nullptr when none can be had.
 shm::ThreadRing* ThreadRingForThisThread(int level) {
   ThreadState& t = t_state;
   State& state = GetState();
   // Fast path: the thread's ring is set up and current.
-  if (t.ring != nullptr && t.generation == state.generation_seen.load(std::memory_order_acquire)) {
+  if (t.ring != nullptr && t.generation == g_generation.load(std::memory_order_acquire)) {
     return level <= CurrentLevel() ? t.ring : nullptr;
   }
   std::lock_guard<std::mutex> lock(state.mu);
@@ -251,6 +257,9 @@ shm::ThreadRing* ThreadRingForThisThread(int level) {
     t.writer = nullptr;
     t.failed = false;
     t.ids.clear();
+    // The cached ids are the previous ring file's.
+    t_hot.generation = 0;
+    std::memset(t_hot.names, 0, sizeof(t_hot.names));
   }
   if (t.ring != nullptr) return t.ring;
   if (t.failed) return nullptr;
@@ -289,43 +298,27 @@ shm::ThreadRing* ThreadRingForThisThread(int level) {
     return nullptr;
   }
   if (!t.name.empty()) t.ring->SetName(t.writer->Intern(t.name));
+  PublishThreadHot(t);
   return t.ring;
 }
 
-// A small direct-mapped cache in front of the per-thread map, keyed by where the text lives
-// (names are mostly literals, whose address never changes) and checked against a copy of the
-// text (a reused buffer may hold other text at the same address).
-struct InternCacheEntry {
+// Names longer than t_hot's entries hold: a small direct-mapped cache keyed by where the text
+// lives, checked against a copy of the text, in front of the per-thread map.
+struct LongNameCacheEntry {
   const char* data = nullptr;
   uint64_t generation = 0;
   uint32_t id = 0;
   std::string text;
 };
-constexpr size_t kInternCacheSize = 256;
-thread_local InternCacheEntry t_intern_cache[kInternCacheSize];
+constexpr size_t kLongNameCacheSize = 64;
+thread_local LongNameCacheEntry t_long_names[kLongNameCacheSize];
 
-uint32_t Intern(std::string_view text) {
+// Intern's look-up in the map and the ring's string table, for a text no cache holds.
+uint32_t InternUncached(std::string_view text) {
   ThreadState& t = t_state;
-  InternCacheEntry& entry =
-      t_intern_cache[((reinterpret_cast<uintptr_t>(text.data()) >> 3) ^ text.size()) %
-                     kInternCacheSize];
-  if (entry.data == text.data() && entry.generation == t.generation && entry.id != 0 &&
-      entry.text.size() == text.size() &&
-      std::memcmp(entry.text.data(), text.data(), text.size()) == 0) {
-    return entry.id;
-  }
-  uint32_t id;
-  if (auto it = t.ids.find(std::string(text)); it != t.ids.end()) {
-    id = it->second;
-  } else {
-    id = t.writer->Intern(text);
-    if (id == 0) return 0;
-    t.ids.emplace(std::string(text), id);
-  }
-  entry.data = text.data();
-  entry.generation = t.generation;
-  entry.id = id;
-  entry.text.assign(text);
+  if (auto it = t.ids.find(text); it != t.ids.end()) return it->second;
+  const uint32_t id = t.writer->Intern(text);
+  if (id != 0) t.ids.emplace(std::string(text), id);
   return id;
 }
 
@@ -363,21 +356,52 @@ traceme::ArgValue ToTraceMeValue(const Value& value) {
 }  // namespace
 
 std::atomic<const std::atomic<uint32_t>*> g_host_level{&kUnknownLevel};
+std::atomic<uint64_t> g_generation{1};
+TscCalibration g_tsc;
+constinit thread_local ThreadHot t_hot{};
+
+uint32_t Intern(std::string_view text) {
+  if (text.size() <= kNameCacheText) {
+    NameCacheSet& set = NameCacheSetFor(t_hot, text.data(), text.size());
+    for (const NameCacheEntry& entry : set) {
+      if (NameCacheHolds(entry, text.data(), text.size())) return entry.id;
+    }
+    const uint32_t id = InternUncached(text);
+    if (id == 0) return 0;
+    set[1] = set[0];
+    set[0].size_plus_one = static_cast<uint32_t>(text.size() + 1);
+    set[0].id = id;
+    if (!text.empty()) std::memcpy(set[0].text, text.data(), text.size());
+    return id;
+  }
+  const ThreadState& t = t_state;
+  LongNameCacheEntry& entry =
+      t_long_names[((reinterpret_cast<uintptr_t>(text.data()) >> 3) ^ text.size()) %
+                   kLongNameCacheSize];
+  if (entry.data == text.data() && entry.generation == t.generation && entry.text == text) {
+    return entry.id;
+  }
+  const uint32_t id = InternUncached(text);
+  if (id == 0) return 0;
+  entry.data = text.data();
+  entry.generation = t.generation;
+  entry.id = id;
+  entry.text.assign(text);
+  return id;
+}
+
+bool HasRoom(ThreadHot& t, uint64_t write) {
+  t.read_index = t.slot->read_index.load(std::memory_order_acquire);
+  if (write - t.read_index <= t.mask) return true;
+  t.slot->dropped.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
 
 int64_t NowNs() {
 #if defined(__x86_64__)
-  const uint64_t seq = g_tsc.seq.load(std::memory_order_acquire);
-  const uint64_t rate = g_tsc.ns_per_tick_q32.load(std::memory_order_relaxed);
-  if (rate != 0 && (seq & 1) == 0) [[likely]] {
-    const int64_t base_wall = g_tsc.base_wall_ns.load(std::memory_order_relaxed);
-    const uint64_t base_tsc = g_tsc.base_tsc.load(std::memory_order_relaxed);
-    const uint64_t tsc = ReadTsc();
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (g_tsc.seq.load(std::memory_order_relaxed) == seq) [[likely]] {
-      // Signed: another CPU's TSC may read a little behind the anchor.
-      const auto delta = static_cast<__int128>(static_cast<int64_t>(tsc - base_tsc));
-      return base_wall + static_cast<int64_t>((delta * rate) >> 32);
-    }
+  TscSnapshot clock;
+  if (ReadTscCalibration(&clock)) [[likely]] {
+    return TscToWallNs(ReadTsc(), clock);
   }
 #endif
   return ClockGettimeNs(CLOCK_REALTIME);
@@ -425,6 +449,15 @@ bool BeginComplete(int level, std::string_view name, std::initializer_list<Arg> 
   return true;
 }
 
+void InternIds(std::string_view name, std::initializer_list<Arg> args, shm::Record* record) {
+  record->name_id = Intern(name);
+  int index = 0;
+  for (const Arg& arg : args) {
+    if (index == shm::kMaxInlineArgs) break;
+    record->args[index++] = ToShmArg(arg);
+  }
+}
+
 namespace {
 
 // EndComplete's work after it has read the clock; WriteComplete's as well. Inlined into both,
@@ -434,8 +467,7 @@ namespace {
   shm::ThreadRing* ring = t_state.ring;
   // A ring of another generation: the SDK was reset, or this is a forked child finishing a
   // scope its parent began (the parent's ring is not the child's to write).
-  if (ring == nullptr ||
-      t_state.generation != GetState().generation_seen.load(std::memory_order_relaxed)) {
+  if (ring == nullptr || t_state.generation != g_generation.load(std::memory_order_relaxed)) {
     return false;
   }
   if (!extra.empty()) {
@@ -463,6 +495,41 @@ bool EndComplete(std::string_view name, std::string* extra, shm::Record* record)
   return written;
 }
 
+bool EndCompleteTsc(std::string_view name, std::string* extra, shm::Record* record,
+                    uint64_t end_tsc) {
+#if defined(__x86_64__)
+  const auto start_tsc = static_cast<uint64_t>(record->start_ns);
+  bool converted = false;
+  // The poller holds the seqlock for a few stores; it may lose its CPU while it does, so give up
+  // after a while rather than spin behind it.
+  for (int attempt = 0; attempt < 1000 && !converted; ++attempt) {
+    TscSnapshot clock;
+    if (ReadTscCalibration(&clock)) {
+      record->start_ns = TscToWallNs(start_tsc, clock);
+      record->end_ns = TscToWallNs(end_tsc, clock);
+      converted = true;
+    } else if (g_tsc.ns_per_tick_q32.load(std::memory_order_relaxed) == 0) {
+      break;  // no calibration any more (a forked child)
+    } else if (attempt % 16 == 15) {
+      std::this_thread::yield();
+    }
+  }
+  if (!converted) {
+    // Without a calibration the readings cannot be scaled: the event keeps its place in time,
+    // not its duration.
+    record->end_ns = ClockGettimeNs(CLOCK_REALTIME);
+    record->start_ns = record->end_ns;
+  }
+#else
+  (void)end_tsc;
+  record->end_ns = NowNs();
+#endif
+  if (extra == nullptr) return AppendComplete(name, {}, record);
+  const bool written = AppendComplete(name, *extra, record);
+  delete extra;
+  return written;
+}
+
 bool WriteComplete(std::string_view name, std::string_view extra, shm::Record* record) {
   return AppendComplete(name, extra, record);
 }
@@ -484,7 +551,7 @@ void ResetForTesting(const std::string& dir) {
   std::lock_guard<std::mutex> lock(state.mu);
   state.dir = dir;
   ++state.generation;
-  state.generation_seen.store(state.generation, std::memory_order_release);
+  g_generation.store(state.generation, std::memory_order_release);
   state.ring.release();  // threads of the previous generation may still hold its pointers
   state.ring_failed = false;
   (void)state.control.release();  // may still be read by other threads

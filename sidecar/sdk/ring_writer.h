@@ -47,6 +47,12 @@ class ThreadRing {
   void SetName(uint32_t name_id) { slot_->name_id.store(name_id, std::memory_order_release); }
   uint64_t dropped() const { return slot_->dropped.load(std::memory_order_relaxed); }
 
+  // The ring's memory, for a producer that appends inline with the same protocol (the
+  // annotation SDK's fast path); only the owning thread may append.
+  ThreadSlot* slot() const { return slot_; }
+  Record* records() const { return records_; }
+  uint32_t mask() const { return mask_; }
+
  private:
   ThreadSlot* slot_;
   Record* records_;

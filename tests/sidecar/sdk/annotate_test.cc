@@ -6,8 +6,11 @@
 
 #include <bit>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -28,7 +31,26 @@ struct Seen {
   shm::RecordKind kind;
   uint64_t async_id;
   std::vector<std::string> args;  // "key=type:value"
+  int64_t start_ns;
+  int64_t end_ns;
 };
+
+int64_t WallNs() {
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  return now.tv_sec * 1'000'000'000LL + now.tv_nsec;
+}
+
+// Waits until the SDK's poller has calibrated the TSC, which the inline path needs to take its
+// timestamps from it; false where the kernel's clocksource is not the TSC (it never is then).
+bool WaitForTscCalibration() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (annotate_internal::g_tsc.ns_per_tick_q32.load() == 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
 
 class AnnotateTest : public ::testing::Test {
  protected:
@@ -43,9 +65,10 @@ class AnnotateTest : public ::testing::Test {
     control_->ArmHost(level, 0, 0);
   }
 
-  std::vector<Seen> Drain() {
+  std::vector<Seen> Drain() { return Drain(dir_.path()); }
+  std::vector<Seen> Drain(const std::string& dir) {
     std::vector<Seen> seen;
-    auto files = shm::ListRingFiles(dir_.path());
+    auto files = shm::ListRingFiles(dir);
     if (!files.ok()) return seen;
     for (const std::string& file : *files) {
       auto reader = shm::RingReader::Open(file);
@@ -56,7 +79,9 @@ class AnnotateTest : public ::testing::Test {
                std::string(thread.name),
                r.kind,
                r.async_id,
-               {}};
+               {},
+               r.start_ns,
+               r.end_ns};
         for (int i = 0; i < r.num_args; ++i) {
           const shm::Arg& a = r.args[i];
           std::string value;
@@ -274,6 +299,178 @@ TEST_F(AnnotateTest, TimestampsFollowTheWallClock) {
     EXPECT_NEAR(static_cast<double>(sdk), static_cast<double>(wall), 5e6 + 0.01 * wall)
         << "event " << i;
   }
+}
+
+std::vector<std::string> NamesOf(const std::vector<Seen>& seen) {
+  std::vector<std::string> names;
+  for (const Seen& s : seen) names.push_back(s.name);
+  return names;
+}
+
+// The name cache is keyed by where a name's text lives; a buffer reused for other text of the
+// same size must not be recorded under the name it held before. Both ways in: a std::string
+// (looked up out of line) and a view of a known size (looked up inline), short and long.
+TEST_F(AnnotateTest, AReusedBufferIsRecordedWithTheTextItHoldsNow) {
+  Arm(kAnnotationLevelInfo);
+  std::string name = "first_name";
+  { Trace trace(name); }
+  name.replace(0, name.size(), "other_name");
+  { Trace trace(name); }
+  char buffer[] = "aaaa";
+  { Trace trace(std::string_view(buffer, 4)); }
+  std::memcpy(buffer, "bbbb", 4);
+  { Trace trace(std::string_view(buffer, 4)); }
+  std::string long_name(80, 'x');
+  { Trace trace(long_name); }
+  long_name.replace(0, long_name.size(), std::string(80, 'y'));
+  { Trace trace(long_name); }
+  std::string value = "value_one";
+  { Trace trace("with_value", {{"v", value}}); }
+  value.replace(0, value.size(), "value_two");
+  { Trace trace("with_value", {{"v", value}}); }
+  const auto seen = Drain();
+  EXPECT_THAT(NamesOf(seen),
+              ElementsAre("first_name", "other_name", "aaaa", "bbbb", std::string(80, 'x'),
+                          std::string(80, 'y'), "with_value", "with_value"));
+  ASSERT_EQ(seen.size(), 8u);
+  EXPECT_THAT(seen[6].args, ElementsAre("v=s:value_one"));
+  EXPECT_THAT(seen[7].args, ElementsAre("v=s:value_two"));
+}
+
+// Events on the inline path (TSC readings converted at the end) carry wall-clock times and
+// their real durations, with args, metadata, or neither.
+TEST_F(AnnotateTest, InlineEventsKeepWallClockTimesAndDurations) {
+  Arm(kAnnotationLevelInfo);
+  { Trace warm("warm_up"); }  // sets the thread's ring up; starts the poller
+  const bool tsc = WaitForTscCalibration();
+  if (!tsc) std::printf("the clocksource is not the TSC: clock_gettime timestamps tested\n");
+  constexpr auto kSleep = std::chrono::milliseconds(20);
+  const int64_t before = WallNs();
+  {
+    Trace trace("plain");
+    std::this_thread::sleep_for(kSleep);
+  }
+  {
+    Trace trace("with_args", {{"step_num", 3}, {"_r", 1}});
+    std::this_thread::sleep_for(kSleep);
+  }
+  {
+    Trace trace("with_metadata");
+    std::this_thread::sleep_for(kSleep);
+    trace.SetMetadata({{"loss", 2}});
+  }
+  const int64_t after = WallNs();
+  const auto seen = Drain();
+  EXPECT_THAT(NamesOf(seen), ElementsAre("warm_up", "plain", "with_args", "with_metadata#loss=2#"));
+  ASSERT_EQ(seen.size(), 4u);
+  EXPECT_THAT(seen[2].args, ElementsAre("step_num=i:3", "_r=i:1"));
+  int64_t previous_end = before - 1'000'000;
+  for (size_t i = 1; i < seen.size(); ++i) {
+    const Seen& s = seen[i];
+    // 1 ms of slack either way for the calibration; the durations are the point.
+    EXPECT_GE(s.start_ns, previous_end - 1'000'000) << s.name;
+    EXPECT_LE(s.end_ns, after + 1'000'000) << s.name;
+    EXPECT_GE(s.end_ns - s.start_ns, 19'000'000) << s.name;
+    EXPECT_LT(s.end_ns - s.start_ns, 1'000'000'000) << s.name;
+    previous_end = s.end_ns;
+  }
+}
+
+// Records appended inline (scoped events) and out of line (async events) go into one ring, in
+// the order they were written.
+TEST_F(AnnotateTest, InlineAndOutOfLineRecordsShareTheThreadsRing) {
+  Arm(kAnnotationLevelInfo);
+  {
+    Trace outer("outer");
+    AsyncBegin("async", 5);
+    { Trace inner("inner"); }
+    AsyncEnd(5);
+  }
+  { Trace after("after"); }
+  const auto seen = Drain();
+  ASSERT_EQ(seen.size(), 5u);
+  EXPECT_EQ(seen[0].kind, shm::RecordKind::kAsyncBegin);
+  EXPECT_EQ(seen[1].name, "inner");
+  EXPECT_EQ(seen[2].kind, shm::RecordKind::kAsyncEnd);
+  EXPECT_EQ(seen[3].name, "outer");
+  EXPECT_EQ(seen[4].name, "after");
+}
+
+// A forked child's ring file has a string table of its own: the names its thread had cached in
+// the parent are interned again there, not taken from the copy of the parent's cache.
+TEST_F(AnnotateTest, AForkedChildInternsItsNamesInItsOwnRing) {
+  Arm(kAnnotationLevelInfo);
+  { Trace trace("cached_in_parent", {{"key", 1}}); }
+  const pid_t child = fork();
+  if (child == 0) {
+    { Trace trace("child_first"); }
+    { Trace trace("cached_in_parent", {{"key", 2}}); }
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  std::map<uint32_t, std::vector<std::string>> by_pid;
+  auto files = shm::ListRingFiles(dir_.path());
+  ASSERT_TRUE(files.ok());
+  for (const std::string& file : *files) {
+    auto reader = shm::RingReader::Open(file);
+    ASSERT_TRUE(reader.ok());
+    (*reader)->Drain([&](const shm::ThreadInfo&, const shm::Record& r) {
+      std::string event((*reader)->String(r.name_id));
+      for (int i = 0; i < r.num_args; ++i) {
+        event += " " + std::string((*reader)->String(r.args[i].key_id)) + "=" +
+                 std::to_string(static_cast<int64_t>(r.args[i].value));
+      }
+      by_pid[(*reader)->pid()].push_back(event);
+    });
+  }
+  EXPECT_THAT(by_pid[getpid()], ElementsAre("cached_in_parent key=1"));
+  EXPECT_THAT(by_pid[child], ElementsAre("child_first", "cached_in_parent key=2"));
+}
+
+// Threads beyond the ring's slots record nothing, and do not disturb the others.
+TEST_F(AnnotateTest, ThreadsBeyondTheSlotsRecordNothing) {
+  Arm(kAnnotationLevelInfo);
+  { Trace trace("main"); }
+  constexpr int kThreads = static_cast<int>(shm::kDefaultMaxThreads) + 6;
+  for (int i = 0; i < kThreads; ++i) {
+    std::thread([] {
+      for (int j = 0; j < 3; ++j) Trace trace("op");
+    }).join();
+  }
+  { Trace trace("main_again"); }
+  const auto seen = Drain();
+  EXPECT_EQ(seen.size(), size_t{3} * (shm::kDefaultMaxThreads - 1) + 2);
+  auto files = shm::ListRingFiles(dir_.path());
+  ASSERT_TRUE(files.ok() && files->size() == 1u);
+  auto reader = shm::RingReader::Open(files->front());
+  ASSERT_TRUE(reader.ok());
+  EXPECT_EQ((*reader)->dropped_threads(), 7u);
+}
+
+// A full ring drops the records that do not fit and counts them; once the sidecar has drained
+// it, the thread's records are kept again.
+TEST_F(AnnotateTest, AFullRingDropsAndCountsThenRecordsAgainOnceDrained) {
+  ASSERT_EQ(setenv(shm::kRingEventsEnv, "1024", 1), 0);
+  Arm(kAnnotationLevelInfo);
+  for (int i = 0; i < 1030; ++i) Trace trace("op");
+  ASSERT_EQ(unsetenv(shm::kRingEventsEnv), 0);
+  auto files = shm::ListRingFiles(dir_.path());
+  ASSERT_TRUE(files.ok() && files->size() == 1u);
+  auto reader = shm::RingReader::Open(files->front());
+  ASSERT_TRUE(reader.ok());
+  uint64_t drained = 0;
+  auto count = [&](const shm::ThreadInfo&, const shm::Record&) { ++drained; };
+  shm::DrainStats stats = (*reader)->Drain(count);
+  EXPECT_EQ(drained, 1024u);
+  EXPECT_EQ(stats.dropped, 6u);
+  for (int i = 0; i < 1000; ++i) Trace trace("op");
+  drained = 0;
+  stats = (*reader)->Drain(count);
+  EXPECT_EQ(drained, 1000u);
+  EXPECT_EQ(stats.dropped, 0u);
 }
 
 }  // namespace
