@@ -132,7 +132,8 @@ class CrdApplyTest : public KubeFixture {
     if (applied.exit_code != 0) {
       return absl::InternalError(StrCat("kubectl apply -f crds/ failed: ", Describe(applied)));
     }
-    for (const char* name : {"profilejobs.clusterprof.io", "profileschedules.clusterprof.io"}) {
+    for (const char* name : {"profilejobs.clusterprof.io", "profileschedules.clusterprof.io",
+                             "profiletriggers.clusterprof.io"}) {
       const bool established = Eventually([&] {
         absl::StatusOr<testing::HttpResponse> response =
             plane_->Get(StrCat("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/", name),
@@ -195,7 +196,9 @@ class CrdApplyTest : public KubeFixture {
 
 TEST_F(CrdApplyTest, CrdsAreEstablishedWithTheirNames) {
   for (const auto& [name, short_name] : std::vector<std::pair<std::string, std::string>>{
-           {"profilejobs.clusterprof.io", "pj"}, {"profileschedules.clusterprof.io", "psched"}}) {
+           {"profilejobs.clusterprof.io", "pj"},
+           {"profileschedules.clusterprof.io", "psched"},
+           {"profiletriggers.clusterprof.io", "ptrig"}}) {
     SCOPED_TRACE(name);
     absl::StatusOr<web::json::value> crd = admin_->Get(CustomResourceDefinitions(), "", name);
     ASSERT_TRUE(crd.ok()) << crd.status();
@@ -249,6 +252,23 @@ TEST_F(CrdApplyTest, ExampleProfileScheduleAppliesAsItIs) {
   EXPECT_EQ(At(*schedule, "spec.jobTemplate.spec.targets.selector.matchLabels.app").as_string(),
             "llama-trainer");
   EXPECT_EQ(At(*schedule, "spec.jobTemplate.metadata.labels.app").as_string(), "llama-trainer");
+}
+
+TEST_F(CrdApplyTest, ExampleProfileTriggerAppliesAsItIsWithTheTriggersDefaults) {
+  const CommandResult applied =
+      Kubectl({"apply", "-n", ns_, "-f", StrCat(kSourceDir, "/examples/profiletrigger.yaml")});
+  ASSERT_EQ(applied.exit_code, 0) << Describe(applied);
+  absl::StatusOr<web::json::value> trigger = admin_->Get(
+      ResourceType{"clusterprof.io", "v1alpha1", "profiletriggers", "ProfileTrigger", true}, ns_,
+      "llama-slowdown");
+  ASSERT_TRUE(trigger.ok()) << trigger.status();
+  EXPECT_EQ(At(*trigger, "spec.targets.selector.matchLabels.app").as_string(), "llama-trainer");
+  EXPECT_EQ(At(*trigger, "spec.rules").size(), 3u);
+  // The server fills in what the example leaves out, with the trigger's own defaults.
+  EXPECT_EQ(At(*trigger, "spec.capture.delayMs").as_integer(), 0);
+  EXPECT_EQ(At(*trigger, "spec.capture.queueTimeoutSeconds").as_integer(), 60);
+  EXPECT_EQ(At(*trigger, "spec.successfulJobsHistoryLimit").as_integer(), 3);
+  EXPECT_FALSE(At(*trigger, "spec.suspend").as_bool());
 }
 
 TEST_F(CrdApplyTest, ServerFillsInProfileJobDefaults) {

@@ -22,6 +22,10 @@ starts the node and imports them; this test then walks what a user does:
     403 for a call outside the operator's ClusterRole with its own token; a Profile call
     without the sidecar token refused.
  8. Bad input: an image missing on the node; a logdir the sidecars may not write.
+ 9. A ProfileTrigger over a StatefulSet of four ranks in lockstep, one of which degrades mid-run:
+    it fires once, on the straggler rule, naming that rank; its ProfileJob Succeeds with a trace
+    that reaches back to the onset and a report that names the rank; nothing more fires within
+    the cooldown.
  9. A broken sidecar beside a healthy workload: its token Secret missing in the namespace (the
     pod starts, the sidecar serves once the Secret is created), a sidecar that exits at every
     start, its image missing on the node; each time the trainer runs and is never restarted,
@@ -272,7 +276,9 @@ class NodeE2E(unittest.TestCase):
         and every container's log, under build/e2e/diagnostics/."""
         out = os.path.join(os.path.dirname(FIGURES), "diagnostics")
         os.makedirs(out, exist_ok=True)
-        for name, args in (("objects.txt", ["get", "all,profilejobs,profileschedules,leases",
+        for name, args in (("objects.txt", ["get",
+                                            "all,profilejobs,profileschedules,profiletriggers,"
+                                            "leases",
                                             "-A", "-o", "wide"]),
                            ("events.txt", ["get", "events", "-A", "--sort-by",
                                            ".lastTimestamp"])):
@@ -795,6 +801,116 @@ spec:
         self.assertRegex(text, r"ErrImageNeverPull|no-such-tag")
         log("missing sidecar image: trainer running after %.2f s; ProfileJob: %s" % (
             figures["trainer_running_beside_a_missing_sidecar_image_s"], status.get("message")))
+
+    # --- 9e. a ProfileTrigger -----------------------------------------------------------------
+
+    def test_09e_a_trigger_catches_a_rank_that_degrades_mid_run(self):
+        # Four ranks in lockstep (train_loop's file barrier, in a directory of the node the pods
+        # share); ranks-2 computes 20 ms more per step from 25 s after it starts.
+        sync = tempfile.mkdtemp(prefix="clusterprof-e2e-sync-")
+        os.chmod(sync, 0o1777)
+        apply("""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: ranks}
+spec:
+  replicas: 4
+  podManagementPolicy: Parallel
+  serviceName: ranks
+  selector: {matchLabels: {app: e2e-ranks}}
+  template:
+    metadata: {labels: {app: e2e-ranks}}
+    spec:
+      terminationGracePeriodSeconds: 2
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        command: ["/bin/sh", "-c"]
+        args:
+        - |
+          rank="${HOSTNAME##*-}"
+          if [ "$rank" = 2 ]; then set -- --straggle-ms 20 --straggle-after-seconds 25; fi
+          exec /usr/bin/train_loop --sync-dir /sync --world 4 --rank "$rank" --step-ms 50 \
+            --busy-percent 5 "$@"
+        resources: {requests: {cpu: 10m}}
+        volumeMounts: [{name: sync, mountPath: /sync}]
+      volumes:
+      - {name: sync, hostPath: {path: %s, type: Directory}}
+""" % (WORKLOAD_IMAGE, sync), NS)
+        apply("""
+apiVersion: clusterprof.io/v1alpha1
+kind: ProfileTrigger
+metadata: {name: ranks-degrade}
+spec:
+  targets: {selector: {matchLabels: {app: e2e-ranks}}}
+  rules:
+  - stepTimeRegression: {percent: 50, steps: 10}
+  - straggler: {steps: 20}
+  capture: {durationMs: 2000, lookbackMs: 10000, logdir: %s,
+            options: {hostTracerLevel: 2, deviceTracerLevel: 0}}
+  cooldownSeconds: 600
+""" % LOGDIR, NS)
+        try:
+            wait_until("4 ranks Ready", lambda: len(
+                [p for p in pods(NS, "app=e2e-ranks") if ready(p)]) == 4, timeout=180)
+            trigger = lambda: kjson("get", "profiletrigger", "ranks-degrade", "-n", NS)
+
+            def watching_every_pod():
+                status = trigger().get("status", {})
+                conditions = {c["type"]: c for c in status.get("conditions", [])}
+                return (status.get("podsWithSteps") == 4 and
+                        conditions.get("NoStepTelemetry", {}).get("status") == "False")
+            wait_until("the trigger following the steps of 4 pods", watching_every_pod,
+                       timeout=90)
+            self.assertNotIn("lastJob", trigger()["status"], "fired before the rank slowed down")
+            fired = wait_until("the trigger to fire",
+                               lambda: trigger().get("status", {}).get("lastJob"), timeout=120)
+            status = trigger()["status"]
+            firing = status["recentFirings"][0]
+            self.assertEqual(firing["rule"], "straggler", json.dumps(status, indent=1))
+            self.assertEqual(firing["pods"], ["ranks-2"], firing)
+            done = wait_job_done(fired, timeout=120)
+            job_status = done["status"]
+            self.assertEqual(job_status["phase"], "Succeeded", json.dumps(job_status, indent=1))
+            self.assertEqual(job_status["summary"]["succeeded"], 4)
+            self.assertEqual(done["metadata"]["labels"].get("clusterprof.io/trigger"),
+                             "ranks-degrade")
+            for target in job_status["targets"]:
+                self.assertGreater(target.get("lookbackMs", 0), 5000, target)
+            self.assertEqual(job_status["analysis"]["stragglers"], "ranks-2",
+                             json.dumps(job_status["analysis"], indent=1))
+            events = pod_events(NS, "ranks-degrade")
+            self.assertTrue(any("Triggered" in e and "ranks-2" in e for e in events), events)
+            # The trace of ranks-2 reaches back to the step it slowed down at.
+            said = re.search(r"slows down by \d+ ms per step from step (\d+)",
+                             kubectl("logs", "ranks-2", "-n", NS, "-c", "trainer").stdout)
+            self.assertIsNotNone(said, "ranks-2 never said it slowed down")
+            onset = int(said.group(1))
+            host_file = "%s/plugins/profile/%s/ranks-2.xplane.pb" % (LOGDIR, job_status["runName"])
+            trace = json.loads(self.cli("convert", host_file, "-o", "-").stdout)
+            events = trace["traceEvents"] if isinstance(trace, dict) else trace
+            steps = [int(e["args"]["step_num"]) for e in events
+                     if e.get("name") == "train" and "step_num" in e.get("args", {})]
+            self.assertTrue(steps and min(steps) <= onset,
+                            "the trace's steps %s..%s do not reach the onset, step %d" % (
+                                min(steps or [0]), max(steps or [0]), onset))
+            figures["trigger_detection_to_t0_ms"] = round(
+                (job_status["startTimeNs"] - firing["detectedNs"]) / 1e6, 1)
+            log("ranks-degrade fired on %s (%s); the capture starts %.1f ms after the step that "
+                "completed the rule's window, reaches back to step %d (onset %d)" % (
+                    firing["rule"], firing["evidence"], figures["trigger_detection_to_t0_ms"],
+                    min(steps), onset))
+            # Nothing more within the cooldown, though ranks-2 stays slow.
+            time.sleep(10)
+            jobs = kjson("get", "profilejobs", "-n", NS, "-l",
+                         "clusterprof.io/trigger=ranks-degrade")["items"]
+            self.assertEqual(len(jobs), 1, [j["metadata"]["name"] for j in jobs])
+            self.assertEqual(trigger()["status"]["capturesToday"], 1)
+        finally:
+            kubectl("delete", "profiletrigger", "ranks-degrade", "-n", NS, "--wait=false",
+                    check=False)
+            kubectl("delete", "statefulset", "ranks", "-n", NS, "--wait=false", check=False)
 
     # --- 10. helm uninstall ------------------------------------------------------------------
 
