@@ -15,7 +15,8 @@ int main(int argc, char** argv) {
   int64_t rate = 10'000;
   double seconds = 40;
   int events_per_step = 50;
-  app.add_option("--rate", rate, "events per second")->check(CLI::Range(int64_t{1}, int64_t{10'000'000}));
+  app.add_option("--rate", rate, "events per second")
+      ->check(CLI::Range(int64_t{1}, int64_t{10'000'000}));
   app.add_option("--seconds", seconds, "how long")->check(CLI::PositiveNumber);
   app.add_option("--events-per-step", events_per_step, "events per step, its marker included")
       ->check(CLI::Range(3, 100'000));
@@ -33,8 +34,8 @@ int main(int argc, char** argv) {
     { clusterprof::Trace collective("all-reduce"); }
     written += events_per_step;
     // Paced: sleep until the next step is due.
-    std::this_thread::sleep_until(
-        begin + std::chrono::duration_cast<Clock::duration>(per_event * written));
+    std::this_thread::sleep_until(begin +
+                                  std::chrono::duration_cast<Clock::duration>(per_event * written));
   }
   std::printf("paced_annotator: %lld events in %.1f s\n", static_cast<long long>(written),
               std::chrono::duration<double>(Clock::now() - begin).count());

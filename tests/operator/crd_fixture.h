@@ -26,10 +26,10 @@ inline absl::Status InstallCrds(const KubeControlPlane& plane, const std::string
   for (std::vector<std::string> argv :
        {std::vector<std::string>{"kubectl", "--kubeconfig", kubeconfig, "apply", "--validate=false",
                                  "-f", StrCat(source_dir, "/crds/")},
-        std::vector<std::string>{"kubectl", "--kubeconfig", kubeconfig, "wait",
-                                 "--for=condition=established", "--timeout=60s",
-                                 "crd/profilejobs.clusterprof.io",
-                                 "crd/profileschedules.clusterprof.io"}}) {
+        std::vector<std::string>{
+            "kubectl", "--kubeconfig", kubeconfig, "wait", "--for=condition=established",
+            "--timeout=60s", "crd/profilejobs.clusterprof.io",
+            "crd/profileschedules.clusterprof.io", "crd/profiletriggers.clusterprof.io"}}) {
     absl::StatusOr<CommandResult> result = RunCommand(argv, std::chrono::seconds(90));
     if (!result.ok()) return result.status();
     if (result->exit_code != 0) {

@@ -405,6 +405,46 @@ TEST_F(SidecarIntegrationTest, TheLookbackHoldsTheLastStepsOfAWorkloadThatCrashe
   EXPECT_EQ(steps, 20) << "every step up to the crash, from before the capture";
 }
 
+TEST_F(SidecarIntegrationTest, WatchStepsStreamsTheLiveStepsWithoutACapture) {
+  auto hosts = StartHosts(1);
+  auto sidecar = hosts[0]->Sidecar();
+  // The workload marks a step_num on each "step": the stream carries them, first the recent
+  // ones, then each new one once, with heartbeats in between.
+  grpc::ClientContext context;
+  clusterprof::v1alpha1::WatchStepsRequest request;
+  request.set_history(8);
+  auto reader = sidecar->WatchSteps(&context, request);
+  clusterprof::v1alpha1::WatchStepsResponse message;
+  std::vector<int64_t> steps;
+  int messages = 0;
+  RealClock real;
+  const int64_t guard = real.MonotonicNs() + 30 * kNanosPerSecond;
+  while (steps.size() < 20 && real.MonotonicNs() < guard && reader->Read(&message)) {
+    ++messages;
+    EXPECT_EQ(message.host_name(), "host-0");
+    EXPECT_EQ(message.recorder_level(), 2);
+    EXPECT_EQ(message.recorder_window_ms(), 30000);
+    if (messages == 1) EXPECT_LE(message.steps_size(), 8);
+    for (const auto& step : message.steps()) {
+      EXPECT_GT(step.end_ns(), step.start_ns());
+      steps.push_back(step.step());
+    }
+  }
+  context.TryCancel();
+  reader->Finish();
+  ASSERT_GE(steps.size(), 20u);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]) << "each once";
+
+  grpc::ClientContext bad_context;
+  request.set_history(5000);
+  auto bad = sidecar->WatchSteps(&bad_context, request);
+  while (bad->Read(&message)) {
+  }
+  const grpc::Status refused = bad->Finish();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("history 5000"));
+}
+
 TEST_F(SidecarIntegrationTest, AStartInThePastStartsAtOnce) {
   auto hosts = StartHosts(1);
   tensorflow::ProfileRequest request = ProfileRequest("past", 300);

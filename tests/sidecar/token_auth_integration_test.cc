@@ -74,6 +74,23 @@ TEST(TokenAuthIntegrationTest, OnlyCallsWithTheTokenGetThrough) {
         tensorflow::ProfilerService::NewStub(channel)->Profile(&context, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "Profile too";
   }
+  for (const std::string token : {"", "s3cret-token"}) {
+    // The live steps too; with the token the stream opens (its first message comes at once).
+    grpc::ClientContext context;
+    if (!token.empty()) context.AddMetadata("authorization", "Bearer " + token);
+    auto reader = clusterprof::v1alpha1::Sidecar::NewStub(channel)->WatchSteps(
+        &context, clusterprof::v1alpha1::WatchStepsRequest());
+    clusterprof::v1alpha1::WatchStepsResponse message;
+    const bool read = reader->Read(&message);
+    if (read) context.TryCancel();  // the stream runs until the client ends it
+    const grpc::Status status = reader->Finish();
+    if (token.empty()) {
+      EXPECT_FALSE(read);
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "WatchSteps too";
+    } else {
+      EXPECT_TRUE(read) << status.error_message();
+    }
+  }
 
   // The coordinator sends the token on every call: probes, Profile, session queries.
   coordinator::CaptureOptions options;
