@@ -89,6 +89,10 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
 struct TopOptions {
   // host:port[,host:port...]; grpc:// prefixes are accepted.
   std::string service_addr;
+  // Or a ProfileTrigger's pods as the operator follows them: its health port (host:port, e.g.
+  // through kubectl port-forward) and <namespace>/<name>.
+  std::string operator_addr;
+  std::string profile_trigger;
   std::string token_file;
   // The last this many steps make the step time, the lateness and the verdict.
   int steps = 20;

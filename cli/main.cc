@@ -156,10 +156,14 @@ int main(int argc, char** argv) {
       "top",
       "Every host's live step time, how late it enters the collectives, and the verdict, "
       "refreshing in place (the sidecars' live step telemetry; no capture)");
-  top_cmd
-      ->add_option("--service-addr", top.service_addr,
-                   "host:port[,host:port...] of clusterprof sidecars")
-      ->required();
+  top_cmd->add_option("--service-addr", top.service_addr,
+                      "host:port[,host:port...] of clusterprof sidecars");
+  top_cmd->add_option("--operator-addr", top.operator_addr,
+                      "Or the operator's health port (host:port, e.g. kubectl port-forward to "
+                      "the leading replica's 8081), with --profiletrigger");
+  top_cmd->add_option("--profiletrigger", top.profile_trigger,
+                      "NAMESPACE/NAME of the ProfileTrigger whose pods to show, as the operator "
+                      "follows them");
   top_cmd->add_option("--token-file", top.token_file,
                       "File with the bearer token of sidecars started with --auth-token-file");
   top_cmd->add_option("--steps", top.steps, "The last this many steps make each row")

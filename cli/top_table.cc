@@ -5,6 +5,7 @@
 
 #include "absl/time/time.h"
 #include "analysis/stragglers.h"
+#include "cpprest/json.h"
 #include "fmt/format.h"
 
 namespace clusterprof::cli {
@@ -29,6 +30,44 @@ std::string Duration(int64_t ns) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<coordinator::WatchedSidecar>> ParseOperatorView(
+    const std::string& json) {
+  std::vector<coordinator::WatchedSidecar> out;
+  try {
+    const web::json::value view = web::json::value::parse(json);
+    for (const web::json::value& s : view.at("sidecars").as_array()) {
+      coordinator::WatchedSidecar sidecar;
+      sidecar.address = s.at("address").as_string();
+      sidecar.host_name = s.at("pod").as_string();
+      sidecar.connected = s.at("connected").as_bool();
+      sidecar.error = s.at("error").as_string();
+      sidecar.last_message_ns = s.at("lastMessageNs").as_number().to_int64();
+      sidecar.clock_offset_ns = s.at("clockOffsetNs").as_number().to_int64();
+      sidecar.clock_uncertainty_ns = s.at("clockUncertaintyNs").as_number().to_int64();
+      sidecar.processes = s.at("processes").as_integer();
+      sidecar.processes_with_steps = s.at("processesWithSteps").as_integer();
+      sidecar.step_source = s.at("stepSource").as_string();
+      sidecar.steps_total = s.at("stepsTotal").as_number().to_uint64();
+      sidecar.last_step_end_ns = s.at("lastStepEndNs").as_number().to_int64();
+      sidecar.recorder_level = s.at("recorderLevel").as_integer();
+      sidecar.recorder_window_ms = s.at("recorderWindowMs").as_number().to_int64();
+      for (const web::json::value& row : s.at("steps").as_array()) {
+        analysis::StepDigest step;
+        step.step = row.at(0).as_number().to_int64();
+        step.start_ns = row.at(1).as_number().to_int64();
+        step.end_ns = row.at(2).as_number().to_int64();
+        step.collective_entry_ns = row.at(3).as_number().to_int64();
+        sidecar.steps.push_back(step);
+      }
+      out.push_back(std::move(sidecar));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        fmt::format("the operator's answer is not a trigger's steps: {}", e.what()));
+  }
+  return out;
+}
 
 TopTable BuildTopTable(const std::vector<coordinator::WatchedSidecar>& sidecars, int steps,
                        int64_t now_ns) {

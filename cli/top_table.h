@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "coordinator/step_watcher.h"
 
 namespace clusterprof::cli {
@@ -37,6 +38,10 @@ struct TopTable {
   int compared_steps = 0;
   std::vector<std::string> notes;
 };
+
+// The operator's view of a ProfileTrigger's pods (GET /triggers/<namespace>/<name> on its
+// health port) as followed sidecars; INVALID_ARGUMENT naming what does not parse.
+absl::StatusOr<std::vector<coordinator::WatchedSidecar>> ParseOperatorView(const std::string& json);
 
 // `steps`: how many of the latest steps count; `now_ns`: our wall clock.
 TopTable BuildTopTable(const std::vector<coordinator::WatchedSidecar>& sidecars, int steps,

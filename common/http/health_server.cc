@@ -39,10 +39,11 @@ int QuietLog(const mg_connection*, const char*) { return 1; }
 
 absl::StatusOr<std::unique_ptr<HealthServer>> HealthServer::Start(
     const std::string& address, int port, ReadinessCheck ready,
-    std::shared_ptr<prometheus::Registry> registry) {
+    std::shared_ptr<prometheus::Registry> registry, ExtraRoutes extra) {
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
-  std::unique_ptr<HealthServer> server(new HealthServer(std::move(ready), std::move(registry)));
+  std::unique_ptr<HealthServer> server(
+      new HealthServer(std::move(ready), std::move(registry), std::move(extra)));
   const std::string listen = address.find(':') != std::string::npos
                                  ? StrCat("[", address, "]:", port)
                                  : StrCat(address, ":", port);
@@ -76,6 +77,9 @@ HealthAnswer HealthServer::Handle(const std::string& path) const {
   if (path == "/metrics" && registry_ != nullptr) {
     return {200, "text/plain; version=0.0.4; charset=utf-8",
             prometheus::TextSerializer().Serialize(registry_->Collect())};
+  }
+  if (extra_) {
+    if (std::optional<HealthAnswer> answer = extra_(path)) return *std::move(answer);
   }
   return {404, "text/plain; charset=utf-8", "not found: try /healthz, /readyz or /metrics\n"};
 }

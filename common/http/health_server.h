@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,8 @@ struct HealthAnswer {
 
 // Why the process is not ready, or "" when it is.
 using ReadinessCheck = std::function<std::string()>;
+// More GET paths: an answer for the paths it serves, nullopt for the others (404).
+using ExtraRoutes = std::function<std::optional<HealthAnswer>(const std::string& path)>;
 
 class HealthServer {
  public:
@@ -33,9 +36,10 @@ class HealthServer {
   //   /healthz  200 "ok" while the process serves at all
   //   /readyz   200 "ok", or 503 with the reason `ready` gives
   //   /metrics  the registry in the Prometheus text format
+  //   anything else: `extra`, when given
   static absl::StatusOr<std::unique_ptr<HealthServer>> Start(
       const std::string& address, int port, ReadinessCheck ready,
-      std::shared_ptr<prometheus::Registry> registry);
+      std::shared_ptr<prometheus::Registry> registry, ExtraRoutes extra = nullptr);
   ~HealthServer();
   HealthServer(const HealthServer&) = delete;
   HealthServer& operator=(const HealthServer&) = delete;
@@ -46,11 +50,13 @@ class HealthServer {
   HealthAnswer Handle(const std::string& path) const;
 
  private:
-  HealthServer(ReadinessCheck ready, std::shared_ptr<prometheus::Registry> registry)
-      : ready_(std::move(ready)), registry_(std::move(registry)) {}
+  HealthServer(ReadinessCheck ready, std::shared_ptr<prometheus::Registry> registry,
+               ExtraRoutes extra)
+      : ready_(std::move(ready)), registry_(std::move(registry)), extra_(std::move(extra)) {}
 
   ReadinessCheck ready_;
   std::shared_ptr<prometheus::Registry> registry_;
+  ExtraRoutes extra_;
   mg_context* context_ = nullptr;
   int port_ = 0;
 };

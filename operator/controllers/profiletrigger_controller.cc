@@ -238,6 +238,54 @@ void ProfileTriggerController::EvaluateAll() {
   for (const std::string& key : due) queue_.Add(key);
 }
 
+std::optional<std::string> ProfileTriggerController::StepsJson(const std::string& key,
+                                                               size_t max_steps) {
+  std::vector<coordinator::WatchedSidecar> sidecars;
+  std::map<std::string, std::string> names;
+  {
+    MutexLock lock(&mu_);
+    auto it = watches_.find(key);
+    if (it == watches_.end()) return std::nullopt;
+    sidecars = it->second->source->Snapshot();
+    names = it->second->pods;
+  }
+  value out = value::object();
+  out["trigger"] = Str(key);
+  out["sidecars"] = value::array();
+  for (size_t i = 0; i < sidecars.size(); ++i) {
+    const coordinator::WatchedSidecar& s = sidecars[i];
+    value sidecar = value::object();
+    sidecar["address"] = Str(s.address);
+    sidecar["pod"] = Str(NameOf(s, names));
+    sidecar["connected"] = value::boolean(s.connected);
+    sidecar["error"] = Str(s.error);
+    sidecar["lastMessageNs"] = value::number(s.last_message_ns);
+    sidecar["clockOffsetNs"] = value::number(s.clock_offset_ns);
+    sidecar["clockUncertaintyNs"] = value::number(s.clock_uncertainty_ns);
+    sidecar["processes"] = value::number(s.processes);
+    sidecar["processesWithSteps"] = value::number(s.processes_with_steps);
+    sidecar["stepSource"] = Str(s.step_source);
+    sidecar["stepsTotal"] = value::number(s.steps_total);
+    sidecar["lastStepEndNs"] = value::number(s.last_step_end_ns);
+    sidecar["recorderLevel"] = value::number(s.recorder_level);
+    sidecar["recorderWindowMs"] = value::number(s.recorder_window_ms);
+    value steps = value::array();
+    const size_t first = s.steps.size() > max_steps ? s.steps.size() - max_steps : 0;
+    for (size_t j = first; j < s.steps.size(); ++j) {
+      const analysis::StepDigest& step = s.steps[j];
+      value row = value::array(4);
+      row[0] = value::number(step.step);
+      row[1] = value::number(step.start_ns);
+      row[2] = value::number(step.end_ns);
+      row[3] = value::number(step.collective_entry_ns);
+      steps[j - first] = row;
+    }
+    sidecar["steps"] = steps;
+    out["sidecars"][i] = sidecar;
+  }
+  return out.serialize();
+}
+
 void ProfileTriggerController::Unfollow(const std::string& key) {
   std::unique_ptr<Watch> watch;
   {

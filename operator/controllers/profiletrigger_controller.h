@@ -80,6 +80,13 @@ class ProfileTriggerController : public kube::ResourceEventHandler {
   // evaluator thread does this every evaluate_interval_ms. Public for tests.
   void EvaluateAll();
 
+  // The live steps of a followed trigger's pods, as JSON (`clusterprof top --operator-addr`
+  // reads it from the operator's health port, /triggers/<namespace>/<name>): each sidecar's
+  // address, pod, connection, clock offset, processes, recorder and its last `max_steps` steps
+  // ([number, start_ns, end_ns, collective_entry_ns] on the pod's clock). nullopt when this
+  // replica does not follow the trigger (no such trigger, suspended, or not the leader).
+  std::optional<std::string> StepsJson(const std::string& key, size_t max_steps = 256);
+
   void OnAdd(const kube::ObjectPtr& object, bool initial_list) override;
   void OnUpdate(const kube::ObjectPtr& old_object, const kube::ObjectPtr& new_object) override;
   void OnDelete(const kube::ObjectPtr& object, bool final_state_unknown) override;

@@ -96,7 +96,7 @@ kube::InformerOptions InformerOptionsFor(kube::ResourceType type, const std::str
 // /healthz, /readyz (ready once every cache synced) and /metrics; null when turned off.
 absl::StatusOr<std::unique_ptr<http::HealthServer>> StartHealthServer(
     const ManagerOptions& options, const std::vector<const kube::Informer*>& informers,
-    OperatorMetrics& metrics) {
+    OperatorMetrics& metrics, controllers::ProfileTriggerController* triggers) {
   if (options.health_port < 0) return nullptr;
   auto ready = [informers]() -> std::string {
     for (const kube::Informer* informer : informers) {
@@ -107,8 +107,28 @@ absl::StatusOr<std::unique_ptr<http::HealthServer>> StartHealthServer(
     }
     return "";
   };
+  // /triggers/<namespace>/<name>: the live steps a trigger follows (clusterprof top
+  // --operator-addr), on the replica that leads.
+  auto extra = [triggers](const std::string& path) -> std::optional<http::HealthAnswer> {
+    constexpr std::string_view kPrefix = "/triggers/";
+    if (!StartsWith(path, kPrefix)) return std::nullopt;
+    const std::string key = path.substr(kPrefix.size());
+    if (triggers == nullptr) {
+      return http::HealthAnswer{404, "text/plain; charset=utf-8",
+                                "ProfileTriggers are off on this operator\n"};
+    }
+    std::optional<std::string> json = triggers->StepsJson(key);
+    if (!json.has_value()) {
+      return http::HealthAnswer{
+          404, "text/plain; charset=utf-8",
+          StrCat("this replica follows no ProfileTrigger ", key,
+                 " (give <namespace>/<name>; only the leading replica follows triggers, and not "
+                 "suspended ones)\n")};
+    }
+    return http::HealthAnswer{200, "application/json", *std::move(json)};
+  };
   absl::StatusOr<std::unique_ptr<http::HealthServer>> started = http::HealthServer::Start(
-      options.health_address, options.health_port, ready, metrics.registry());
+      options.health_address, options.health_port, ready, metrics.registry(), extra);
   if (!started.ok()) {
     return absl::Status(started.status().code(),
                         StrCat(started.status().message(),
@@ -309,9 +329,9 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   std::vector<kube::Informer*> informers = {&jobs, &schedules, &pods};
   if (triggers != nullptr) informers.push_back(triggers.get());
 
-  CLUSTERPROF_ASSIGN_OR_RETURN(
-      std::unique_ptr<http::HealthServer> health,
-      StartHealthServer(options, {informers.begin(), informers.end()}, metrics));
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<http::HealthServer> health,
+                               StartHealthServer(options, {informers.begin(), informers.end()},
+                                                 metrics, trigger_controller.get()));
   CLUSTERPROF_ASSIGN_OR_RETURN(std::unique_ptr<webhook::WebhookServer> webhook_server,
                                StartWebhook(options, *client, metrics));
   WritePortFile(options.port_file, health.get(), webhook_server.get());

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/top_table.h"
 #include "common/base/strings.h"
+#include "common/http/health_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/subprocess.h"
@@ -139,11 +140,57 @@ TEST(TopCommandTest, OnceAgainstRealSidecarsNamesTheSlowRank) {
   EXPECT_THAT(out2.str(), HasSubstr("unreachable"));
 }
 
+TEST(TopCommandTest, TheOperatorsViewOfATriggerMakesTheSameTable) {
+  // The operator's health port answers GET /triggers/<namespace>/<name> (manager.cc); a stand-in
+  // serves what ProfileTriggerController::StepsJson writes.
+  const std::string view = R"({"trigger": "training/t", "sidecars": [
+    {"address": "10.0.0.1:8466", "pod": "rank-0", "connected": true, "error": "",
+     "lastMessageNs": 1, "clockOffsetNs": 0, "clockUncertaintyNs": 1000, "processes": 1,
+     "processesWithSteps": 1, "stepSource": "events with a step_num stat", "stepsTotal": 2,
+     "lastStepEndNs": 2000000000, "recorderLevel": 2, "recorderWindowMs": 30000,
+     "steps": [[0, 1000000000, 1100000000, 1050000000], [1, 1100000000, 1200000000, 1150000000]]},
+    {"address": "10.0.0.2:8466", "pod": "rank-1", "connected": false,
+     "error": "UNAVAILABLE: connection refused", "lastMessageNs": 0, "clockOffsetNs": 0,
+     "clockUncertaintyNs": -1, "processes": 0, "processesWithSteps": 0, "stepSource": "",
+     "stepsTotal": 0, "lastStepEndNs": 0, "recorderLevel": 0, "recorderWindowMs": 0,
+     "steps": []}]})";
+  auto server =
+      http::HealthServer::Start("127.0.0.1", 0, nullptr, nullptr,
+                                [&](const std::string& path) -> std::optional<http::HealthAnswer> {
+                                  if (path != "/triggers/training/t") return std::nullopt;
+                                  return http::HealthAnswer{200, "application/json", view};
+                                });
+  ASSERT_TRUE(server.ok()) << server.status();
+  TopOptions options;
+  options.operator_addr = StrCat("127.0.0.1:", (*server)->port());
+  options.profile_trigger = "training/t";
+  options.once = true;
+  options.timeout_ms = 500;
+  std::ostringstream out, err;
+  EXPECT_EQ(RunTop(options, out, err), kExitFailure) << "rank-1's sidecar is unreachable";
+  EXPECT_THAT(out.str(), ::testing::ContainsRegex("rank-0 +1 "));
+  EXPECT_THAT(out.str(), HasSubstr("rank-1: UNAVAILABLE: connection refused"));
+
+  options.profile_trigger = "training/other";
+  std::ostringstream out2, err2;
+  EXPECT_EQ(RunTop(options, out2, err2), kExitFailure);
+  EXPECT_THAT(out2.str(), HasSubstr("HTTP 404"));
+}
+
 TEST(TopCommandTest, BadOptionsAreUsageErrors) {
   TopOptions options;
   options.service_addr = "";
   std::ostringstream out, err;
   EXPECT_EQ(RunTop(options, out, err), kExitUsage);
+  options.service_addr = "127.0.0.1:1";
+  options.operator_addr = "127.0.0.1:1";
+  options.profile_trigger = "ns/name";
+  EXPECT_EQ(RunTop(options, out, err), kExitUsage) << "both modes at once";
+  options.service_addr = "";
+  options.profile_trigger = "no-namespace";
+  EXPECT_EQ(RunTop(options, out, err), kExitUsage);
+  options.operator_addr = "";
+  options.profile_trigger = "";
   options.service_addr = "127.0.0.1:1";
   options.steps = 1;
   EXPECT_EQ(RunTop(options, out, err), kExitUsage);

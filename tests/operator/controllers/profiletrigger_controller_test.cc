@@ -282,6 +282,25 @@ TEST_F(ProfileTriggerControllerTest, ARegressionCreatesOneOwnedJobWithTheEvidenc
   EXPECT_EQ(Condition("NoStepTelemetry"), "False");
 }
 
+TEST_F(ProfileTriggerControllerTest, TheOperatorsViewOfATriggersPodsIsJsonForTop) {
+  SetSteps(/*slow=*/false);
+  CreateTrigger("view", RegressionSpec());
+  EXPECT_FALSE(controller_->StepsJson(kube::ObjectKey(ns_, "view")).has_value())
+      << "not followed before its first reconcile";
+  ASSERT_TRUE(Reconcile().ok());
+  const std::optional<std::string> json = controller_->StepsJson(kube::ObjectKey(ns_, "view"), 5);
+  ASSERT_TRUE(json.has_value());
+  const value view = value::parse(*json);
+  EXPECT_EQ(view.at("trigger").as_string(), "training/view");
+  ASSERT_EQ(view.at("sidecars").size(), 2u);
+  const value& a = view.at("sidecars").at(0);
+  EXPECT_EQ(a.at("address").as_string(), kPodA);
+  EXPECT_EQ(a.at("pod").as_string(), "pod-a") << "the name the sidecar reports, for addresses";
+  ASSERT_EQ(a.at("steps").size(), 5u) << "the last 5";
+  EXPECT_EQ(a.at("steps").at(4).at(0).as_integer(), 199);
+  EXPECT_FALSE(controller_->StepsJson("training/none").has_value());
+}
+
 TEST_F(ProfileTriggerControllerTest, HealthyStepsFireNothingButShowTheirTelemetry) {
   SetSteps(/*slow=*/false);
   CreateTrigger("quiet", RegressionSpec());
@@ -389,7 +408,7 @@ TEST_F(ProfileTriggerControllerTest, PodsWithoutStepsAreNamedInACondition) {
   Cycle();
   std::string message;
   EXPECT_EQ(Condition("NoStepTelemetry", &message), "True");
-  EXPECT_THAT(message, HasSubstr(kPodB));
+  EXPECT_THAT(message, HasSubstr("pod-b")) << "the name its sidecar reports";
   EXPECT_THAT(message, HasSubstr("2 process(es) attached, none marks steps"));
 }
 
