@@ -99,6 +99,13 @@ RunReport MakeRunReport(std::string run_dir, const DigestOptions& options,
           StrCat("the verdict is over the steps from the capture's start on; the up to ", before,
                  " steps of the lookback before it are in the traces for context"));
     }
+    // The report's pages go with the verdicts, one per host with steps in the window: a host
+    // whose steps all came before the start (a workload that ended in the lookback) has none.
+    std::vector<HostRun> kept;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (!window[i].digest.steps.empty()) kept.push_back(std::move(runs[i]));
+    }
+    runs = std::move(kept);
   } else {
     report.analysis = FindStragglers(runs);
   }

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "analysis/report_html.h"
 #include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,19 @@ TEST(MakeRunReportTest, ALookbacksHealthyStepsDoNotOutvoteTheCaptureWindow) {
   // The digests keep every step, the lookback's included, for the report's pages.
   ASSERT_EQ(window.runs.size(), 4u);
   EXPECT_EQ(window.runs[0].digest.steps.size(), 60u);
+}
+
+TEST(MakeRunReportTest, AHostWhoseStepsAllCameBeforeTheStartHasNoVerdictAndNoPage) {
+  // A workload that ended in the lookback: its steps are all before T0.
+  std::vector<HostRun> runs = Runs(0);
+  std::erase_if(runs[3].digest.steps, [](const StepDigest& step) { return step.step >= 40; });
+  const RunReport report = MakeRunReport("/logs/plugins/profile/r", {}, runs, {}, true, kT0);
+  ASSERT_EQ(report.analysis.hosts.size(), 3u);
+  ASSERT_EQ(report.runs.size(), report.analysis.hosts.size()) << "one page per verdict";
+  for (size_t i = 0; i < report.runs.size(); ++i) {
+    EXPECT_EQ(report.runs[i].digest.host, report.analysis.hosts[i].host);
+  }
+  EXPECT_THAT(ReportHtml(report), ::testing::HasSubstr("host-2"));
 }
 
 TEST(MakeRunReportTest, WithoutALookbackTheVerdictIsOverEveryStep) {
