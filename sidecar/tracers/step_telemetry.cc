@@ -169,7 +169,7 @@ void StepTelemetry::EndDrain(int processes, int processes_with_steps) {
     }
   }
   // Collectives older than what a step still to come can contain are no longer needed.
-  if (!steps_.empty() || !pending_.empty()) {
+  if (!pending_.empty()) {
     int64_t latest_start = 0;
     for (const LiveStep& step : pending_) latest_start = std::max(latest_start, step.start_ns);
     const int64_t horizon = latest_start - kCollectiveHorizonNs;
