@@ -140,7 +140,7 @@ absl::StatusOr<std::unique_ptr<AnnotationTracer>> AnnotationTracer::Create(ShmTr
     return absl::InvalidArgumentError(
         StrCat("the recorder level must be 0 (off) to 3, not ", options.recorder_level));
   }
-  if (options.recorder_drain_interval_ms <= 0) options.recorder_drain_interval_ms = 50;
+  if (options.recorder_drain_interval_ms <= 0) options.recorder_drain_interval_ms = 100;
   return std::unique_ptr<AnnotationTracer>(new AnnotationTracer(shm, std::move(options)));
 }
 
