@@ -378,15 +378,21 @@ absl::Status ProfileTriggerController::Reconcile(const std::string& key) {
     }
     api::SetCondition(status.conditions,
                       {"Valid", "False", "InvalidSpec", message, meta.generation, ""}, now_text);
-    return WriteStatus(*trigger, current, status);
+    return WriteStatus(trigger->json, meta.namespace_, current, status);
   }
   api::SetCondition(
       status.conditions,
       {"Valid", "True", "Valid", "the rules and the capture are valid", meta.generation, ""},
       now_text);
   status.rules = spec->rules_summary;
-  CLUSTERPROF_RETURN_IF_ERROR(ReconcileValid(*trigger, *spec, status, now_ns));
-  CLUSTERPROF_RETURN_IF_ERROR(WriteStatus(*trigger, current, status));
+  std::optional<value> written;
+  CLUSTERPROF_RETURN_IF_ERROR(ReconcileValid(*trigger, *spec, status, now_ns, &written));
+  CLUSTERPROF_RETURN_IF_ERROR(
+      WriteStatus(written.has_value() ? *written : trigger->json, meta.namespace_,
+                  written.has_value()
+                      ? absl::StatusOr<api::ProfileTriggerStatus>(absl::UnknownError("rewritten"))
+                      : current,
+                  status));
   // Finished jobs beyond the history limits, once the status that records them is written.
   std::vector<Child> succeeded, failed;
   for (Child& child : ListChildren(meta)) {
@@ -407,7 +413,8 @@ absl::Status ProfileTriggerController::Reconcile(const std::string& key) {
 absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& trigger,
                                                       const api::ProfileTriggerSpec& spec,
                                                       api::ProfileTriggerStatus& status,
-                                                      int64_t now_ns) {
+                                                      int64_t now_ns,
+                                                      std::optional<value>* written) {
   const kube::ObjectMeta& meta = trigger.metadata;
   const std::string key = meta.Key();
   const std::string now_text = api::FormatTime(now_ns);
@@ -587,10 +594,11 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
   {
     value updated = trigger.json;
     updated["status"] = api::ProfileTriggerStatusToJson(status);
-    absl::StatusOr<value> written =
+    absl::StatusOr<value> recorded =
         client_->UpdateStatus(api::ProfileTriggers(), meta.namespace_, updated);
     // A conflict means another writer got there first: the next reconcile sees its status.
-    if (!written.ok()) return written.status();
+    if (!recorded.ok()) return recorded.status();
+    *written = *std::move(recorded);
   }
   CLUSTERPROF_RETURN_IF_ERROR(CreateJob(meta, spec, record));
   status.last_job_created = true;
@@ -668,23 +676,13 @@ absl::Status ProfileTriggerController::PruneHistory(const kube::ObjectMeta& meta
 }
 
 absl::Status ProfileTriggerController::WriteStatus(
-    const kube::JsonObject& trigger, const absl::StatusOr<api::ProfileTriggerStatus>& current,
+    const value& base, const std::string& ns,
+    const absl::StatusOr<api::ProfileTriggerStatus>& current,
     const api::ProfileTriggerStatus& status) {
   if (current.ok() && *current == status) return absl::OkStatus();
-  // The firing path may have written already: write over the newest copy in the cache only if
-  // the cached one is what we read (a conflict requeues).
-  value updated = trigger.json;
+  value updated = base;
   updated["status"] = api::ProfileTriggerStatusToJson(status);
-  absl::StatusOr<value> written =
-      client_->UpdateStatus(api::ProfileTriggers(), trigger.metadata.namespace_, updated);
-  if (kube::IsConflict(written.status())) {
-    // Our own firing write bumped the resourceVersion: write once more over what it returned.
-    absl::StatusOr<value> fresh =
-        client_->Get(api::ProfileTriggers(), trigger.metadata.namespace_, trigger.metadata.name);
-    if (!fresh.ok()) return absl::IsNotFound(fresh.status()) ? absl::OkStatus() : fresh.status();
-    (*fresh)["status"] = api::ProfileTriggerStatusToJson(status);
-    written = client_->UpdateStatus(api::ProfileTriggers(), trigger.metadata.namespace_, *fresh);
-  }
+  absl::StatusOr<value> written = client_->UpdateStatus(api::ProfileTriggers(), ns, updated);
   return absl::IsNotFound(written.status()) ? absl::OkStatus() : written.status();
 }
 

@@ -113,8 +113,11 @@ class ProfileTriggerController : public kube::ResourceEventHandler {
     int64_t last_status_ns = 0;
   };
 
+  // `written` is set to the trigger as the server returned it when a firing wrote its status
+  // (so the reconcile's last write goes over that version, not the cached one).
   absl::Status ReconcileValid(const kube::JsonObject& trigger, const api::ProfileTriggerSpec& spec,
-                              api::ProfileTriggerStatus& status, int64_t now_ns);
+                              api::ProfileTriggerStatus& status, int64_t now_ns,
+                              std::optional<web::json::value>* written);
   // Starts, updates or stops following the trigger's pods.
   void Follow(const std::string& key, const api::ProfileTriggerSpec& spec,
               const kube::ObjectMeta& meta, int* followed, std::vector<std::string>* skipped);
@@ -124,7 +127,10 @@ class ProfileTriggerController : public kube::ResourceEventHandler {
                          const api::TriggerFiringStatus& firing);
   absl::Status PruneHistory(const kube::ObjectMeta& meta, std::vector<Child> children,
                             int32_t limit);
-  absl::Status WriteStatus(const kube::JsonObject& trigger,
+  // Writes `status` over `base` (the trigger as last read or written) when it differs from
+  // `current`. A Conflict is returned (and the key requeued): a write over a stale copy never
+  // replaces a newer status, which holds the firings the cooldown counts from.
+  absl::Status WriteStatus(const web::json::value& base, const std::string& ns,
                            const absl::StatusOr<api::ProfileTriggerStatus>& current,
                            const api::ProfileTriggerStatus& status);
   void Worker();

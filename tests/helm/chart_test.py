@@ -62,10 +62,9 @@ EXPECTED_CLUSTER_ROLE_RULES = {
     ("clusterprof.io", "profilejobs/status"): {"update", "patch"},
     # update: the schedule controller's write_status (profileschedule_controller.cc).
     ("clusterprof.io", "profileschedules/status"): {"update"},
-    # list, watch: the ProfileTrigger informer and CheckTriggerApi (manager.cc); get:
-    #   ProfileTriggerController::WriteStatus reads the latest copy after its own firing write
-    #   (profiletrigger_controller.cc).
-    ("clusterprof.io", "profiletriggers"): {"get", "list", "watch"},
+    # list, watch: the ProfileTrigger informer and CheckTriggerApi (manager.cc); status is
+    #   written over the cached copy or the one a firing just wrote: no get.
+    ("clusterprof.io", "profiletriggers"): {"list", "watch"},
     # update: a firing recorded before its job is created, and the telemetry
     #   (profiletrigger_controller.cc).
     ("clusterprof.io", "profiletriggers/status"): {"update"},
