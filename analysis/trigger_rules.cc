@@ -17,6 +17,7 @@ constexpr int kMaxStragglerSteps = 1000;
 // steps at 10 steps, none at 14 (bench/RESULTS.md, "Triggers: rule accuracy and cost").
 constexpr int kMinStragglerSteps = 14;
 constexpr int64_t kMaxStallSeconds = 86'400;
+constexpr int kMaxWarmupSteps = 1000;
 // How many pods a note or an evidence names before "and N more".
 constexpr size_t kMaxNamed = 5;
 
@@ -70,8 +71,13 @@ struct Member {
 // a merge from the end of each pod's steps (O(pods) per step number).
 class StepIndex {
  public:
-  StepIndex(const std::vector<const PodSteps*>& pods, const std::vector<bool>& with_collectives)
-      : pods_(pods), with_collectives_(with_collectives), cursor_(pods.size()) {
+  // floor[p]: how many of pod p's oldest steps are not read (its warm-up).
+  StepIndex(const std::vector<const PodSteps*>& pods, const std::vector<bool>& with_collectives,
+            std::vector<size_t> floor)
+      : pods_(pods),
+        with_collectives_(with_collectives),
+        floor_(std::move(floor)),
+        cursor_(pods.size()) {
     for (size_t p = 0; p < pods.size(); ++p) {
       cursor_[p] = pods[p]->steps.size();
       if (with_collectives[p]) ++pods_with_collectives_;
@@ -114,7 +120,7 @@ class StepIndex {
     int64_t step = std::numeric_limits<int64_t>::min();
     bool any = false;
     for (size_t p = 0; p < pods_.size(); ++p) {
-      if (cursor_[p] == 0) continue;
+      if (cursor_[p] == floor_[p]) continue;
       step = std::max(step, pods_[p]->steps[cursor_[p] - 1].step);
       any = true;
     }
@@ -122,7 +128,7 @@ class StepIndex {
     Row row{step, members_.size(), 0, pods_with_collectives_ >= 2};
     int with_collectives = 0;
     for (size_t p = 0; p < pods_.size(); ++p) {
-      if (cursor_[p] == 0) continue;
+      if (cursor_[p] == floor_[p]) continue;
       const StepDigest& s = pods_[p]->steps[cursor_[p] - 1];
       if (s.step != step) continue;
       members_.push_back({p, &s});
@@ -142,6 +148,7 @@ class StepIndex {
 
   const std::vector<const PodSteps*>& pods_;
   const std::vector<bool>& with_collectives_;
+  const std::vector<size_t> floor_;
   int pods_with_collectives_ = 0;
   // Per pod, one past the newest step not read yet.
   std::vector<size_t> cursor_;
@@ -334,6 +341,10 @@ absl::Status ValidateTriggerRules(const TriggerRules& rules) {
                                                " (got ", r->steps, ")"));
     }
   }
+  if (rules.warmup_steps < 0 || rules.warmup_steps > kMaxWarmupSteps) {
+    return absl::InvalidArgumentError(
+        StrCat("warmupSteps must be 0 to ", kMaxWarmupSteps, " (got ", rules.warmup_steps, ")"));
+  }
   if (const auto& r = rules.step_stall) {
     if (r->seconds < 1 || r->seconds > kMaxStallSeconds) {
       return absl::InvalidArgumentError(StrCat(kStepStallRuleName, ".seconds must be 1 to ",
@@ -373,7 +384,22 @@ TriggerEvaluation EvaluateTriggerRules(const TriggerRules& rules, const std::vec
       return s.collective_entry_ns != 0;
     });
   }
-  StepIndex index(with_steps, with_collectives);
+  // A pod's first warmup_steps steps are not judged (compilation, data loaders filling, ranks
+  // joining): while its history is not full, its oldest steps are its first ones.
+  std::vector<size_t> floor(with_steps.size(), 0);
+  std::vector<std::string> warming;
+  for (size_t p = 0; p < with_steps.size(); ++p) {
+    const size_t n = with_steps[p]->steps.size();
+    if (n >= static_cast<size_t>(kMaxTriggerSteps)) continue;
+    floor[p] = std::min(n, static_cast<size_t>(rules.warmup_steps));
+    if (n <= static_cast<size_t>(rules.warmup_steps)) warming.push_back(with_steps[p]->pod);
+  }
+  if (!warming.empty()) {
+    out.notes.push_back(StrCat(NameList(warming), warming.size() == 1 ? " is" : " are",
+                               " still in the first ", rules.warmup_steps,
+                               " steps (warmupSteps), which are not judged"));
+  }
+  StepIndex index(with_steps, with_collectives, std::move(floor));
   const StepTimeRegressionRule regression =
       rules.step_time_regression.value_or(StepTimeRegressionRule{});
   index.ReadUntil(static_cast<size_t>(regression.steps + BaselineSteps(regression)),

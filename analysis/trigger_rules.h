@@ -66,6 +66,11 @@ struct TriggerRules {
   std::optional<StepTimeRegressionRule> step_time_regression;
   std::optional<StragglerTriggerRule> straggler;
   std::optional<StepStallRule> step_stall;
+  // Each pod's first steps are not judged by the regression and straggler rules (0 to 1,000):
+  // compilation, data loaders filling and ranks joining make them slow and uneven. While a pod
+  // has fewer than kMaxTriggerSteps steps, its oldest ones are its first; once it has that many,
+  // none is left out. The stall rule sees every step (a job that hangs while warming up hangs).
+  int warmup_steps = 20;
 };
 
 // INVALID_ARGUMENT naming the field and the bad value ("stepTimeRegression.percent must be above 0

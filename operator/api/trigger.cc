@@ -127,6 +127,10 @@ absl::StatusOr<ProfileTriggerSpec> ParseProfileTriggerSpec(const value& spec_jso
     CLUSTERPROF_RETURN_IF_ERROR(
         ParseRule(rules->as_array().at(i), StrCat("spec.rules[", i, "]"), &out.rules, &summary));
   }
+  int64_t warmup = out.rules.warmup_steps;
+  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("warmupSteps", &warmup));
+  CLUSTERPROF_RETURN_IF_ERROR(Range(spec.Path("warmupSteps"), warmup, 0, 1000, "steps"));
+  out.rules.warmup_steps = static_cast<int>(warmup);
   if (absl::Status valid = analysis::ValidateTriggerRules(out.rules); !valid.ok()) {
     return absl::InvalidArgumentError(StrCat("spec.rules: ", valid.message()));
   }

@@ -15,10 +15,12 @@
 namespace clusterprof::analysis {
 namespace {
 
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using testing::JobSpec;
+using ::testing::Not;
 using testing::SimulatedJob;
 
 constexpr int64_t kMs = kNanosPerMilli;
@@ -77,24 +79,28 @@ int64_t LastEnd(const std::vector<PodSteps>& pods) {
 
 TriggerRules Regression(double percent = 20, int steps = 10) {
   TriggerRules rules;
+  rules.warmup_steps = 0;  // the windows' tests see every step (warm-up: WarmUpTest)
   rules.step_time_regression = StepTimeRegressionRule{percent, steps};
   return rules;
 }
 
 TriggerRules Straggler(int steps = 20) {
   TriggerRules rules;
+  rules.warmup_steps = 0;  // the windows' tests see every step (warm-up: WarmUpTest)
   rules.straggler = StragglerTriggerRule{steps};
   return rules;
 }
 
 TriggerRules Stall(int64_t seconds = 120) {
   TriggerRules rules;
+  rules.warmup_steps = 0;  // the windows' tests see every step (warm-up: WarmUpTest)
   rules.step_stall = StepStallRule{seconds};
   return rules;
 }
 
 TriggerRules AllRules() {
   TriggerRules rules;
+  rules.warmup_steps = 0;  // the windows' tests see every step (warm-up: WarmUpTest)
   rules.step_time_regression = StepTimeRegressionRule{10, 10};
   rules.straggler = StragglerTriggerRule{20};
   rules.step_stall = StepStallRule{120};
@@ -107,6 +113,77 @@ std::vector<std::string> FiredRules(const TriggerEvaluation& evaluation) {
   return rules;
 }
 
+// --- Warm-up ---
+
+TEST(WarmUpTest, APodsFirstStepsAreNotJudged) {
+  // pod-1 is late by 30 ms in its first 20 steps only (it joined late), then on time.
+  const auto late_at_start = [](int p, int64_t step) -> int64_t {
+    return p == 1 && step < 20 ? 110 * kMs : 80 * kMs;
+  };
+  std::vector<PodSteps> pods = Lockstep(
+      4, 0, 20, [](int64_t) { return 130 * kMs; }, late_at_start);
+  TriggerRules rules = Straggler(14);
+  ASSERT_THAT(FiredRules(EvaluateTriggerRules(rules, pods, LastEnd(pods))),
+              ElementsAre(kStragglerRuleName))
+      << "without a warm-up the start fires";
+  rules.warmup_steps = 20;
+  TriggerEvaluation evaluation = EvaluateTriggerRules(rules, pods, LastEnd(pods));
+  EXPECT_THAT(evaluation.firings, IsEmpty());
+  EXPECT_THAT(evaluation.notes, Contains(HasSubstr("are still in the first 20 steps")));
+  // Ten steps later: steps 20-29 are too few for the window, and said so; still no firing.
+  pods = Lockstep(
+      4, 0, 30, [](int64_t) { return 130 * kMs; }, late_at_start);
+  evaluation = EvaluateTriggerRules(rules, pods, LastEnd(pods));
+  EXPECT_THAT(evaluation.firings, IsEmpty());
+  EXPECT_THAT(evaluation.notes, Contains(HasSubstr("has 10")));
+}
+
+TEST(WarmUpTest, AStragglerAfterTheWarmUpStillFires) {
+  const auto late_later = [](int p, int64_t step) -> int64_t {
+    return p == 2 && step >= 30 ? 110 * kMs : 80 * kMs;
+  };
+  const std::vector<PodSteps> pods = Lockstep(
+      4, 0, 60, [](int64_t) { return 130 * kMs; }, late_later);
+  TriggerRules rules = Straggler(20);
+  rules.warmup_steps = 20;
+  const TriggerEvaluation evaluation = EvaluateTriggerRules(rules, pods, LastEnd(pods));
+  ASSERT_THAT(FiredRules(evaluation), ElementsAre(kStragglerRuleName));
+  EXPECT_THAT(evaluation.firings[0].pods, ElementsAre("pod-2"));
+}
+
+TEST(WarmUpTest, SlowFirstStepsDoNotEnterTheRegressionBaselineOrWindow) {
+  // Compilation: the first 20 steps take 1 s; then 100 ms. With them counted, 60 steps of 100 ms
+  // after a baseline full of 1 s steps read as fast; after the warm-up they are the baseline.
+  const std::vector<PodSteps> pods = Lockstep(
+      2, 0, 80, [](int64_t step) { return step < 20 ? 1000 * kMs : 100 * kMs; }, OnTime);
+  TriggerRules rules = Regression(20, 10);
+  rules.warmup_steps = 20;
+  const TriggerEvaluation evaluation = EvaluateTriggerRules(rules, pods, LastEnd(pods));
+  EXPECT_THAT(evaluation.firings, IsEmpty());
+  EXPECT_EQ(evaluation.telemetry.baseline_ns, 100 * kMs);
+  EXPECT_EQ(evaluation.telemetry.step_p50_ns, 100 * kMs);
+}
+
+TEST(WarmUpTest, AFullHistoryLeavesNothingOut) {
+  // 1,024 steps kept: the oldest are not the pod's first, so they are judged like the rest.
+  TriggerRules rules = Straggler(30);
+  rules.warmup_steps = 1000;
+  std::vector<PodSteps> pods = Lockstep(4, 5000, kMaxTriggerSteps - 1, Constant100Ms, OnTime);
+  EXPECT_THAT(EvaluateTriggerRules(rules, pods, LastEnd(pods)).notes,
+              Contains(HasSubstr("has 23")));
+  pods = Lockstep(4, 5000, kMaxTriggerSteps, Constant100Ms, OnTime);
+  EXPECT_THAT(EvaluateTriggerRules(rules, pods, LastEnd(pods)).notes,
+              Not(Contains(HasSubstr("needs"))));
+}
+
+TEST(WarmUpTest, AStallDuringTheWarmUpStillFires) {
+  const std::vector<PodSteps> pods = Lockstep(2, 0, 5, Constant100Ms, OnTime);
+  TriggerRules rules = Stall(120);
+  rules.warmup_steps = 20;
+  EXPECT_THAT(FiredRules(EvaluateTriggerRules(rules, pods, LastEnd(pods) + 121 * kNanosPerSecond)),
+              ElementsAre(kStepStallRuleName));
+}
+
 // --- Validation ---
 
 TEST(ValidateTriggerRulesTest, TheDefaultsOfEachRuleAreValid) {
@@ -114,6 +191,14 @@ TEST(ValidateTriggerRulesTest, TheDefaultsOfEachRuleAreValid) {
   EXPECT_TRUE(ValidateTriggerRules(Straggler()).ok());
   EXPECT_TRUE(ValidateTriggerRules(Stall()).ok());
   EXPECT_TRUE(ValidateTriggerRules(AllRules()).ok());
+}
+
+TEST(ValidateTriggerRulesTest, WarmupStepsIsBounded) {
+  TriggerRules rules = Stall();
+  rules.warmup_steps = 1001;
+  EXPECT_THAT(ValidateTriggerRules(rules).message(), HasSubstr("warmupSteps must be 0 to 1000"));
+  rules.warmup_steps = -1;
+  EXPECT_FALSE(ValidateTriggerRules(rules).ok());
 }
 
 TEST(ValidateTriggerRulesTest, ErrorsNameTheFieldAndTheValue) {

@@ -439,6 +439,14 @@ TEST_F(ProfileTriggerControllerTest, BadSpecsAreRefusedNamingTheField) {
   WaitForCaches();
   EXPECT_EQ(Condition("Valid", &message), "False");
   EXPECT_THAT(message, HasSubstr("spec.rules[0].straggler.steps"));
+
+  value warmup = RegressionSpec();
+  warmup["warmupSteps"] = value::number(5000);
+  CreateTrigger("long-warmup", warmup);
+  ASSERT_TRUE(Reconcile().ok());
+  WaitForCaches();
+  EXPECT_EQ(Condition("Valid", &message), "False");
+  EXPECT_THAT(message, HasSubstr("spec.warmupSteps"));
   EXPECT_TRUE(Jobs().empty());
 }
 
