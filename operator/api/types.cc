@@ -84,6 +84,14 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
     CLUSTERPROF_RETURN_IF_ERROR(targets.Int("minReady", &out.min_ready));
     CLUSTERPROF_RETURN_IF_ERROR(
         Range(targets.Path("minReady"), out.min_ready, 0, std::numeric_limits<int32_t>::max()));
+    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("maxTargets", &out.max_targets));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(targets.Path("maxTargets"), out.max_targets, 1, kMaxMaxTargets, "targets"));
+    if (out.min_ready > out.max_targets) {
+      return absl::InvalidArgumentError(StrCat(targets.Path("minReady"), ": ", out.min_ready,
+                                               " is more than targets.maxTargets (",
+                                               out.max_targets, ")"));
+    }
   }
   if (!out.selector.has_value() && out.addresses.empty()) {
     return absl::InvalidArgumentError(
@@ -293,6 +301,7 @@ absl::StatusOr<JobAnalysis> ParseJobAnalysis(const value& json) {
   CLUSTERPROF_RETURN_IF_ERROR(a.StringList("notes", &out.notes));
   CLUSTERPROF_RETURN_IF_ERROR(a.String("reportURI", &out.report_uri));
   CLUSTERPROF_RETURN_IF_ERROR(a.String("reportJSONURI", &out.report_json_uri));
+  CLUSTERPROF_RETURN_IF_ERROR(a.Int("hostsNotListed", &out.hosts_not_listed));
   if (const value* hosts = a.Find("hosts")) {
     if (!hosts->is_array()) {
       return absl::InvalidArgumentError("status.analysis.hosts: must be a list");
@@ -351,6 +360,7 @@ value JobAnalysisToJson(const JobAnalysis& analysis) {
     hosts[i++] = std::move(h);
   }
   a["hosts"] = std::move(hosts);
+  if (analysis.hosts_not_listed > 0) a["hostsNotListed"] = value::number(analysis.hosts_not_listed);
   if (!analysis.left_out.empty()) a["leftOut"] = StringsToJson(analysis.left_out);
   if (!analysis.notes.empty()) a["notes"] = StringsToJson(analysis.notes);
   if (!analysis.report_uri.empty()) a["reportURI"] = Str(analysis.report_uri);
@@ -401,6 +411,7 @@ absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json)
       out.targets.push_back(std::move(target));
     }
   }
+  CLUSTERPROF_RETURN_IF_ERROR(status.Int("targetsNotListed", &out.targets_not_listed));
   if (const value* summary_json = status.Find("summary")) {
     CLUSTERPROF_ASSIGN_OR_RETURN(Fields s, Fields::Of(*summary_json, "status.summary"));
     JobSummary summary;
@@ -408,7 +419,22 @@ absl::StatusOr<ProfileJobStatus> ParseProfileJobStatus(const value& status_json)
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("succeeded", &summary.succeeded));
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("empty", &summary.empty));
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("failed", &summary.failed));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("skipped", &summary.skipped));
     CLUSTERPROF_RETURN_IF_ERROR(s.Int("maxStartSkewNs", &summary.max_start_skew_ns));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("startErrorP50Ns", &summary.start_error_p50_ns));
+    CLUSTERPROF_RETURN_IF_ERROR(s.Int("startErrorP99Ns", &summary.start_error_p99_ns));
+    if (const value* slowest = s.Find("slowestStarts")) {
+      if (!slowest->is_array()) {
+        return absl::InvalidArgumentError("status.summary.slowestStarts: must be a list");
+      }
+      for (const value& item : slowest->as_array()) {
+        CLUSTERPROF_ASSIGN_OR_RETURN(Fields t, Fields::Of(item, "status.summary.slowestStarts[]"));
+        TargetStart start;
+        CLUSTERPROF_RETURN_IF_ERROR(t.String("name", &start.name));
+        CLUSTERPROF_RETURN_IF_ERROR(t.Int("startErrorNs", &start.start_error_ns));
+        summary.slowest_starts.push_back(std::move(start));
+      }
+    }
     out.summary = summary;
   }
   if (const value* analysis = status.Find("analysis")) {
@@ -456,6 +482,9 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
     }
     out["targets"] = std::move(targets);
   }
+  if (status.targets_not_listed > 0) {
+    out["targetsNotListed"] = value::number(status.targets_not_listed);
+  }
   if (status.summary.has_value()) {
     const JobSummary& summary = *status.summary;
     value s = value::object();
@@ -463,8 +492,26 @@ value ProfileJobStatusToJson(const ProfileJobStatus& status) {
     s["succeeded"] = value::number(summary.succeeded);
     s["empty"] = value::number(summary.empty);
     s["failed"] = value::number(summary.failed);
+    if (summary.skipped > 0) s["skipped"] = value::number(summary.skipped);
     s["maxStartSkewNs"] = value::number(summary.max_start_skew_ns);
     s["maxStartSkew"] = Str(FormatDuration(summary.max_start_skew_ns));
+    if (summary.start_error_p99_ns > 0) {
+      s["startErrorP50Ns"] = value::number(summary.start_error_p50_ns);
+      s["startErrorP99Ns"] = value::number(summary.start_error_p99_ns);
+      s["startErrorP99"] = Str(FormatDuration(summary.start_error_p99_ns));
+    }
+    if (!summary.slowest_starts.empty()) {
+      value slowest = value::array();
+      size_t k = 0;
+      for (const TargetStart& start : summary.slowest_starts) {
+        value t = value::object();
+        t["name"] = Str(start.name);
+        t["startErrorNs"] = value::number(start.start_error_ns);
+        t["startError"] = Str(FormatDuration(start.start_error_ns));
+        slowest[k++] = std::move(t);
+      }
+      s["slowestStarts"] = std::move(slowest);
+    }
     out["summary"] = std::move(s);
     out["targetsSucceeded"] = Str(StrCat(summary.succeeded, "/", summary.targets));
   } else if (!status.targets.empty()) {

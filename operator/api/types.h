@@ -50,6 +50,24 @@ inline constexpr int32_t kMaxTracingAttempts = 10;
 inline constexpr int64_t kDefaultQueueTimeoutSeconds = 600;
 inline constexpr int64_t kMaxQueueTimeoutSeconds = 86400;
 inline constexpr size_t kMaxAddresses = 1000;
+// spec.targets.maxTargets: a selector that matches more ready pods is refused, naming both
+// counts. The status stays within kMaxStatusBytes at any count; this bounds what one operator
+// process dispatches and holds (bench/RESULTS.md, "One ProfileJob over 10,000 pods").
+inline constexpr int32_t kDefaultMaxTargets = 20'000;
+inline constexpr int32_t kMaxMaxTargets = 100'000;
+// What a ProfileJob's status may grow to, whatever its targets did (etcd takes 1.5 MiB per
+// object; the rest is the spec's and the metadata's).
+inline constexpr size_t kMaxStatusBytes = 256 * 1024;
+// status.targets lists every target of a job of up to this many targets; a larger job lists only
+// the targets that need attention (failed, empty, skipped, late), this many at most, and counts
+// the rest in status.targetsNotListed. The run manifest in the logdir has every target.
+inline constexpr size_t kMaxListedTargets = 100;
+// A target started later (or earlier) than this past the start instant needs attention.
+inline constexpr int64_t kLateStartNs = 1'000'000;
+// status.analysis.hosts: every host up to this many, else the stragglers and the latest hosts.
+inline constexpr size_t kMaxListedHosts = 20;
+// A target's message in the status is cut to this many bytes (the manifest has all of it).
+inline constexpr size_t kMaxTargetMessageBytes = 512;
 // The longest lookback asked of the sidecars' flight recorders (each refuses more than its
 // --recorder-window-ms).
 inline constexpr int64_t kMaxLookbackMs = 3'600'000;
@@ -62,6 +80,8 @@ struct ProfileJobSpec {
   // 8466.
   int32_t port = 0;
   int32_t min_ready = 1;
+  // More ready pods than this and the job fails with TooManyTargets.
+  int32_t max_targets = kDefaultMaxTargets;
   int64_t duration_ms = 2000;
   int64_t delay_ms = 1000;
   // How far before the start the trace reaches: the annotations the sidecars' flight recorders
@@ -121,7 +141,9 @@ struct TargetStatus {
   std::string name;  // the pod name (the host name in the run), or the address
   std::string address;
   std::string node;
-  std::string phase = "Pending";  // Pending, Capturing, Succeeded, Empty, Failed
+  // Pending, Capturing, Succeeded, Empty, Failed; Skipped: matched the selector but was left out
+  // (not Ready, no sidecar port).
+  std::string phase = "Pending";
   int32_t attempts = 0;
   int64_t events = 0;
   int64_t dropped_events = 0;
@@ -137,12 +159,26 @@ struct TargetStatus {
   std::string message;
 };
 
+// A target and how far from the start instant it began.
+struct TargetStart {
+  std::string name;
+  int64_t start_error_ns = 0;
+};
+
 struct JobSummary {
+  // Planned (from Scheduled on), then captured from.
   int32_t targets = 0;
   int32_t succeeded = 0;
   int32_t empty = 0;
   int32_t failed = 0;
+  // Pods the selector matched that were left out (not Ready, no port).
+  int32_t skipped = 0;
   int64_t max_start_skew_ns = 0;
+  // |start error| percentiles over the targets with a known start; 0 when none is known.
+  int64_t start_error_p50_ns = 0;
+  int64_t start_error_p99_ns = 0;
+  // The targets that started farthest from the start instant, farthest first (at most 5).
+  std::vector<TargetStart> slowest_starts;
 };
 
 // One host of the cross-host analysis (docs/analysis.md).
@@ -171,7 +207,11 @@ struct JobAnalysis {
   int32_t compared_steps = 0;  // of those, with a collective on every host
   // For the STRAGGLERS printer column: "worker-1", "worker-1, worker-3", or "none".
   std::string stragglers;
+  // Every host up to kMaxListedHosts; beyond, the stragglers and then the hosts whose late steps
+  // cost the others most, kMaxListedHosts in all, and how many more there are (the report in the
+  // run directory has every host).
   std::vector<HostAnalysis> hosts;
+  int32_t hosts_not_listed = 0;
   std::vector<std::string> left_out;
   std::vector<std::string> notes;
   // clusterprof_report.html and .json in the run directory.
@@ -179,8 +219,9 @@ struct JobAnalysis {
   std::string report_json_uri;
 };
 
-// Everything a restarted operator needs to resume a job is here: the run, the targets, T0 and
-// the attempt.
+// Everything a restarted operator needs to resume a job is here: the run, T0 and the attempt. The
+// targets are resolved again from the spec, and each sidecar says whether it has the run's
+// session (docs/operator.md, "Status at scale").
 struct ProfileJobStatus {
   JobPhase phase = JobPhase::kPending;
   std::string message;
@@ -193,7 +234,10 @@ struct ProfileJobStatus {
   int32_t attempt = 0;
   int64_t observed_generation = 0;
   std::vector<Condition> conditions;
+  // Every target (jobs of up to kMaxListedTargets), else only those that need attention.
   std::vector<TargetStatus> targets;
+  // Targets not in `targets` (the run manifest has them).
+  int32_t targets_not_listed = 0;
   std::optional<JobSummary> summary;
   std::optional<JobAnalysis> analysis;
 };

@@ -213,14 +213,31 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
                        ". The spec cannot change: delete the ProfileJob and create a fixed one."));
   }
   if (status.phase == api::JobPhase::kScheduled || status.phase == api::JobPhase::kCapturing) {
-    if (status.run_name.empty() || status.targets.empty()) {
+    if (status.run_name.empty()) {
       return Fail(meta, job->json, std::move(status), "InvalidStatus",
-                  "the job is past Pending but its status has no run or targets to resume");
+                  "the job is past Pending but its status has no run to resume");
     }
-    // Begun by an earlier operator (or replica): resume it.
-    spdlog::info("profilejob {}: resuming run {} ({}, attempt {})", key, status.run_name,
-                 api::JobPhaseName(status.phase), status.attempt);
-    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, /*resume=*/true);
+    // Begun by an earlier operator (or replica): resume it. The status does not list a large
+    // job's targets: they are resolved again, and each sidecar says whether it has the run's
+    // session (read back when finished, joined when running, never captured twice).
+    TargetResolution plan = Resolve(meta.namespace_, *spec);
+    const int32_t planned = status.summary.has_value() ? status.summary->targets : 0;
+    if (plan.targets.empty()) {
+      return Fail(
+          meta, job->json, std::move(status), "TargetsGone",
+          StrCat("resuming run ", status.run_name, " after an operator restart: none of its ",
+                 planned, " target(s) can be found again (",
+                 plan.skipped.empty() ? "no pod matches the selector" : JoinNames(plan.skipped, 10),
+                 ")"));
+    }
+    spdlog::info("profilejob {}: resuming run {} ({}, attempt {}) with {} target(s){}", key,
+                 status.run_name, api::JobPhaseName(status.phase), status.attempt,
+                 plan.targets.size(),
+                 planned > 0 && static_cast<size_t>(planned) != plan.targets.size()
+                     ? StrCat(" (", planned, " planned: pods came or went)")
+                     : "");
+    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, std::move(plan),
+                 /*resume=*/true);
     return absl::OkStatus();
   }
   return Schedule(meta, job->json, *spec, std::move(status));
@@ -230,13 +247,19 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
                                             const web::json::value& job,
                                             const api::ProfileJobSpec& spec,
                                             api::ProfileJobStatus status) {
-  std::vector<kube::ObjectPtr> pods;
-  if (spec.selector.has_value()) pods = pods_->List(meta.namespace_, &*spec.selector);
-  const TargetResolution resolution = ResolveTargets(spec, pods);
+  TargetResolution resolution = Resolve(meta.namespace_, spec);
   const size_t needed = std::max<size_t>(1, static_cast<size_t>(spec.min_ready));
+  if (resolution.targets.size() > static_cast<size_t>(spec.max_targets)) {
+    return Fail(meta, job, std::move(status), "TooManyTargets",
+                StrCat(resolution.targets.size(),
+                       " target(s) are ready, more than "
+                       "spec.targets.maxTargets (",
+                       spec.max_targets, "). Narrow the selector, or raise maxTargets (at most ",
+                       api::kMaxMaxTargets, ") in a new ProfileJob."));
+  }
   if (resolution.targets.size() < needed) {
     std::string message;
-    if (spec.selector.has_value() && pods.empty()) {
+    if (spec.selector.has_value() && resolution.targets.empty() && resolution.skipped.empty()) {
       message = StrCat("no pods in namespace ", meta.namespace_, " match the selector \"",
                        spec.selector->ToString(), "\"");
     } else {
@@ -277,16 +300,10 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   status.start_time = api::FormatTime(t0);
   status.attempt = 0;
   status.observed_generation = meta.generation;
-  status.targets.clear();
+  PlannedTargets(resolution, status);
   std::vector<std::string> names;
-  for (const ResolvedTarget& target : resolution.targets) {
-    api::TargetStatus entry;
-    entry.name = target.name;
-    entry.address = target.address;
-    entry.node = target.node;
-    status.targets.push_back(std::move(entry));
-    names.push_back(target.name);
-  }
+  names.reserve(resolution.targets.size());
+  for (const ResolvedTarget& target : resolution.targets) names.push_back(target.name);
   std::string resolved = StrCat(resolution.targets.size(), " target(s): ", JoinNames(names, 10));
   if (!resolution.skipped.empty()) {
     StrAppend(&resolved, "; left out: ", JoinNames(resolution.skipped, 10));
@@ -309,11 +326,18 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   Event(ref, kube::kEventTypeNormal, "Scheduled",
         StrCat("capturing ", resolution.targets.size(), " target(s) for ", spec.duration_ms,
                " ms from ", status.start_time, " into run ", run));
-  for (const std::string& skipped : resolution.skipped) {
+  if (const std::string skipped = SkippedEvent(resolution.skipped); !skipped.empty()) {
     Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
   }
-  StartCapture(meta.Key(), ref, spec, status, /*resume=*/false);
+  StartCapture(meta.Key(), ref, spec, status, std::move(resolution), /*resume=*/false);
   return absl::OkStatus();
+}
+
+TargetResolution ProfileJobController::Resolve(const std::string& ns,
+                                               const api::ProfileJobSpec& spec) const {
+  std::vector<kube::ObjectPtr> pods;
+  if (spec.selector.has_value()) pods = pods_->List(ns, &*spec.selector);
+  return ResolveTargets(spec, pods);
 }
 
 std::vector<JobClaim> ProfileJobController::CachedClaims(const std::string& ns) const {
@@ -326,7 +350,16 @@ std::vector<JobClaim> ProfileJobController::CachedClaims(const std::string& ns) 
     if (!status.ok()) continue;
     std::optional<JobClaim> claim =
         ClaimOf(job->metadata.name, job->metadata.uid, job->metadata.creation_timestamp, *status);
-    if (claim.has_value()) claims.push_back(*std::move(claim));
+    if (!claim.has_value()) continue;
+    // What it holds: its spec's targets as they resolve now (its status does not list a large
+    // job's targets). A pod that came since is held too, which only makes the queue careful.
+    absl::StatusOr<api::ProfileJobSpec> spec = api::ParseProfileJobSpec(
+        job->json.has_field("spec") ? job->json.at("spec") : web::json::value::null());
+    if (!spec.ok()) continue;
+    for (const ResolvedTarget& target : Resolve(ns, *spec).targets) {
+      claim->addresses.push_back(target.address);
+    }
+    claims.push_back(*std::move(claim));
   }
   return claims;
 }
@@ -399,11 +432,7 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
   if (!waiting || status.message != message) {
     status.message = message;
     status.observed_generation = meta.generation;
-    status.targets.clear();
-    for (const ResolvedTarget& target : resolution.targets) {
-      status.targets.push_back(
-          {.name = target.name, .address = target.address, .node = target.node});
-    }
+    PlannedTargets(resolution, status);
     api::SetCondition(
         status.conditions,
         {std::string(kQueued), "True", "WaitingForTargets", message, meta.generation, ""},
@@ -471,26 +500,25 @@ absl::Status ProfileJobController::HandleFinished(const std::string& key,
 
 void ProfileJobController::StartCapture(const std::string& key, const JobRef& job,
                                         const api::ProfileJobSpec& spec,
-                                        const api::ProfileJobStatus& status, bool resume) {
+                                        const api::ProfileJobStatus& status, TargetResolution plan,
+                                        bool resume) {
   MutexLock lock(&mu_);
   if (stopping_) return;
   auto capture = std::make_unique<Capture>();
   capture->uid = job.uid;
   capture->name = job.name;
-  for (const api::TargetStatus& target : status.targets) {
-    capture->addresses.push_back(target.address);
-  }
+  capture->addresses.reserve(plan.targets.size());
+  for (const ResolvedTarget& target : plan.targets) capture->addresses.push_back(target.address);
   Capture* raw = capture.get();
-  capture->thread = std::thread([this, key, job, spec, status, resume, raw] {
-    RunCapture(key, job, spec, status, resume, raw);
-  });
+  capture->thread = std::thread([this, key, job, spec, status, plan = std::move(plan), resume,
+                                 raw] { RunCapture(key, job, spec, status, plan, resume, raw); });
   captures_[key] = std::move(capture);
 }
 
 void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                                       const api::ProfileJobSpec& spec,
-                                      const api::ProfileJobStatus& status, bool resume,
-                                      Capture* capture) {
+                                      const api::ProfileJobStatus& status,
+                                      const TargetResolution& plan, bool resume, Capture* capture) {
   CaptureSettings settings{.fan_out_lead_ms = options_.fan_out_lead_ms,
                            .retry_backoff_ms = options_.retry_backoff_ms,
                            .grace_ms = options_.grace_ms,
@@ -506,7 +534,8 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                     std::string(token.status().message()));
     }
   }
-  coordinator::CaptureOptions options = CaptureOptionsFor(spec, status, settings, resume);
+  coordinator::CaptureOptions options =
+      CaptureOptionsFor(spec, status, plan.targets, settings, resume);
   options.cancel = &capture->cancel;
   const std::string run = status.run_name;
   // The phase the next Capturing write expects to replace.
@@ -539,7 +568,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
       return MarkCapturing(job, run, expected_phase, attempt, t0);
     });
     const AttemptEvent event = AttemptEventFor(attempt, t0, resume, options.attempts_used,
-                                               spec.tracing_attempts, status.targets.size(), run);
+                                               spec.tracing_attempts, plan.targets.size(), run);
     Event(job, kube::kEventTypeNormal, event.reason, event.message);
     return absl::OkStatus();
   };
@@ -568,7 +597,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
     if (metrics_ != nullptr) {
       metrics_->CaptureFinished(static_cast<double>(clock_->MonotonicNs() - started) / 1e9);
     }
-    capture->wrote_final = FinishCapture(key, job, run, *last, capture);
+    capture->wrote_final = FinishCapture(key, job, run, *last, plan, capture);
   }
   capture->finished = true;
   queue_.Add(key);
@@ -578,7 +607,8 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
 
 bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& job,
                                          const std::string& run,
-                                         const coordinator::RunResult& result, Capture* capture) {
+                                         const coordinator::RunResult& result,
+                                         const TargetResolution& plan, Capture* capture) {
   // Written until it lands, the job is gone, or the time runs out (the sidecars keep the
   // sessions for a resume).
   const int64_t now = clock_->WallNs();
@@ -586,7 +616,7 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
   const absl::Status written = status_writer_.WriteUntilLanded(
       job,
       [&](api::ProfileJobStatus& current) {
-        absl::Status status = FinalStatus(current, run, result, now);
+        absl::Status status = FinalStatus(current, run, result, plan, now);
         analysis = current.analysis;
         return status;
       },
@@ -601,8 +631,10 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
   spdlog::info("profilejob {}: {}: {}", key, api::JobPhaseName(phase), message);
   Event(job, phase == api::JobPhase::kFailed ? kube::kEventTypeWarning : kube::kEventTypeNormal,
         StrCat("Capture", api::JobPhaseName(phase)), message);
-  for (const std::string& failure : TargetFailures(result)) {
-    Event(job, kube::kEventTypeWarning, "TargetFailed", failure);
+  // One Event for all the targets without data, not one each (10,000 Events for one job would
+  // crowd out every other object's).
+  if (const std::string failures = TargetFailuresEvent(result); !failures.empty()) {
+    Event(job, kube::kEventTypeWarning, "TargetFailed", failures);
   }
   if (analysis.has_value()) {
     for (const std::string& straggler : StragglerMessages(*analysis)) {

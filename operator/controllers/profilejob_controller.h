@@ -144,13 +144,17 @@ class ProfileJobController : public kube::ResourceEventHandler {
                     std::string_view message);
   absl::Status HandleFinished(const std::string& key, const kube::ObjectMeta& meta,
                               const web::json::value& job, const api::ProfileJobStatus& status);
+  // The job's targets as its spec resolves them against the pods in the cache now.
+  TargetResolution Resolve(const std::string& ns, const api::ProfileJobSpec& spec) const;
   void StartCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
-                    const api::ProfileJobStatus& status, bool resume);
+                    const api::ProfileJobStatus& status, TargetResolution plan, bool resume);
   void RunCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
-                  const api::ProfileJobStatus& status, bool resume, Capture* capture);
+                  const api::ProfileJobStatus& status, const TargetResolution& plan, bool resume,
+                  Capture* capture);
   // Writes the finished run's status, then its events and metrics; whether it was written.
   bool FinishCapture(const std::string& key, const JobRef& job, const std::string& run,
-                     const coordinator::RunResult& result, Capture* capture);
+                     const coordinator::RunResult& result, const TargetResolution& plan,
+                     Capture* capture);
   // Writes phase Capturing with the attempt and its T0, if the job is still in `expected_phase`
   // of `run`; FailedPrecondition when it moved on, NotFound when it is gone.
   absl::Status MarkCapturing(const JobRef& job, const std::string& run,

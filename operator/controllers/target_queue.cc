@@ -37,7 +37,6 @@ std::optional<JobClaim> ClaimOf(const std::string& name, const std::string& uid,
   } else if (!Active(status.phase)) {
     return std::nullopt;
   }
-  for (const api::TargetStatus& target : status.targets) claim.addresses.push_back(target.address);
   return claim;
 }
 

@@ -38,8 +38,10 @@ struct Blocker {
   std::vector<std::string> shared;                // addresses, sorted
 };
 
-// The claim a job's status makes: its status.targets while Scheduled or Capturing, or while
-// Pending with the Queued condition True; nullopt for finished jobs and other Pending ones.
+// Whether a job's status claims its targets: while Scheduled or Capturing, or while Pending with
+// the Queued condition True; nullopt for finished jobs and other Pending ones. The claim's
+// addresses are the caller's to fill: the job's targets resolved from its spec (a status does not
+// list the targets of a large job).
 std::optional<JobClaim> ClaimOf(const std::string& name, const std::string& uid,
                                 const std::string& created, const api::ProfileJobStatus& status);
 

@@ -603,6 +603,7 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
   for (const IntegerField& field : std::vector<IntegerField>{
            {"targets.port", "int32", 1, 65535, none},
            {"targets.minReady", "int32", 0, none, 1},
+           {"targets.maxTargets", "int32", 1, 100000, 20000},
            {"durationMs", "int64", 1, 600000, 2000},
            {"delayMs", "int64", 0, 3600000, 1000},
            {"lookbackMs", "int64", 0, 3600000, 0},
@@ -770,7 +771,21 @@ TEST_F(ProfileJobCrdTest, StatusIsTypedForTheOperator) {
     EXPECT_EQ(Scalar(Get(SchemaAt(status_, field), "type")), "string") << field;
   }
   EXPECT_THAT(Strings(Get(SchemaAt(status_, "targets[].phase"), "enum")),
-              ElementsAre("Pending", "Capturing", "Succeeded", "Empty", "Failed"));
+              ElementsAre("Pending", "Capturing", "Succeeded", "Empty", "Failed", "Skipped"));
+}
+
+// What keeps a 10,000-target job's object small is bounded in the schema too: the API server
+// refuses a status that lists more than the operator does (docs/operator.md, "Status at scale").
+TEST_F(ProfileJobCrdTest, TheListsOfAJobAreBounded) {
+  EXPECT_EQ(Scalar(Get(SchemaAt(status_, "targets"), "maxItems")), "100");
+  EXPECT_EQ(Scalar(Get(SchemaAt(status_, "analysis.hosts"), "maxItems")), "20");
+  EXPECT_EQ(Scalar(Get(SchemaAt(status_, "summary.slowestStarts"), "maxItems")), "5");
+  for (const char* field : {"targetsNotListed", "analysis.hostsNotListed", "summary.skipped"}) {
+    EXPECT_EQ(Scalar(Get(SchemaAt(status_, field), "format")), "int32") << field;
+  }
+  for (const char* field : {"summary.startErrorP50Ns", "summary.startErrorP99Ns"}) {
+    EXPECT_EQ(Scalar(Get(SchemaAt(status_, field), "format")), "int64") << field;
+  }
 }
 
 // metav1.Condition, as the API conventions define it.

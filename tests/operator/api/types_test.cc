@@ -31,6 +31,7 @@ TEST(ProfileJobSpecTest, DefaultsAreTheSchemas) {
   EXPECT_EQ(spec->selector->ToString(), "app=t");
   EXPECT_EQ(spec->port, 0);
   EXPECT_EQ(spec->min_ready, 1);
+  EXPECT_EQ(spec->max_targets, 20000);
   EXPECT_EQ(spec->duration_ms, 2000);
   EXPECT_EQ(spec->delay_ms, 1000);
   EXPECT_EQ(spec->tracing_attempts, 3);
@@ -101,6 +102,12 @@ TEST(ProfileJobSpecTest, ErrorsNameTheFieldAndSayWhatIsAllowed) {
               HasSubstr("neither"));
   EXPECT_THAT(Error(R"({"targets": {"addresses": ["a:1"]}, "logdir": "gs://B!/x"})"),
               HasSubstr("spec.logdir"));
+  EXPECT_THAT(Error(StrCat("{", R"("targets": {"addresses": ["a:1"], "maxTargets": 0})",
+                           R"(, "logdir": "/tb"})")),
+              HasSubstr("spec.targets.maxTargets: must be between 1 and 100000 (targets), got 0"));
+  EXPECT_THAT(Error(StrCat("{", R"("targets": {"addresses": ["a:1"], "maxTargets": 10, )",
+                           R"("minReady": 11}, "logdir": "/tb"})")),
+              HasSubstr("spec.targets.minReady: 11 is more than targets.maxTargets (10)"));
   EXPECT_THAT(Error(R"({"targets": {}, "logdir": "/tb"})"),
               HasSubstr("spec.targets: needs a selector"));
   EXPECT_THAT(Error(R"({"logdir": "/tb"})"), HasSubstr("spec.targets: needs a selector"));
@@ -135,7 +142,15 @@ TEST(ProfileJobStatusTest, RoundTripsThroughJson) {
   target.events = 1 << 20;
   target.clock_uncertainty_ns = -1;
   status.targets = {target};
-  status.summary = JobSummary{2, 1, 0, 1, 142'000};
+  status.summary = JobSummary{.targets = 2,
+                              .succeeded = 1,
+                              .failed = 1,
+                              .skipped = 3,
+                              .max_start_skew_ns = 142'000,
+                              .start_error_p50_ns = 20'000,
+                              .start_error_p99_ns = 140'000,
+                              .slowest_starts = {{"pod-1", -142'000}}};
+  status.targets_not_listed = 4;
   JobAnalysis analysis;
   analysis.steps = 50;
   analysis.compared_steps = 48;
@@ -150,6 +165,7 @@ TEST(ProfileJobStatusTest, RoundTripsThroughJson) {
                             .evidence = "late"});
   analysis.left_out = {"pod-1: an empty trace"};
   analysis.report_uri = "/tb/plugins/profile/run/clusterprof_report.html";
+  analysis.hosts_not_listed = 7;
   status.analysis = analysis;
   const value json = ProfileJobStatusToJson(status);
   EXPECT_EQ(json.at("analysis").at("hosts").at(0).at("stepP50").as_string(), "27.5ms");
@@ -167,6 +183,14 @@ TEST(ProfileJobStatusTest, RoundTripsThroughJson) {
   ASSERT_EQ(back->conditions.size(), 1u);
   EXPECT_EQ(back->conditions[0].last_transition_time, "2026-01-01T00:00:00Z");
   EXPECT_EQ(back->summary->max_start_skew_ns, 142'000);
+  EXPECT_EQ(back->summary->skipped, 3);
+  EXPECT_EQ(back->summary->start_error_p99_ns, 140'000);
+  EXPECT_EQ(json.at("summary").at("startErrorP99").as_string(), "140us");
+  ASSERT_EQ(back->summary->slowest_starts.size(), 1u);
+  EXPECT_EQ(back->summary->slowest_starts[0].name, "pod-1");
+  EXPECT_EQ(back->summary->slowest_starts[0].start_error_ns, -142'000);
+  EXPECT_EQ(back->targets_not_listed, 4);
+  EXPECT_EQ(back->analysis->hosts_not_listed, 7);
   ASSERT_TRUE(back->analysis.has_value());
   EXPECT_EQ(back->analysis->hosts.at(0).cause, "compute");
   EXPECT_EQ(back->analysis->left_out, analysis.left_out);

@@ -12,6 +12,7 @@
 
 #include "analysis/digest_proto.h"
 #include "common/base/clock.h"
+#include "common/base/strings.h"
 #include "coordinator/coordinator.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -359,6 +360,105 @@ TEST_F(ProfileJobControllerTest, AJobFoundCapturingIsResumedAndReadBackNotCaptur
   EXPECT_THAT(finished.at("status").at("targets").at(0).at("message").as_string(),
               HasSubstr("read back"));
   EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 1u) << "not captured again";
+}
+
+// A job larger than the status lists (api::kMaxListedTargets), found Capturing after a restart:
+// its status has no target list, so the operator resolves the targets again and asks each
+// sidecar for the run's session. What an earlier operator captured is read back; the rest is
+// captured now; no target is captured twice.
+TEST_F(ProfileJobControllerTest, ALargeJobResumesFromTheSidecarsSessionsNotFromAList) {
+  constexpr int kPods = 300;
+  std::vector<coordinator::Target> first_half;
+  for (int i = 0; i < kPods; ++i) {
+    const std::string ip = StrCat("10.0.", i / 200, ".", i % 200 + 1);
+    AddPod(StrCat("worker-", i), ip);
+    if (i % 2 == 0) first_half.push_back({ip + ":8466", StrCat("worker-", i)});
+  }
+  // The earlier operator reached every other pod before it stopped.
+  coordinator::CaptureOptions earlier;
+  earlier.targets = first_half;
+  earlier.logdir = *storage::ParseLogdir(dir_.path());
+  earlier.run = "r1";
+  earlier.connector = &servers_;
+  earlier.write_manifest = false;
+  earlier.write_report = false;
+  earlier.clock_probes = 1;
+  ASSERT_TRUE(coordinator::Capture(earlier, clock_).ok());
+  const int64_t t0 =
+      servers_.ProfileRequests(first_half[0].address).at(0).opts().start_timestamp_ns();
+
+  value job = CreateJob("big", JobSpec());
+  api::ProfileJobStatus status;
+  status.phase = api::JobPhase::kCapturing;
+  status.run_name = "r1";
+  status.start_time_ns = t0;
+  status.start_time = api::FormatTime(t0);
+  status.attempt = 1;
+  status.targets_not_listed = kPods;
+  status.summary = api::JobSummary{.targets = kPods};
+  job["status"] = api::ProfileJobStatusToJson(status);
+  ASSERT_TRUE(api_.UpdateStatus(api::ProfileJobs(), kNs, job).ok());
+
+  StartController();
+  const value finished = WaitForFinish("big");
+  ASSERT_EQ(Phase(finished), "Succeeded") << finished.serialize();
+  for (int i = 0; i < kPods; ++i) {
+    const std::string address = StrCat("10.0.", i / 200, ".", i % 200 + 1, ":8466");
+    EXPECT_EQ(servers_.ProfileRequests(address).size(), 1u) << "worker-" << i;
+  }
+  const value& final_status = finished.at("status");
+  EXPECT_EQ(final_status.at("summary").at("succeeded").as_integer(), kPods);
+  EXPECT_EQ(final_status.at("targetsSucceeded").as_string(), "300/300");
+  EXPECT_LE(final_status.serialize().size(), api::kMaxStatusBytes);
+  EXPECT_FALSE(final_status.has_field("targets") &&
+               final_status.at("targets").size() > api::kMaxListedTargets);
+}
+
+TEST_F(ProfileJobControllerTest, ManyFailedTargetsAreOneEventAndTheStatusListsThemCapped) {
+  record_events_ = true;
+  constexpr int kPods = 150;
+  for (int i = 0; i < kPods; ++i) {
+    AddPod(StrCat("worker-", i), StrCat("10.0.1.", i + 1), true, {.reachable = i < 10});
+  }
+  AddPod("worker-late", "10.0.2.1", /*ready=*/false);
+  StartController();
+  CreateJob("job", JobSpec());
+  const value job = WaitForFinish("job");
+  ASSERT_EQ(Phase(job), "PartiallySucceeded") << job.serialize();
+  const value& status = job.at("status");
+  ASSERT_EQ(status.at("targets").size(), api::kMaxListedTargets);
+  EXPECT_EQ(status.at("targets").at(0).at("phase").as_string(), "Failed");
+  EXPECT_EQ(status.at("targetsNotListed").as_integer(),
+            kPods + 1 - static_cast<int>(api::kMaxListedTargets));
+  EXPECT_EQ(status.at("summary").at("failed").as_integer(), kPods - 10);
+  EXPECT_EQ(status.at("summary").at("skipped").as_integer(), 1);
+  // The Events follow the final status.
+  std::vector<value> failed;
+  for (int i = 0; i < 1000 && failed.empty(); ++i) {
+    ASSERT_TRUE(events_->Flush(10 * kNanosPerSecond));
+    failed = EventsWithReason("TargetFailed");
+    if (failed.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(failed.size(), 1u) << "one Event for all of them";
+  EXPECT_THAT(failed[0].at("message").as_string(),
+              HasSubstr("140 of 150 target(s) have no data: UNAVAILABLE (140): worker-10"));
+  const std::vector<value> skipped = EventsWithReason("TargetSkipped");
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_THAT(skipped[0].at("message").as_string(),
+              HasSubstr("1 matching pod(s) left out: worker-late: not Ready"));
+}
+
+TEST_F(ProfileJobControllerTest, MoreReadyPodsThanMaxTargetsFailsNamingBothCounts) {
+  for (int i = 0; i < 5; ++i) AddPod(StrCat("worker-", i), StrCat("10.0.0.", i + 1));
+  StartController();
+  value spec = JobSpec();
+  spec["targets"]["maxTargets"] = value::number(4);
+  CreateJob("job", spec);
+  const value job = WaitForFinish("job");
+  ASSERT_EQ(Phase(job), "Failed") << job.serialize();
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              HasSubstr("5 target(s) are ready, more than spec.targets.maxTargets (4)"));
+  EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 0u);
 }
 
 // The Queued condition of a job, or null.

@@ -65,13 +65,12 @@ TEST(FindBlockerTest, TheOldestQueuedJobGoesFirstAndAnActiveOneBeforeAnyQueuedOn
   EXPECT_FALSE(FindBlocker(twin, {self}).has_value());
 }
 
-TEST(ClaimOfTest, ActiveAndQueuedJobsClaimTheirTargetsOthersNothing) {
+TEST(ClaimOfTest, ActiveAndQueuedJobsClaimOthersDoNot) {
   api::ProfileJobStatus status;
-  status.targets = {{.name = "p0", .address = "10.0.0.1:8466"}};
   status.phase = api::JobPhase::kCapturing;
   std::optional<JobClaim> claim = ClaimOf("a", "u", "2026-01-01T00:00:00Z", status);
   ASSERT_TRUE(claim.has_value());
-  EXPECT_THAT(claim->addresses, ElementsAre("10.0.0.1:8466"));
+  EXPECT_EQ(claim->phase, api::JobPhase::kCapturing);
   EXPECT_FALSE(claim->queued);
 
   status.phase = api::JobPhase::kPending;
