@@ -77,6 +77,26 @@ absl::StatusOr<HostDigest> DigestFromProto(const v1alpha1::HostDigest& proto) {
         "the digest of ", proto.host().empty() ? "a host" : proto.host(), " is corrupted: ", what));
   };
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // The bounds first, before anything is copied. The host name in the message is cut short: it
+  // is outside input too.
+  if (proto.host().size() > kMaxDigestNameBytes) {
+    return absl::InvalidArgumentError(
+        StrCat("the digest of ", proto.host().substr(0, 64), "... is corrupted: a host name of ",
+               proto.host().size(), " bytes (at most ", kMaxDigestNameBytes, ")"));
+  }
+  if (const size_t bytes = proto.ByteSizeLong(); bytes > static_cast<size_t>(kMaxDigestBytes)) {
+    return invalid(StrCat(bytes, " bytes, more than the ", kMaxDigestBytes >> 20,
+                          " MiB a digest may take (", proto.steps_size(), " steps, ",
+                          proto.top_ops_size(), " ops)"));
+  }
+  if (proto.steps_size() > kMaxDigestSteps) {
+    return invalid(StrCat(proto.steps_size(), " steps, more than the ", kMaxDigestSteps,
+                          " a digest may hold"));
+  }
+  if (proto.top_ops_size() > kMaxDigestOps) {
+    return invalid(
+        StrCat(proto.top_ops_size(), " ops, more than the ", kMaxDigestOps, " a digest may hold"));
+  }
   HostDigest digest;
   digest.host = proto.host();
   digest.events = proto.events();
@@ -117,6 +137,10 @@ absl::StatusOr<HostDigest> DigestFromProto(const v1alpha1::HostDigest& proto) {
     digest.steps.push_back(step);
   }
   for (const v1alpha1::OpStat& in : proto.top_ops()) {
+    if (in.name().size() > kMaxDigestNameBytes) {
+      return invalid(
+          StrCat("an op name of ", in.name().size(), " bytes (at most ", kMaxDigestNameBytes, ")"));
+    }
     if (in.count() < 0 || in.total_ns() < 0) {
       return invalid(StrCat("op ", in.name(), " has a negative count or time"));
     }

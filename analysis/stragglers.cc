@@ -2,7 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
+#include <iterator>
+#include <limits>
 
 #include "common/base/saturating.h"
 #include "common/base/strings.h"
@@ -44,17 +45,55 @@ struct HostTally {
   Excess excess;
 };
 
-// The time the host spent on `kind` before entering step `s`'s collective can't be told from
-// the digest (it holds whole-step sums); whole-step sums compare well because after the
-// collective every host does the same.
-int64_t MedianOthers(const std::vector<const StepDigest*>& steps, size_t self,
-                     int64_t StepDigest::*field) {
-  std::vector<int64_t> values;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    if (i != self) values.push_back(steps[i]->*field);
-  }
-  return Median(std::move(values));
+// Where no host entered a collective (the entry matrix's empty cell).
+constexpr int64_t kNoEntry = std::numeric_limits<int64_t>::min();
+
+// A host late in a compared step, and what it and the median of the others spent on compute
+// and input in that step (whole-step sums: the time before the collective can't be told from
+// the digest, and after the collective every host does the same).
+struct LateStep {
+  size_t host = 0;    // index among the usable hosts
+  size_t column = 0;  // index among the compared steps
+  int64_t lateness_ns = 0;
+  int64_t others_wait_ns = 0;
+  int64_t device_ns = 0, device_others_ns = 0;
+  int64_t host_busy_ns = 0, host_busy_others_ns = 0;
+  int64_t input_ns = 0, input_others_ns = 0;
+};
+
+// The median of a column without one of its values, for every value at once: with the column
+// sorted as a[0..n-1] and k = (n - 2) / 2 (the lower middle of n - 1 values), leaving out a value
+// v above a[k] leaves a[k] there, and leaving out one at or below it moves a[k + 1] down to it.
+struct MedianWithoutOne {
+  int64_t lower = 0;  // a[k]
+  int64_t upper = 0;  // a[k + 1]
+  int64_t Without(int64_t value) const { return value > lower ? lower : upper; }
+};
+MedianWithoutOne MedianWithoutOneOf(std::vector<int64_t>& column) {
+  if (column.size() < 2) return {};
+  const size_t k = (column.size() - 2) / 2;
+  std::nth_element(column.begin(), column.begin() + static_cast<ptrdiff_t>(k), column.end());
+  const int64_t lower = column[k];
+  const int64_t upper =
+      *std::min_element(column.begin() + static_cast<ptrdiff_t>(k) + 1, column.end());
+  return {lower, upper};
 }
+
+// The verdict over plain digests (tests, the live trigger rules).
+class DigestSource : public StepSource {
+ public:
+  explicit DigestSource(const std::vector<HostRun>& hosts) : hosts_(hosts) {}
+  size_t size() const override { return hosts_.size(); }
+  const std::string& host(size_t i) const override { return hosts_[i].digest.host; }
+  const std::string& step_source(size_t i) const override { return hosts_[i].digest.step_source; }
+  int64_t clock_offset_ns(size_t i) const override { return hosts_[i].clock_offset_ns; }
+  void Steps(size_t i, std::vector<StepDigest>* steps) const override {
+    *steps = hosts_[i].digest.steps;
+  }
+
+ private:
+  const std::vector<HostRun>& hosts_;
+};
 
 Cause CauseOf(const Excess& excess) {
   if (excess.lateness_ns <= 0) return Cause::kNone;
@@ -115,86 +154,129 @@ std::vector<const HostVerdict*> Analysis::stragglers() const {
 }
 
 Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& rule) {
+  return FindStragglers(DigestSource(hosts), rule);
+}
+
+// Memory: the steps of one host at a time, and a few matrices of one number per host and step in
+// common (entries, then one kind of time at a time), so that 10,000 hosts of 1,000 steps take
+// some 160 MB at the peak and never their digests together.
+Analysis FindStragglers(const StepSource& source, const StragglerRule& rule) {
   Analysis out;
-  std::vector<const HostRun*> usable;
-  for (const HostRun& host : hosts) {
-    if (host.digest.steps.empty()) {
-      out.left_out.push_back(
-          StrCat(host.digest.host, ": no steps found (looked for ", host.digest.step_source, ")"));
+  std::vector<size_t> usable;  // the source's hosts with steps
+  std::vector<StepDigest> steps;
+  std::vector<int64_t> numbers;
+  std::vector<int64_t> common;  // the step numbers every usable host has, ascending
+  std::vector<int64_t> durations;
+  for (size_t index = 0; index < source.size(); ++index) {
+    source.Steps(index, &steps);
+    if (steps.empty()) {
+      out.left_out.push_back(StrCat(source.host(index), ": no steps found (looked for ",
+                                    source.step_source(index), ")"));
       continue;
     }
-    usable.push_back(&host);
     HostVerdict verdict;
-    verdict.host = host.digest.host;
-    std::vector<int64_t> durations;
-    for (const StepDigest& step : host.digest.steps) durations.push_back(step.duration_ns());
+    verdict.host = source.host(index);
+    durations.clear();
+    numbers.clear();
+    for (const StepDigest& step : steps) {
+      durations.push_back(step.duration_ns());
+      numbers.push_back(step.step);
+    }
     verdict.steps = static_cast<int>(durations.size());
-    verdict.step_p50_ns = Percentile(durations, 0.5);
-    verdict.step_p90_ns = Percentile(durations, 0.9);
     verdict.step_max_ns = *std::max_element(durations.begin(), durations.end());
+    verdict.step_p50_ns = Percentile(durations, 0.5);
+    verdict.step_p90_ns = Percentile(std::move(durations), 0.9);
+    durations = {};
     out.hosts.push_back(std::move(verdict));
+    std::sort(numbers.begin(), numbers.end());
+    numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+    if (usable.empty()) {
+      common = numbers;
+    } else {
+      std::vector<int64_t> both;
+      std::set_intersection(common.begin(), common.end(), numbers.begin(), numbers.end(),
+                            std::back_inserter(both));
+      common = std::move(both);
+    }
+    usable.push_back(index);
   }
   if (usable.size() < 2) {
     out.notes.push_back(StrCat("only ", usable.size(), " host", usable.size() == 1 ? "" : "s",
                                " with steps: nothing to compare"));
     return out;
   }
-
-  // The steps every host has, compared only there.
-  std::map<int64_t, std::vector<const StepDigest*>> common;
-  for (size_t h = 0; h < usable.size(); ++h) {
-    for (const StepDigest& step : usable[h]->digest.steps) {
-      std::vector<const StepDigest*>& row = common[step.step];
-      if (row.size() == h) row.push_back(&step);
-    }
-  }
-  std::erase_if(common, [&](const auto& entry) { return entry.second.size() != usable.size(); });
   if (common.empty()) {
     out.notes.push_back("the hosts have no step number in common: nothing to compare");
     return out;
   }
   out.steps = static_cast<int>(common.size());
-  out.first_step = common.begin()->first;
-  out.last_step = common.rbegin()->first;
+  out.first_step = common.front();
+  out.last_step = common.back();
 
-  // Per step with a collective on every host: entries on the reference clock, lateness.
-  struct Compared {
-    const std::vector<const StepDigest*>* steps;
-    std::vector<int64_t> entries;
-    std::vector<int64_t> lateness;
-    int64_t median_step_ns = 0;
-  };
-  std::vector<Compared> compared;
-  std::vector<int64_t> pooled;  // every host's lateness in every compared step
-  int out_of_lockstep = 0;
-  for (const auto& [number, steps] : common) {
-    Compared c{&steps, {}, {}, 0};
-    for (size_t h = 0; h < steps.size(); ++h) {
-      if (steps[h]->collective_entry_ns == 0) break;
-      c.entries.push_back(SaturatingSub(steps[h]->collective_entry_ns, usable[h]->clock_offset_ns));
+  // Per step in common (rows) and host (columns): its collective entry on the reference clock,
+  // and its step time. A host's first step of a number counts, as the digest has each once.
+  const size_t n = usable.size();
+  const size_t rows = common.size();
+  std::vector<int64_t> entry(rows * n, kNoEntry);
+  std::vector<int64_t> step_ns(rows * n, 0);
+  std::vector<bool> seen;
+  // Calls visit(row, step) for each of host u's steps in common.
+  auto for_each_common_step = [&](size_t u, const auto& visit) {
+    source.Steps(usable[u], &steps);
+    seen.assign(rows, false);
+    for (const StepDigest& step : steps) {
+      const auto it = std::lower_bound(common.begin(), common.end(), step.step);
+      if (it == common.end() || *it != step.step) continue;
+      const size_t row = static_cast<size_t>(it - common.begin());
+      if (seen[row]) continue;
+      seen[row] = true;
+      visit(row, step);
     }
-    if (c.entries.size() != steps.size()) continue;  // a host without a collective in this step
-    const auto [earliest, latest] = std::minmax_element(c.entries.begin(), c.entries.end());
+  };
+  for (size_t u = 0; u < n; ++u) {
+    const int64_t offset = source.clock_offset_ns(usable[u]);
+    for_each_common_step(u, [&](size_t row, const StepDigest& step) {
+      if (step.collective_entry_ns != 0) {
+        entry[row * n + u] = SaturatingSub(step.collective_entry_ns, offset);
+      }
+      step_ns[row * n + u] = step.duration_ns();
+    });
+  }
+
+  // Per step with a collective on every host: lateness from the median host's entry, written
+  // over the entries (the rows of the steps not compared are dropped).
+  std::vector<int64_t> median_step_ns;  // per compared step
+  std::vector<int64_t> column;
+  int out_of_lockstep = 0;
+  size_t compared = 0;  // rows kept, moved to the front of `entry`
+  for (size_t row = 0; row < rows; ++row) {
+    const int64_t* entries = &entry[row * n];
+    if (std::find(entries, entries + n, kNoEntry) != entries + n) continue;
+    const auto [earliest, latest] = std::minmax_element(entries, entries + n);
     // Lateness from the median host (with two hosts, the earlier one): the earliest of many
     // hosts is an outlier of the noise, and measured from it most healthy hosts look late.
-    const int64_t median_entry = Median(c.entries);
-    std::vector<int64_t> durations;
-    for (size_t h = 0; h < steps.size(); ++h) {
-      c.lateness.push_back(SaturatingSub(c.entries[h], median_entry));
-      durations.push_back(steps[h]->duration_ns());
-    }
-    c.median_step_ns = Median(std::move(durations));
+    column.assign(entries, entries + n);
+    const int64_t median_entry = Median(column);
+    column.assign(&step_ns[row * n], &step_ns[row * n] + n);
+    const int64_t median_step = Median(column);
     // Hosts that meet in a collective cannot be a whole step apart in it: the others wait within
     // the step. Further apart, the steps of one number did not run together.
-    if (SaturatingSub(*latest, *earliest) > c.median_step_ns) {
+    if (SaturatingSub(*latest, *earliest) > median_step) {
       ++out_of_lockstep;
       continue;
     }
-    pooled.insert(pooled.end(), c.lateness.begin(), c.lateness.end());
-    compared.push_back(std::move(c));
-    out.compared_step_numbers.push_back(number);
+    for (size_t u = 0; u < n; ++u) {
+      entry[compared * n + u] = SaturatingSub(entry[row * n + u], median_entry);
+    }
+    median_step_ns.push_back(median_step);
+    out.compared_step_numbers.push_back(common[row]);
+    ++compared;
   }
-  out.compared_steps = static_cast<int>(compared.size());
+  step_ns = {};
+  entry.resize(compared * n);
+  entry.shrink_to_fit();
+  std::vector<int64_t>& lateness = entry;  // [compared step * n + host]
+  out.compared_steps = static_cast<int>(compared);
   if (out_of_lockstep > 0) {
     out.notes.push_back(StrCat(
         out_of_lockstep, " of the ", out.steps,
@@ -202,48 +284,7 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
         "step apart, so they did not run those steps together (hosts that do not meet in "
         "collectives, or clocks that disagree)"));
   }
-  // The noise: the median absolute deviation of all hosts' lateness over all compared steps
-  // (a straggler is a minority of the samples, so it barely moves it). With two hosts every
-  // other sample is the gap itself, so only the step-time share applies.
-  double noise = 0;
-  if (usable.size() >= 3 && !pooled.empty()) {
-    const int64_t center = Median(pooled);
-    std::vector<int64_t> deviations;
-    for (int64_t l : pooled) {
-      deviations.push_back(std::max(SaturatingSub(l, center), SaturatingSub(center, l)));
-    }
-    noise = rule.mad_factor * static_cast<double>(Median(std::move(deviations)));
-  }
-
-  std::vector<HostTally> tally(usable.size());
-  for (const Compared& c : compared) {
-    const std::vector<const StepDigest*>& steps = *c.steps;
-    const double threshold =
-        std::max(rule.step_fraction * static_cast<double>(c.median_step_ns), noise);
-    for (size_t h = 0; h < steps.size(); ++h) {
-      if (static_cast<double>(c.lateness[h]) <= threshold) continue;
-      HostTally& t = tally[h];
-      ++t.late;
-      t.lateness.push_back(c.lateness[h]);
-      for (size_t o = 0; o < steps.size(); ++o) {
-        if (o != h && c.entries[h] > c.entries[o]) {
-          t.others_wait_ns =
-              SaturatingAdd(t.others_wait_ns, SaturatingSub(c.entries[h], c.entries[o]));
-        }
-      }
-      const int64_t compute =
-          SaturatingSub(SaturatingAdd(steps[h]->device_busy_ns, steps[h]->host_busy_ns),
-                        SaturatingAdd(MedianOthers(steps, h, &StepDigest::device_busy_ns),
-                                      MedianOthers(steps, h, &StepDigest::host_busy_ns)));
-      t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
-      t.excess.input_ns = SaturatingAdd(
-          t.excess.input_ns,
-          std::max<int64_t>(
-              0, SaturatingSub(steps[h]->input_ns, MedianOthers(steps, h, &StepDigest::input_ns))));
-      t.excess.lateness_ns = SaturatingAdd(t.excess.lateness_ns, c.lateness[h]);
-    }
-  }
-  if (out.compared_steps == 0) {
+  if (compared == 0) {
     if (out_of_lockstep == 0) {
       out.notes.push_back(StrCat("no step of the ", out.steps,
                                  " in common has a collective on every host: nothing to compare "
@@ -251,18 +292,125 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
     }
     return out;
   }
+  // The noise: the median absolute deviation of all hosts' lateness over all compared steps
+  // (a straggler is a minority of the samples, so it barely moves it). With two hosts every
+  // other sample is the gap itself, so only the step-time share applies.
+  double noise = 0;
+  if (n >= 3) {
+    std::vector<int64_t> pooled = lateness;
+    const int64_t center = Median(pooled);
+    for (int64_t& l : pooled) l = std::max(SaturatingSub(l, center), SaturatingSub(center, l));
+    noise = rule.mad_factor * static_cast<double>(Median(std::move(pooled)));
+  }
+
+  // The late hosts of each compared step, and how long the others waited for each: the sum of
+  // its lateness minus theirs over the hosts that entered before it, from the sorted lateness
+  // and its prefix sums (not host by host: thousands of hosts each late in a few steps would
+  // make that quadratic).
+  std::vector<LateStep> late;
+  std::vector<__int128> prefix;
+  for (size_t c = 0; c < compared; ++c) {
+    const int64_t* row = &lateness[c * n];
+    const double threshold =
+        std::max(rule.step_fraction * static_cast<double>(median_step_ns[c]), noise);
+    bool sorted = false;
+    for (size_t u = 0; u < n; ++u) {
+      if (static_cast<double>(row[u]) <= threshold) continue;
+      if (!sorted) {
+        column.assign(row, row + n);
+        std::sort(column.begin(), column.end());
+        prefix.assign(n + 1, 0);
+        for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + column[i];
+        sorted = true;
+      }
+      const size_t before = static_cast<size_t>(
+          std::lower_bound(column.begin(), column.end(), row[u]) - column.begin());
+      const __int128 wait = static_cast<__int128>(before) * row[u] - prefix[before];
+      LateStep step;
+      step.host = u;
+      step.column = c;
+      step.lateness_ns = row[u];
+      step.others_wait_ns =
+          static_cast<int64_t>(std::min<__int128>(wait, std::numeric_limits<int64_t>::max()));
+      late.push_back(step);
+    }
+  }
+  // What each late host spent on compute and input, against the median of the others: one kind
+  // of time at a time, over the steps in which a host was late.
+  std::vector<int64_t> late_row(rows, -1);  // compared-step index of a row with a late host
+  {
+    size_t c = 0;
+    for (size_t row = 0; row < rows && c < compared; ++row) {
+      if (common[row] == out.compared_step_numbers[c]) late_row[row] = static_cast<int64_t>(c++);
+    }
+  }
+  std::vector<bool> has_late(compared, false);
+  for (const LateStep& step : late) has_late[step.column] = true;
+  if (!late.empty()) {
+    struct Kind {
+      int64_t StepDigest::*field;
+      int64_t LateStep::*own;
+      int64_t LateStep::*others;
+    };
+    const Kind kinds[] = {
+        {&StepDigest::device_busy_ns, &LateStep::device_ns, &LateStep::device_others_ns},
+        {&StepDigest::host_busy_ns, &LateStep::host_busy_ns, &LateStep::host_busy_others_ns},
+        {&StepDigest::input_ns, &LateStep::input_ns, &LateStep::input_others_ns}};
+    std::vector<int64_t> values;
+    for (const Kind& kind : kinds) {
+      values.assign(compared * n, 0);
+      for (size_t u = 0; u < n; ++u) {
+        for_each_common_step(u, [&](size_t row, const StepDigest& step) {
+          const int64_t c = late_row[row];
+          if (c >= 0 && has_late[static_cast<size_t>(c)]) {
+            values[static_cast<size_t>(c) * n + u] = step.*kind.field;
+          }
+        });
+      }
+      std::vector<MedianWithoutOne> medians(compared);
+      for (size_t c = 0; c < compared; ++c) {
+        if (!has_late[c]) continue;
+        column.assign(&values[c * n], &values[c * n] + n);
+        medians[c] = MedianWithoutOneOf(column);
+      }
+      for (LateStep& step : late) {
+        const int64_t own = values[step.column * n + step.host];
+        step.*kind.own = own;
+        step.*kind.others = medians[step.column].Without(own);
+      }
+    }
+  }
+
+  std::vector<HostTally> tally(n);
+  for (const LateStep& step : late) {
+    HostTally& t = tally[step.host];
+    ++t.late;
+    t.lateness.push_back(step.lateness_ns);
+    t.others_wait_ns = SaturatingAdd(t.others_wait_ns, step.others_wait_ns);
+    const int64_t compute =
+        SaturatingSub(SaturatingAdd(step.device_ns, step.host_busy_ns),
+                      SaturatingAdd(step.device_others_ns, step.host_busy_others_ns));
+    t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
+    t.excess.input_ns =
+        SaturatingAdd(t.excess.input_ns,
+                      std::max<int64_t>(0, SaturatingSub(step.input_ns, step.input_others_ns)));
+    t.excess.lateness_ns = SaturatingAdd(t.excess.lateness_ns, step.lateness_ns);
+  }
   const int needed =
       std::max(1, static_cast<int>(std::ceil(rule.min_late_fraction * out.compared_steps)));
-  for (size_t h = 0; h < usable.size(); ++h) {
-    HostVerdict& verdict = out.hosts[h];
-    const HostTally& t = tally[h];
+  for (size_t u = 0; u < n; ++u) {
+    HostVerdict& verdict = out.hosts[u];
+    const HostTally& t = tally[u];
+    column.clear();
+    for (size_t c = 0; c < compared; ++c) column.push_back(lateness[c * n + u]);
+    verdict.typical_lateness_ns = Median(column);
     verdict.late_steps = t.late;
     verdict.median_lateness_ns = Median(t.lateness);
     verdict.others_wait_ns = t.others_wait_ns;
     verdict.straggler = t.late >= needed;
     if (!verdict.straggler) continue;
     verdict.cause = CauseOf(t.excess);
-    verdict.evidence = Evidence(verdict, out.compared_steps, usable.size(), t.excess);
+    verdict.evidence = Evidence(verdict, out.compared_steps, n, t.excess);
   }
   return out;
 }

@@ -10,6 +10,7 @@
 #ifndef CLUSTERPROF_ANALYSIS_STRAGGLERS_H_
 #define CLUSTERPROF_ANALYSIS_STRAGGLERS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ struct HostVerdict {
   // In words: "enters the collectives 12.3 ms late (median) in 45 of 50 steps; the other 63
   // hosts wait 41.2 s for it in all; before entering it spends 11.9 ms more on device work".
   std::string evidence;
+  // Its median lateness over every compared step, late or not (negative: it usually enters
+  // before the median host). What the report orders hosts by, worst first.
+  int64_t typical_lateness_ns = 0;
 };
 
 struct Analysis {
@@ -75,6 +79,23 @@ struct Analysis {
   std::vector<const HostVerdict*> stragglers() const;
 };
 
+// The hosts' steps as the verdict reads them: one host at a time, so that a caller holding
+// thousands of hosts can keep their steps packed (RunReport) and unpack one host at a time. The
+// verdict itself holds a few numbers per host and compared step (about 20 bytes), never two
+// hosts' digests.
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  virtual size_t size() const = 0;
+  virtual const std::string& host(size_t index) const = 0;
+  // What marked the steps ("step_num stat" or the pattern), for a host without steps.
+  virtual const std::string& step_source(size_t index) const = 0;
+  virtual int64_t clock_offset_ns(size_t index) const = 0;
+  // Replaces `*steps` with the host's steps, by step number.
+  virtual void Steps(size_t index, std::vector<StepDigest>* steps) const = 0;
+};
+
+Analysis FindStragglers(const StepSource& hosts, const StragglerRule& rule = {});
 Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& rule = {});
 
 }  // namespace clusterprof::analysis

@@ -15,16 +15,31 @@
 // Hosts are built and written one at a time (each on its own arena, freed before the next), so
 // memory stays at one host's trace whatever the number of hosts. The output is deterministic
 // for given options.
+//
+// With --digests, no trace is written: each host's digest (what its sidecar sends when a capture
+// ends) is made directly from the same kind of job and handed to the report one host at a time,
+// as the coordinator does, and the report's text, JSON and HTML go into --out
+// (report.txt, clusterprof_report.json, clusterprof_report.html); the time of each phase goes to
+// stderr. For the report over 10,000 hosts of 1,000 steps (bench/report_scale.sh --digests):
+//
+//   make_run --digests --hosts 10000 --steps 1000 --out /tmp/report
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "analysis/digest.h"
+#include "analysis/report.h"
+#include "analysis/report_html.h"
 #include "common/base/json_writer.h"
+#include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/storage/local_storage.h"
 #include "common/storage/logdir.h"
@@ -46,6 +61,7 @@ struct RunOptions {
   double straggler_scale = 1.3;
   uint32_t seed = 1;
   std::string out;
+  bool digests = false;
 };
 
 // Per step, outside the ops: the step marker, load_batch, the host's all-reduce annotation (main
@@ -320,6 +336,118 @@ absl::Status WriteRun(const RunOptions& options) {
   return absl::OkStatus();
 }
 
+// --digests: per host and step, the time from the step's start to the host's collective entry
+// (its input, then its compute), drawn from the host's own generator so that a host's steps can
+// be drawn again without holding every host's (10,000 x 1,000 of them would be 80 MB).
+struct HostSteps {
+  std::vector<int64_t> input_ns, to_entry_ns;
+};
+HostSteps DrawHostSteps(const RunOptions& options, int h) {
+  std::mt19937_64 rng(options.seed * 1'000'003ull + static_cast<uint64_t>(h));
+  std::uniform_real_distribution<double> noise(1.0 - kJitter, 1.0 + kJitter);
+  const double scale = h == options.straggler ? options.straggler_scale : 1.0;
+  HostSteps out;
+  for (int s = 0; s < options.steps; ++s) {
+    const int64_t input = static_cast<int64_t>(static_cast<double>(kInputNs) * noise(rng));
+    out.input_ns.push_back(input);
+    out.to_entry_ns.push_back(
+        input + static_cast<int64_t>(static_cast<double>(kComputeNs) * scale * noise(rng)));
+  }
+  return out;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+absl::Status WriteText(const std::string& path, const std::string& text) {
+  std::ofstream file(path, std::ios::binary | std::ios::trunc);
+  file << text;
+  if (!file.flush()) return absl::UnavailableError(StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::Status ReportFromDigests(const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const size_t steps = static_cast<size_t>(options.steps);
+  // The job's steps on the reference clock: each ends when the last host has entered the
+  // all-reduce, and the all-reduce is done.
+  std::vector<int64_t> last_entry(steps, 0);
+  for (int h = 0; h < options.hosts; ++h) {
+    const HostSteps drawn = DrawHostSteps(options, h);
+    for (size_t s = 0; s < steps; ++s)
+      last_entry[s] = std::max(last_entry[s], drawn.to_entry_ns[s]);
+  }
+  std::mt19937_64 rng(options.seed);
+  std::uniform_real_distribution<double> noise(1.0 - kJitter, 1.0 + kJitter);
+  std::uniform_int_distribution<int64_t> offset(-kMaxClockOffsetNs, kMaxClockOffsetNs);
+  std::vector<int64_t> step_start(steps), step_end(steps);
+  int64_t at = kT0Ns + 1'000'000;
+  for (size_t s = 0; s < steps; ++s) {
+    step_start[s] = at;
+    step_end[s] =
+        at + last_entry[s] + static_cast<int64_t>(static_cast<double>(kAllReduceNs) * noise(rng));
+    at = step_end[s] + kStepGapNs;
+  }
+
+  analysis::RunReportBuilder builder(options.out, {});
+  for (int h = 0; h < options.hosts; ++h) {
+    const int64_t off = offset(rng);
+    const HostSteps drawn = DrawHostSteps(options, h);
+    analysis::HostDigest digest;
+    digest.host = HostName(h, options.hosts);
+    digest.step_source = "step_num stat";
+    int64_t compute_total = 0;
+    for (size_t s = 0; s < steps; ++s) {
+      analysis::StepDigest step;
+      step.step = 100 + static_cast<int64_t>(s);
+      step.start_ns = step_start[s] + off;
+      step.end_ns = step_end[s] + off;
+      step.collective_entry_ns = step.start_ns + drawn.to_entry_ns[s];
+      step.collective_ns = step.end_ns - step.collective_entry_ns;
+      step.input_ns = drawn.input_ns[s];
+      const int64_t compute = drawn.to_entry_ns[s] - drawn.input_ns[s];
+      step.device_busy_ns = compute * 8 / 10;
+      step.host_busy_ns = compute * 9 / 10;
+      compute_total += compute;
+      digest.steps.push_back(step);
+    }
+    // The top ops a sidecar keeps: each kernel and host op with its share of the compute.
+    for (int k = 0; k < kNumOps; ++k) {
+      const int64_t calls = static_cast<int64_t>(steps) * 4;
+      digest.top_ops.push_back({kOps[k].kernel, true, calls, compute_total * 8 / 10 / kNumOps});
+      digest.top_ops.push_back({kOps[k].host, false, calls, compute_total / 10 / kNumOps});
+    }
+    builder.Add(std::move(digest), off);
+  }
+  const double digested_s = SecondsSince(start);
+  analysis::RunReport report = std::move(builder).Finish(/*offsets_known=*/true);
+  const double verdict_s = SecondsSince(start);
+  CLUSTERPROF_RETURN_IF_ERROR(
+      WriteText(StrCat(options.out, "/report.txt"), analysis::FormatReportText(report)));
+  {
+    const std::string path = StrCat(options.out, "/", storage::kReportJsonName);
+    std::ofstream json(path, std::ios::binary | std::ios::trunc);
+    analysis::WriteReportJson(report, json);
+    if (!json.flush()) return absl::UnavailableError(StrCat("cannot write ", path));
+  }
+  const double json_s = SecondsSince(start);
+  CLUSTERPROF_RETURN_IF_ERROR(
+      WriteText(StrCat(options.out, "/", storage::kReportHtmlName), analysis::ReportHtml(report)));
+  const double html_s = SecondsSince(start);
+  size_t packed = 0;
+  for (const analysis::ReportHost& host : report.runs) packed += host.steps.bytes();
+  std::fprintf(
+      stderr,
+      "make_run --digests: %d hosts x %d steps: digests made and packed %.2f s (%zu bytes "
+      "of packed steps), verdict %.2f s, text and JSON %.2f s, HTML %.2f s; total %.2f s\n",
+      options.hosts, options.steps, digested_s, packed, verdict_s - digested_s, json_s - verdict_s,
+      html_s - json_s, html_s);
+  std::printf("hosts=%d steps=%d straggler=%s\n", options.hosts, options.steps,
+              options.straggler >= 0 ? HostName(options.straggler, options.hosts).c_str() : "none");
+  return absl::OkStatus();
+}
+
 }  // namespace
 }  // namespace clusterprof::bench
 
@@ -341,6 +469,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1.0, 100.0));
   app.add_option("--seed", options.seed, "Random seed");
   app.add_option("--out", options.out, "Run directory to write (created if absent)")->required();
+  app.add_flag("--digests", options.digests,
+               "Make the hosts' digests directly and write the report of them into --out "
+               "(report.txt, clusterprof_report.json, clusterprof_report.html), no traces");
   CLI11_PARSE(app, argc, argv);
   if (straggler->count() == 0) options.straggler = options.hosts > 1 ? options.hosts / 2 : -1;
   if (options.straggler >= options.hosts) {
@@ -349,7 +480,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   const int64_t minimum = options.steps * (kFixedEventsPerStep + kEventsPerOp);
-  if (options.events_per_host < minimum) {
+  if (!options.digests && options.events_per_host < minimum) {
     std::fprintf(stderr,
                  "make_run: --events-per-host %lld is too few for %d steps (at least %lld: %lld "
                  "per step); give more events or fewer steps\n",
@@ -365,7 +496,18 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.out = out->uri;  // absolute, normalized, without a trailing slash
-  if (absl::Status status = clusterprof::bench::WriteRun(options); !status.ok()) {
+  if (options.digests) {
+    std::error_code error;
+    std::filesystem::create_directories(options.out, error);
+    if (error) {
+      std::fprintf(stderr, "make_run: cannot create %s: %s\n", options.out.c_str(),
+                   error.message().c_str());
+      return 1;
+    }
+  }
+  if (absl::Status status = options.digests ? clusterprof::bench::ReportFromDigests(options)
+                                            : clusterprof::bench::WriteRun(options);
+      !status.ok()) {
     std::fprintf(stderr, "make_run: %s\n", std::string(status.message()).c_str());
     return 1;
   }

@@ -59,6 +59,9 @@ struct ReportOptions {
   std::string input_pattern;       // empty: the default
   // Per-host progress lines on stderr (only on a terminal).
   bool progress = true;
+  // Every host a row in the terminal table; without it, a run of more than
+  // analysis::kTextAllHostsUpTo hosts shows the worst and one line for the rest.
+  bool all = false;
 };
 
 // clusterprof report <run dir>: which host holds the job back (docs/analysis.md).

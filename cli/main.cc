@@ -72,6 +72,9 @@ int main(int argc, char** argv) {
                          "Regular expression for input-pipeline events (default: data loaders, "
                          "iterators, infeed)");
   report_cmd->add_flag("!--no-progress", report.progress, "No progress lines");
+  report_cmd->add_flag("--all", report.all,
+                       "A row for every host (default: over 25 hosts, the 20 worst and one "
+                       "line for the rest)");
 
   clusterprof::cli::CaptureOptions capture;
   CLI::App* capture_cmd = app.add_subcommand(

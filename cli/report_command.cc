@@ -54,7 +54,7 @@ int RunReport(const ReportOptions& options, std::ostream& out, std::ostream& err
     err << "clusterprof report: " << report.status().message() << "\n";
     return report.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
-  out << analysis::FormatReportText(*report);
+  out << analysis::FormatReportText(*report, options.all);
   if (!options.json.empty()) {
     if (!WriteFile(options.json, analysis::ReportJson(*report), err)) return kExitFailure;
     out << "\nJSON report: " << options.json << "\n";

@@ -3,6 +3,7 @@
 #include "analysis/digest_proto.h"
 
 #include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/analysis/synthetic_run.h"
@@ -98,6 +99,42 @@ TEST(DigestProtoTest, WhatNoSidecarMakesIsRefusedSayingWhat) {
               HasSubstr("ends past the end of time"));
   EXPECT_THAT(refused([](auto& d) { d.add_top_ops()->set_count(-2); }),
               HasSubstr("negative count"));
+}
+
+TEST(DigestProtoTest, AHugeDigestIsRefusedByNameBeforeItIsCopied) {
+  auto digest_of = [](int steps, int ops) {
+    v1alpha1::HostDigest proto;
+    proto.set_host("worker-7");
+    proto.set_base_ns(1'000'000);
+    for (int i = 0; i < steps; ++i) {
+      v1alpha1::StepDigest* step = proto.add_steps();
+      step->set_step(i);
+      step->set_start_offset_ns(int64_t{i} * 1000);
+      step->set_duration_ns(900);
+      step->set_collective_entry_offset_ns(-1);
+    }
+    for (int i = 0; i < ops; ++i) proto.add_top_ops()->set_name(StrCat("op-", i));
+    return proto;
+  };
+  EXPECT_TRUE(DigestFromProto(digest_of(kMaxDigestSteps, 40)).ok()) << "at the bound: accepted";
+  EXPECT_THAT(std::string(DigestFromProto(digest_of(kMaxDigestSteps + 1, 0)).status().message()),
+              HasSubstr("the digest of worker-7 is corrupted: 100001 steps, more than the 100000"));
+  EXPECT_THAT(std::string(DigestFromProto(digest_of(1, kMaxDigestOps + 1)).status().message()),
+              HasSubstr("the digest of worker-7 is corrupted: 1001 ops"));
+  v1alpha1::HostDigest bytes = digest_of(1, 0);
+  bytes.set_step_source(std::string(kMaxDigestBytes, 'x'));
+  EXPECT_THAT(
+      std::string(DigestFromProto(bytes).status().message()),
+      ::testing::ContainsRegex("the digest of worker-7 is corrupted: 83886[0-9][0-9] bytes, "
+                               "more than the 8 MiB"));
+  v1alpha1::HostDigest name = digest_of(1, 1);
+  name.mutable_top_ops(0)->set_name(std::string(kMaxDigestNameBytes + 1, 'k'));
+  EXPECT_THAT(std::string(DigestFromProto(name).status().message()),
+              HasSubstr("worker-7 is corrupted: an op name of 4097 bytes"));
+  v1alpha1::HostDigest host = digest_of(1, 0);
+  host.set_host(std::string(100'000, 'h'));
+  EXPECT_THAT(std::string(DigestFromProto(host).status().message()),
+              HasSubstr("a host name of 100000 bytes"));
 }
 
 TEST(DigestProtoTest, PatternsComeFromTheCapturesOptionsWithDefaultsForTheRest) {

@@ -35,14 +35,18 @@ BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stab
 # What the page shows, read from its DOM once it is drawn.
 FACTS = """(() => {
   const callout = document.getElementById('straggler-callout');
-  const rows = [...document.querySelectorAll('#heatmap .hm-row')];
+  const rows = [...document.querySelectorAll('#heatmap .hm-row[data-host]')];
   const op = document.querySelector('#ops tbody tr[data-slowest]');
   return {
     callout_class: callout ? callout.className : null,
     callout_text: callout ? callout.textContent.replace(/\\s+/g, ' ').trim() : null,
     heatmap_rows: rows.map(r => ({host: r.dataset.host, p50_ns: Number(r.dataset.p50Ns)})),
-    breakdown_rows: document.querySelectorAll('#breakdown .row').length,
-    swimlanes: document.querySelectorAll('#swimlanes .lane').length,
+    heatmap_bands: [...document.querySelectorAll('#heatmap .hm-band')].map(r => r.dataset.band),
+    heatmap_metric: (document.getElementById('heatmap-metric') || {}).value || null,
+    breakdown_rows: document.querySelectorAll('#breakdown .row[data-host]').length,
+    breakdown_bands: document.querySelectorAll('#breakdown .row[data-band]').length,
+    swimlanes: document.querySelectorAll('#swimlanes .lane[data-host]').length,
+    swimlane_bands: document.querySelectorAll('#swimlanes .lane[data-band]').length,
     top_op: op ? {name: op.dataset.op, slowest: op.dataset.slowest} : null,
     ops: document.querySelectorAll('#ops tbody tr[data-op]').length,
     height: document.documentElement.scrollHeight,
@@ -235,6 +239,19 @@ def check(seen, args):
                 failed.append(f"{what}: {count}, expected {args.expect_rows}")
     if any(not r["host"] or not r["p50_ns"] > 0 for r in rows):
         failed.append("a heatmap row without its host or p50")
+    if args.expect_bands is not None:
+        bands = len(facts["heatmap_bands"])
+        if bands != args.expect_bands:
+            failed.append(f"heatmap bands: {bands}, expected {args.expect_bands}")
+        others = 1 if args.expect_bands else 0
+        for what in ("breakdown_bands", "swimlane_bands"):
+            if facts[what] != others:
+                failed.append(f"{what}: {facts[what]}, expected {others}")
+    if args.expect_first_row and (not rows or rows[0]["host"] != args.expect_first_row):
+        failed.append(f"the heatmap's first row is {rows[0]['host'] if rows else None}, "
+                      f"expected {args.expect_first_row}")
+    if args.expect_metric and facts["heatmap_metric"] != args.expect_metric:
+        failed.append(f"the heatmap shows {facts['heatmap_metric']}, expected {args.expect_metric}")
     if args.expect_straggler:
         if "straggler" not in (facts["callout_class"] or "").split() or \
                 args.expect_straggler not in (facts["callout_text"] or ""):
@@ -265,8 +282,13 @@ def main():
     parser.add_argument("--width", type=int, default=1400, help="viewport width in CSS pixels")
     parser.add_argument("--expect-straggler", help="a host the callout must name")
     parser.add_argument("--expect-rows", type=int,
-                        help="host rows of the heatmap, breakdown and swimlanes")
+                        help="host rows of the heatmap, breakdown and swimlanes (bands apart)")
     parser.add_argument("--expect-slowest", help="the top op's slowest host")
+    parser.add_argument("--expect-bands", type=int,
+                        help="percentile bands of the heatmap (0: every host has its row); with "
+                             "bands, one row for the others in the breakdown and the swimlanes")
+    parser.add_argument("--expect-first-row", help="the host of the heatmap's first row")
+    parser.add_argument("--expect-metric", help="the heatmap's view as loaded (time, lateness)")
     args = parser.parse_args()
     browser = find_browser()
     if not browser:
@@ -278,7 +300,8 @@ def main():
         return 2
     seen = open_page(browser, args.page, args.width, args.screenshot)
     facts = seen["facts"]
-    print(json.dumps({**seen, "facts": {**facts, "heatmap_rows": len(facts["heatmap_rows"])}}))
+    print(json.dumps({**seen, "facts": {**facts, "heatmap_rows": len(facts["heatmap_rows"]),
+                                        "first_row": (facts["heatmap_rows"] or [{}])[0].get("host")}}))
     failed = check(seen, args)
     for failure in failed:
         print(f"FAILED: {failure}", file=sys.stderr)

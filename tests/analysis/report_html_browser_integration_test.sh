@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The HTML report in a real browser (report_html_browser.py drives headless Chromium): a synthetic
 # run of 6 hosts, host-4 computing 15% slower, through `clusterprof report --html`: no console
-# error, no request, the callout names host-4, a row per host, host-4 the slowest at the top op.
+# error, no request, the callout names host-4, a row per host and no band, lateness the view as
+# loaded, host-4 the slowest at the top op. (10,000 hosts:
+# report_html_scale_browser_integration_test.sh.)
 # Then pages at the edges, which must draw without an error too: hosts with different steps and
 # an unreadable host file; a run in which no host has steps. The pages and the first one's
 # screenshot stay in ARTIFACTS_DIR (report_html*.html, report_html.png). Exits 77 (skipped) when
@@ -22,8 +24,10 @@ mkdir -p "$artifacts" "$work/run" "$work/edge"
 
 "$write_run" --hosts 6 --steps 60 --slow-host 4 --compute-scale 1.15 --out "$work/run"
 "$clusterprof" report "$work/run" --no-progress --html "$artifacts/report_html.html"
+# Six hosts: each its own row everywhere, no band; lateness first, as step times are alike.
 python3 "$browser" "$artifacts/report_html.html" --expect-straggler host-4 --expect-rows 6 \
-  --expect-slowest host-4 --screenshot "$artifacts/report_html.png"
+  --expect-bands 0 --expect-metric lateness --expect-slowest host-4 \
+  --screenshot "$artifacts/report_html.png"
 
 # host-0 and host-1 are written again with 40 steps: host-2 has 20 steps they lack.
 "$write_run" --hosts 3 --steps 60 --out "$work/edge"

@@ -3,6 +3,8 @@
 // opens it in a real browser.
 #include "analysis/report_html.h"
 
+#include <cstdlib>
+#include <optional>
 #include <regex>
 #include <string>
 #include <vector>
@@ -20,14 +22,17 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The report of a synthetic run, its hosts named by `names` (host-N where empty).
-RunReport ReportOf(const testing::RunSpec& spec, std::vector<std::string> names = {}) {
+// The report of a synthetic run, its hosts named by `names` (host-N where empty), each with
+// `extra_op` among its top ops when given.
+RunReport ReportOf(const testing::RunSpec& spec, std::vector<std::string> names = {},
+                   const std::optional<OpStat>& extra_op = std::nullopt) {
   const std::vector<tensorflow::profiler::XSpace> spaces = testing::MakeRun(spec);
   std::vector<HostRun> runs;
   for (size_t h = 0; h < spaces.size(); ++h) {
     const std::string name = h < names.size() ? names[h] : StrCat("host-", h);
     absl::StatusOr<HostDigest> digest = DigestXSpace(spaces[h], name);
     EXPECT_TRUE(digest.ok()) << digest.status();
+    if (extra_op) digest->top_ops.push_back(*extra_op);
     runs.push_back({*std::move(digest), spec.hosts[h].clock_offset_ns});
   }
   return MakeRunReport("/logs/plugins/profile/run-1", {}, std::move(runs), {}, true);
@@ -117,10 +122,8 @@ TEST(ReportHtmlTest, NamesCannotInjectMarkup) {
   testing::RunSpec spec = SixHostsOneSlower(1.3);
   const std::string evil_host = "<script>alert(1)</script>";
   const std::string evil_op = "</script><!--<script>op\" onload='x'";
-  RunReport report = ReportOf(spec, {"host-0", "host-1", "host-2", "host-3", evil_host});
-  for (HostRun& run : report.runs) {
-    run.digest.top_ops.push_back({evil_op, true, 10, 10'000'000});
-  }
+  const RunReport report = ReportOf(spec, {"host-0", "host-1", "host-2", "host-3", evil_host},
+                                    OpStat{evil_op, true, 10, 10'000'000});
   const std::string html = ReportHtml(report);
   EXPECT_THAT(html, Not(HasSubstr("<script>alert")));
   EXPECT_THAT(html, Not(HasSubstr("<!--")));
@@ -133,7 +136,8 @@ TEST(ReportHtmlTest, NamesCannotInjectMarkup) {
   }
   EXPECT_EQ(scripts, 2u);
   const web::json::value data = Data(html);
-  EXPECT_EQ(data.at("hosts").at(4).at("name").as_string(), evil_host);
+  // In natural order of names, '<' before 'h'.
+  EXPECT_EQ(data.at("hosts").at(0).at("name").as_string(), evil_host);
   bool found = false;
   for (const web::json::value& op : data.at("ops").as_array()) {
     found = found || op.at("name").as_string() == evil_op;
@@ -157,7 +161,7 @@ TEST(ReportHtmlTest, TheDataParsesBackWithEveryHostAndStep) {
     EXPECT_EQ(host.at("straggler").as_bool(), h == 4);
     EXPECT_EQ(host.at("d").size(), 50u);
     // Step durations in microseconds; the entry inside the step.
-    const StepDigest& first = report.runs[h].digest.steps[0];
+    const StepDigest first = report.runs[h].steps.Unpack()[0];
     EXPECT_EQ(host.at("d").at(0).as_integer(), (first.duration_ns() + 500) / 1000);
     EXPECT_GT(host.at("e").at(0).as_integer(), 0);
     EXPECT_LT(host.at("e").at(0).as_integer(), host.at("d").at(0).as_integer());
@@ -174,19 +178,100 @@ TEST(ReportHtmlTest, OpsRankTheHostWithSlowerKernelsSlowest) {
   std::vector<std::string> names;
   for (const web::json::value& op : ops) {
     names.push_back(op.at("name").as_string());
-    const web::json::array& means = op.at("mean_ns").as_array();
-    ASSERT_EQ(means.size(), 6u);
-    size_t slowest = 0;
-    for (size_t h = 1; h < means.size(); ++h) {
-      if (means.at(h).as_number().to_int64() > means.at(slowest).as_number().to_int64()) {
-        slowest = h;
-      }
-    }
-    EXPECT_EQ(slowest, 4u) << op.at("name").as_string();
+    // Every host's mean, fastest to slowest, in a small run.
+    ASSERT_EQ(op.at("points").size(), 6u);
+    ASSERT_EQ(op.at("point_hosts").size(), 6u);
+    EXPECT_EQ(op.at("slow_host").as_string(), "host-4") << op.at("name").as_string();
+    EXPECT_EQ(op.at("point_hosts").at(5).as_string(), "host-4");
+    EXPECT_TRUE(op.at("slow_straggler").as_bool());
   }
   // Collectives and input waits are left out: their time is mostly waiting.
   EXPECT_THAT(names,
               ::testing::UnorderedElementsAre("volta_sgemm_128x64_nn", "forward", "backward"));
+}
+
+// `hosts` hosts w-N in lockstep (100 ms steps, 50 ms of compute jittered by up to 2 ms);
+// w-`slow` computes 30 ms longer every step.
+RunReport ManyHosts(int hosts, int steps, int slow) {
+  constexpr int64_t kMs = 1'000'000;
+  std::vector<HostRun> runs;
+  for (int h = 0; h < hosts; ++h) {
+    HostRun run;
+    run.digest.host = StrCat("w-", h);
+    run.digest.top_ops = {{"gemm", true, steps, steps * (h == slow ? 80 : 50) * kMs}};
+    for (int s = 0; s < steps; ++s) {
+      const int64_t start = 1'800'000'000'000'000'000 + s * 100 * kMs;
+      const int64_t compute =
+          50 * kMs + ((h * 7919 + s * 104729) % 2000) * 1000 + (h == slow ? 30 * kMs : 0);
+      run.digest.steps.push_back({.step = s,
+                                  .start_ns = start,
+                                  .end_ns = start + 100 * kMs,
+                                  .collective_entry_ns = start + compute,
+                                  .collective_ns = 100 * kMs - compute,
+                                  .device_busy_ns = compute});
+    }
+    runs.push_back(std::move(run));
+  }
+  return MakeRunReport("/logs/plugins/profile/big", {}, std::move(runs), {}, true);
+}
+
+TEST(ReportHtmlTest, ManyHostsShowTheWorstThenPercentileBandsOfTheOthers) {
+  const RunReport report = ManyHosts(1000, 30, 617);
+  const std::string html = ReportHtml(report);
+  const web::json::value data = Data(html);
+  EXPECT_EQ(data.at("hosts_total").as_integer(), 1000);
+  const web::json::array& hosts = data.at("hosts").as_array();
+  ASSERT_EQ(hosts.size(), kPageWorstHosts);
+  EXPECT_EQ(hosts.at(0).at("name").as_string(), "w-617") << "worst first";
+  EXPECT_TRUE(hosts.at(0).at("straggler").as_bool());
+  EXPECT_EQ(hosts.at(0).at("l").size(), 30u);
+  EXPECT_GT(hosts.at(0).at("l").at(0).as_integer(), 25'000) << "about 30 ms late, in us";
+  const web::json::value& rest = data.at("rest");
+  EXPECT_EQ(rest.at("count").as_integer(), 1000 - static_cast<int>(kPageWorstHosts));
+  const web::json::array& bands = rest.at("bands").as_array();
+  ASSERT_EQ(bands.size(), 6u);
+  EXPECT_EQ(bands.at(0).at("label").as_string(), "max");
+  EXPECT_EQ(bands.at(5).at("label").as_string(), "min");
+  for (const web::json::value& band : bands) {
+    ASSERT_EQ(band.at("d").size(), 30u);
+    EXPECT_EQ(band.at("d").at(0).as_integer(), 100'000) << "every step 100 ms";
+    // The others are within the jitter of the median host.
+    EXPECT_LT(std::abs(band.at("l").at(0).as_integer()), 2'100);
+  }
+  EXPECT_EQ(rest.at("parts").size(), 5u);
+  EXPECT_EQ(rest.at("entry_p50").size(), 30u);
+  // Step times alike: lateness is the view as loaded.
+  EXPECT_EQ(data.at("default_metric").as_string(), "lateness");
+  // The ops' strips hold percentiles, not a dot per host; the slowest is named.
+  const web::json::value& op = data.at("ops").at(0);
+  EXPECT_EQ(op.at("hosts").as_integer(), 1000);
+  EXPECT_EQ(op.at("points").size(), 21u);
+  EXPECT_FALSE(op.has_field("point_hosts"));
+  EXPECT_EQ(op.at("slow_host").as_string(), "w-617");
+  // A page of 24 hosts' steps, whatever the number of hosts.
+  EXPECT_LT(html.size(), 300'000u);
+}
+
+TEST(ReportHtmlTest, SmallRunsShowEveryHostInNaturalOrderWithoutBands) {
+  const RunReport report = ManyHosts(12, 30, 3);
+  const web::json::value data = Data(ReportHtml(report));
+  EXPECT_TRUE(data.at("rest").is_null());
+  const web::json::array& hosts = data.at("hosts").as_array();
+  ASSERT_EQ(hosts.size(), 12u);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    EXPECT_EQ(hosts.at(h).at("name").as_string(), StrCat("w-", h)) << "w-2 before w-10";
+  }
+  EXPECT_EQ(data.at("ops").at(0).at("point_hosts").size(), 12u);
+}
+
+TEST(ReportHtmlTest, DifferentStepTimesShowStepTimeFirst) {
+  testing::RunSpec spec = SixHostsOneSlower(1.3);
+  spec.hosts[4].compute_scale = 1.0;
+  const web::json::value data = Data(ReportHtml(ReportOf(spec)));
+  EXPECT_EQ(data.at("default_metric").as_string(), "lateness") << "a synchronized job";
+  RunReport report = ReportOf(spec);
+  report.analysis.hosts[0].step_p50_ns *= 2;  // as if host-0's steps were twice as long
+  EXPECT_EQ(Data(ReportHtml(report)).at("default_metric").as_string(), "time");
 }
 
 TEST(ReportHtmlTest, AStepBreaksDownIntoPartsThatAddUpToIt) {

@@ -87,6 +87,31 @@ TEST(ReportCommandTest, WritesTheHtmlReport) {
   EXPECT_THAT(unwritable.err, HasSubstr("cannot write"));
 }
 
+TEST(ReportCommandTest, ManyHostsTheWorstAndASummaryLineOrWithAllEveryHostInNaturalOrder) {
+  testing::TempDir dir;
+  analysis::testing::RunSpec spec;
+  spec.hosts.resize(30);
+  spec.steps = 20;
+  spec.hosts[17].compute_scale = 1.3;
+  WriteRun(spec, dir.path());
+  Output result = Report({.path = dir.path()});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, HasSubstr("verdict\n  host-17 "));
+  EXPECT_THAT(result.out, HasSubstr("\n  ... 10 more hosts "));
+  EXPECT_THAT(result.out, HasSubstr("(--all lists every host)\n"));
+
+  result = Report({.path = dir.path(), .all = true});
+  ASSERT_EQ(result.code, kExitOk) << result.err;
+  EXPECT_THAT(result.out, ::testing::Not(HasSubstr("more hosts")));
+  size_t last = 0;
+  for (int h = 0; h < 30; ++h) {
+    const size_t at = result.out.find(StrCat("\n  host-", h, " "));
+    ASSERT_NE(at, std::string::npos) << h;
+    EXPECT_GT(at, last) << "host-" << h << ": not in natural order (host-2 before host-10)";
+    last = at;
+  }
+}
+
 TEST(ReportCommandTest, ACorruptHostFileIsLeftOutAndTheRestAnalyzed) {
   testing::TempDir dir;
   analysis::testing::RunSpec spec;
