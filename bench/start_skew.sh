@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
-# Start skew across local sidecars: starts N sidecars (no workloads), runs `clusterprof capture`
-# against all of them K times, and reports p50/p99/max of |achieved start - T0| from the run
-# manifests (the start each sidecar reports, mapped onto the coordinator's clock).
+# Start skew across local sidecars: starts N sidecars, optionally beside busy workloads, runs
+# `clusterprof capture` against all of them K times, and reports p50/p99/max of
+# |achieved start - T0| from the run manifests (the start each sidecar reports, mapped onto the
+# coordinator's clock), and the sidecars' CPU time per capture.
 #
 #   bench/start_skew.sh [--sidecars 16] [--captures 20] [--duration-ms 100] [--delay-ms 300]
-#                       [--build-dir build]
+#                       [--busy 0|N|cores] [--sidecar-arg ARG]... [--build-dir build]
+#
+# --busy N starts N processes that spin at normal priority for the whole run (`cores`: one per
+# CPU), in the same session as the sidecars, so every CPU is taken when the sidecars wake.
+# --sidecar-arg passes a flag to every sidecar (repeatable), e.g. --sidecar-arg=--no-start-realtime
+# or --sidecar-arg=--start-spin-us=500.
 set -euo pipefail
 sidecars=16
 captures=20
 duration_ms=100
 delay_ms=300
+busy=0
+sidecar_args=()
 build_dir="$(cd "$(dirname "$0")/.." && pwd)/build"
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -17,10 +25,14 @@ while [[ $# -gt 0 ]]; do
     --captures) captures="$2"; shift 2 ;;
     --duration-ms) duration_ms="$2"; shift 2 ;;
     --delay-ms) delay_ms="$2"; shift 2 ;;
+    --busy) busy="$2"; shift 2 ;;
+    --sidecar-arg) sidecar_args+=("$2"); shift 2 ;;
+    --sidecar-arg=*) sidecar_args+=("${1#--sidecar-arg=}"); shift ;;
     --build-dir) build_dir="$2"; shift 2 ;;
     *) echo "start_skew.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+[[ "$busy" == cores ]] && busy="$(nproc)"
 work="$(mktemp -d)"
 pids=()
 cleanup() {
@@ -30,18 +42,39 @@ cleanup() {
 trap cleanup EXIT
 
 addresses=()
+sidecar_pids=()
 for i in $(seq 0 $((sidecars - 1))); do
   mkdir -p "$work/shm$i"
   "$build_dir/sidecar/clusterprof-sidecar" --port 0 --http-port -1 --host-name "s$i" \
     --shm-dir "$work/shm$i" --allowed-logdir "$work/logs" --port-file "$work/ports$i" \
-    --log-level warn 2>>"$work/sidecars.log" &
+    --log-level warn ${sidecar_args[@]+"${sidecar_args[@]}"} 2>>"$work/sidecars.log" &
   pids+=($!)
+  sidecar_pids+=($!)
 done
 for i in $(seq 0 $((sidecars - 1))); do
   for _ in $(seq 200); do [[ -s "$work/ports$i" ]] && break; sleep 0.05; done
   addresses+=("127.0.0.1:$(sed -n 's/^grpc=//p' "$work/ports$i")")
 done
 service_addr="$(IFS=,; echo "${addresses[*]}")"
+
+# Busy workloads: plain shell loops at normal priority, one process each.
+for _ in $(seq 1 "$busy"); do
+  bash -c 'while :; do :; done' &
+  pids+=($!)
+done
+[[ "$busy" -gt 0 ]] && sleep 1
+
+# CPU time of every sidecar thread, in ns (the first field of each thread's schedstat).
+sidecar_cpu_ns() {
+  local total=0 t
+  for pid in "${sidecar_pids[@]}"; do
+    for t in /proc/"$pid"/task/*/schedstat; do
+      total=$((total + $(cut -d' ' -f1 "$t" 2>/dev/null || echo 0)))
+    done
+  done
+  echo "$total"
+}
+cpu_before="$(sidecar_cpu_ns)"
 
 # The sidecars have no workloads, so every trace is empty and capture exits 1 ("no trace event
 # was collected"); the manifest records each start all the same. One attempt: no retries.
@@ -51,6 +84,10 @@ for c in $(seq 1 "$captures"); do
     --num-tracing-attempts 1 --run "skew_$c" --no-progress >/dev/null 2>>"$work/capture.log" ||
     true
 done
+cpu_after="$(sidecar_cpu_ns)"
+echo "sidecars: ${sidecar_args[*]:-(default flags)}; busy processes: $busy on $(nproc) CPUs"
+grep -m1 "start instants" "$work/sidecars.log" | sed 's/^/  sidecar log: /' || true
+echo "  sidecar CPU per capture per sidecar: $(( (cpu_after - cpu_before) / captures / sidecars / 1000 )) us (all its threads, RPCs and file writes included)"
 
 python3 - "$work/logs/plugins/profile" "$sidecars" "$captures" <<'PY'
 import glob, json, sys

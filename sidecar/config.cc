@@ -64,6 +64,8 @@ absl::Status LoadSidecarConfigFile(const std::string& path, SidecarConfig* confi
       {"auth_token_file", scalar(&c.auth_token_file)},
       {"allow_loopback_without_token", scalar(&c.allow_loopback_without_token)},
       {"install_injection_library", scalar(&c.install_injection_library)},
+      {"start_realtime", scalar(&c.start_realtime)},
+      {"start_spin_us", scalar(&c.start_spin_us)},
   };
   for (const auto& entry : root) {
     if (!entry.first.IsScalar()) {

@@ -76,6 +76,12 @@ struct SidecarConfig {
   // where the pod's CUDA processes load it (CUDA_INJECTION64_PATH, set by the injection
   // webhook); empty: none.
   std::string install_injection_library;
+  // How a capture meets its start instant when the workloads keep every CPU busy
+  // (bench/RESULTS.md, "start instant under load"). The capture thread waits under SCHED_FIFO
+  // where the sidecar may (CAP_SYS_NICE in its container; refused: it says so once and waits in
+  // the normal class), and spins on the clock for the last start_spin_us before the instant.
+  bool start_realtime = true;
+  int64_t start_spin_us = 0;
 };
 
 // Reads a YAML mapping into `config`, keeping what the file does not set. Unknown keys and

@@ -147,6 +147,12 @@ CaptureSession::Recording CaptureSession::Record() {
                    std::string(status.message()));
     }
   }
+  auto start = [&](int64_t start_ns) {
+    recording.window = {start_ns, start_ns + request_.duration_ns};
+    recording.start_error_ns = requested > 0 ? start_ns - requested : 0;
+    recording.started = StartTracers(recording.window, &recording.warnings);
+  };
+  bool started_at_instant = false;
   if (requested > 0) {
     const int64_t now = clock_.WallNs();
     if (requested < now) {
@@ -155,14 +161,14 @@ CaptureSession::Recording CaptureSession::Record() {
                                           "once"));
       spdlog::warn("session {}: {}", request_.session_id, recording.warnings.back());
     } else {
-      clock_.SleepUntilWallNsUnless(requested, stop_);
+      // The clock takes the start reading and starts the tracers in one go, on a busy machine at
+      // a raised priority where permitted (RealClock::StartOptions).
+      started_at_instant = clock_.RunAtWallNsUnless(requested, stop_, start);
     }
   }
-
-  const int64_t start_ns = clock_.WallNs();
-  recording.window = {start_ns, start_ns + request_.duration_ns};
-  recording.start_error_ns = requested > 0 ? start_ns - requested : 0;
-  recording.started = StartTracers(recording.window, &recording.warnings);
+  // At once: no start instant, one in the past, or stopped before it.
+  if (!started_at_instant) start(clock_.WallNs());
+  const int64_t start_ns = recording.window.start_ns;
   // The time-critical part is done. Other sidecars on this machine may have woken at the same
   // instant and be waiting for a CPU: let them take their start time before this thread logs.
   std::this_thread::yield();

@@ -120,6 +120,15 @@ int main(int argc, char** argv) {
   app.add_option("--install-injection-library", flags.install_injection_library,
                  "Copy this libclusterprof_cupti.so into the shared-memory directory at start, "
                  "for the pod's CUDA processes to load (CUDA_INJECTION64_PATH)");
+  app.add_flag("--start-realtime,!--no-start-realtime", flags.start_realtime,
+               "Wait for a capture's start instant under SCHED_FIFO where permitted "
+               "(CAP_SYS_NICE), so busy workloads cannot delay the start by a scheduler tick")
+      ->capture_default_str();
+  app.add_option("--start-spin-us", flags.start_spin_us,
+                 "Spin on the clock for this long before a start instant instead of sleeping to "
+                 "it (costs as much CPU per capture; 0: none)")
+      ->check(CLI::Range(int64_t{0}, int64_t{10'000}))
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   SidecarConfig config;
@@ -164,6 +173,10 @@ int main(int argc, char** argv) {
   if (given("--install-injection-library")) {
     config.install_injection_library = flags.install_injection_library;
   }
+  if (given("--start-realtime") || given("--no-start-realtime")) {
+    config.start_realtime = flags.start_realtime;
+  }
+  if (given("--start-spin-us")) config.start_spin_us = flags.start_spin_us;
 
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
   absl::Status logging =
@@ -180,7 +193,26 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  clusterprof::RealClock clock;
+  if (config.start_spin_us < 0 || config.start_spin_us > 10'000) {
+    std::cerr << "clusterprof-sidecar: start_spin_us is " << config.start_spin_us
+              << "; it must be between 0 and 10000 (10 ms)\n";
+    return 2;
+  }
+  clusterprof::RealClock::StartOptions start_options;
+  start_options.spin_ns = config.start_spin_us * clusterprof::kNanosPerMicro;
+  if (config.start_realtime) {
+    if (absl::Status realtime = clusterprof::RealClock::CheckRealtimePermitted(); realtime.ok()) {
+      start_options.realtime = true;
+      spdlog::info("start instants: captures wait for their start under SCHED_FIFO");
+    } else {
+      spdlog::warn(
+          "start instants: {}; captures wait for their start in the normal scheduling "
+          "class and may start a scheduler tick (about 4 ms) late when the workloads "
+          "keep every CPU busy (--no-start-realtime silences this)",
+          std::string(realtime.message()));
+    }
+  }
+  clusterprof::RealClock clock(start_options);
   auto server = clusterprof::sidecar::SidecarServer::Start(config, clock);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));

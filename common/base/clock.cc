@@ -1,12 +1,15 @@
 #include "common/base/clock.h"
 
+#include <sched.h>
 #include <sys/prctl.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/base/check.h"
 
 namespace clusterprof {
@@ -99,6 +102,102 @@ bool RealClock::SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atom
 void RealClock::Wake() {
   MutexLock lock(&wake_mu_);
   ++wakes_;
+}
+
+namespace {
+
+// A hint to the CPU that this is a spin-wait loop (it saves power and lets a sibling hyperthread
+// run).
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Runs the calling thread under SCHED_FIFO priority 1 while it lives (when asked, permitted, and
+// the thread is not real-time already), then puts its policy and priority back. Reset on fork:
+// threads the thread creates meanwhile get the normal class.
+class ScopedRealtimeThread {
+ public:
+  explicit ScopedRealtimeThread(bool wanted) {
+    if (!wanted) return;
+    policy_ = sched_getscheduler(0);
+    if (policy_ < 0 || sched_getparam(0, &param_) != 0) return;
+    const int base_policy = policy_ & ~SCHED_RESET_ON_FORK;
+    if (base_policy == SCHED_FIFO || base_policy == SCHED_RR) return;
+    sched_param fifo{};
+    fifo.sched_priority = 1;
+    raised_ = sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) == 0;
+    if (!raised_) error_ = errno;
+  }
+  ~ScopedRealtimeThread() {
+    if (raised_) sched_setscheduler(0, policy_, &param_);
+  }
+  ScopedRealtimeThread(const ScopedRealtimeThread&) = delete;
+  ScopedRealtimeThread& operator=(const ScopedRealtimeThread&) = delete;
+
+  bool raised() const { return raised_; }
+  int error() const { return error_; }
+
+ private:
+  int policy_ = -1;
+  sched_param param_{};
+  bool raised_ = false;
+  int error_ = 0;
+};
+
+}  // namespace
+
+bool Clock::RunAtWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop,
+                              absl::FunctionRef<void(int64_t now_ns)> at_instant) {
+  const std::optional<int64_t> now = WaitForWallInstant(*this, deadline_ns, stop, 0);
+  if (!now.has_value()) return false;
+  at_instant(*now);
+  return true;
+}
+
+std::optional<int64_t> WaitForWallInstant(Clock& clock, int64_t deadline_ns,
+                                          const std::atomic<bool>& stop, int64_t spin_ns) {
+  spin_ns = std::max<int64_t>(spin_ns, 0);
+  while (true) {
+    if (!clock.SleepUntilWallNsUnless(deadline_ns - spin_ns, stop)) return std::nullopt;
+    int64_t now = clock.WallNs();
+    while (now < deadline_ns && deadline_ns - now <= spin_ns) {
+      if (stop.load(std::memory_order_acquire)) return std::nullopt;
+      CpuRelax();
+      now = clock.WallNs();
+    }
+    if (now >= deadline_ns) return now;
+    // The wall clock was stepped back by more than the spin: sleep again.
+  }
+}
+
+absl::Status RealClock::CheckRealtimePermitted() {
+  const int policy = sched_getscheduler(0) & ~SCHED_RESET_ON_FORK;
+  if (policy == SCHED_FIFO || policy == SCHED_RR) return absl::OkStatus();
+  ScopedRealtimeThread probe(true);
+  if (probe.raised()) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "SCHED_FIFO is not permitted (", std::strerror(probe.error()),
+      "): it needs CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1, and under cgroup v1 with "
+      "real-time group scheduling a cpu.rt_runtime_us budget for this cgroup"));
+}
+
+bool RealClock::RunAtWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop,
+                                  absl::FunctionRef<void(int64_t now_ns)> at_instant) {
+  // Raised for the whole wait: a thread of the normal class may wake tens of ms late on busy
+  // CPUs, so raising it only shortly before the instant would itself be late. Asleep, a
+  // real-time thread costs nothing; it runs only for the wait's slices and the bounded spin.
+  ScopedRealtimeThread realtime(start_options_.realtime);
+  const std::optional<int64_t> now =
+      WaitForWallInstant(*this, deadline_ns, stop, start_options_.spin_ns);
+  if (!now.has_value()) return false;
+  // Still raised: the start and what follows it (starting the tracers) run before any thread of
+  // the normal class can take the CPU back.
+  at_instant(*now);
+  return true;
 }
 
 SimulatedClock::SimulatedClock(int64_t wall_ns, int64_t monotonic_ns)

@@ -5,8 +5,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "common/base/mutex.h"
 
 namespace clusterprof {
@@ -41,12 +44,54 @@ class Clock {
   // Makes every SleepUntil*Unless re-check its stop flag.
   virtual void Wake() = 0;
 
+  // For work that must begin at a wall-clock instant (a capture's start): waits as
+  // SleepUntilWallNsUnless does, then calls `at_instant(now_ns)` with the first WallNs() reading
+  // at or after `deadline_ns`, so whatever takes that reading as its start is never early (a
+  // wall clock stepped back during the wait sends it back to sleep). Returns false, without
+  // calling `at_instant`, when `stop` came first. RealClock can spin the last stretch and raise
+  // the thread's priority until `at_instant` returns (RealClock::StartOptions); this default
+  // does neither.
+  virtual bool RunAtWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop,
+                                 absl::FunctionRef<void(int64_t now_ns)> at_instant);
+
   void SleepForNs(int64_t duration_ns) { SleepUntilMonotonicNs(MonotonicNs() + duration_ns); }
 };
+
+// Waits on `clock` until WallNs() >= deadline_ns: sleeps (SleepUntilWallNsUnless) until
+// `spin_ns` before it, then re-reads the clock in a loop, so a thread that is already on a CPU at
+// the instant needs no wake-up. Returns that first reading at or after the deadline (never
+// earlier), or nullopt once `stop` is seen. A wall clock stepped back while spinning (further
+// than spin_ns from the deadline) sends it back to sleep instead of spinning on.
+std::optional<int64_t> WaitForWallInstant(Clock& clock, int64_t deadline_ns,
+                                          const std::atomic<bool>& stop, int64_t spin_ns);
 
 // The system clocks: CLOCK_REALTIME and CLOCK_MONOTONIC. Thread-safe.
 class RealClock final : public Clock {
  public:
+  // How RunAtWallNsUnless meets a start instant on a busy machine. With every CPU taken by
+  // workloads at normal priority, a thread of the normal class that wakes at the instant waits
+  // for the scheduler's next tick (up to 4 ms at HZ=250, more behind several busy threads)
+  // before it runs; a SCHED_FIFO thread runs at once (bench/RESULTS.md, "start instant under
+  // load").
+  struct StartOptions {
+    // Spin on the clock for this long before the instant instead of sleeping to it; 0: sleep
+    // to the instant itself. Costs up to this much CPU per start.
+    int64_t spin_ns = 0;
+    // Run the waiting thread under SCHED_FIFO (priority 1, reset on fork) from the start of the
+    // wait until `at_instant` returns, when the process may (CheckRealtimePermitted); otherwise,
+    // or when the raise fails, it waits in its own class.
+    bool realtime = false;
+  };
+
+  RealClock() = default;
+  explicit RealClock(StartOptions start_options) : start_options_(start_options) {}
+
+  // Whether this process may raise a thread to SCHED_FIFO: tries it on the calling thread and
+  // puts the thread back. An error names the errno and what would allow it (CAP_SYS_NICE or
+  // RLIMIT_RTPRIO; with cgroup v1 RT group scheduling also a cpu.rt_runtime_us budget for the
+  // process's cgroup).
+  static absl::Status CheckRealtimePermitted();
+
   // Wall-clock deadlines are met in three steps: a condition-variable wait (which Wake() ends)
   // until kFinalSleepNs before the instant; then clock_nanosleep on CLOCK_REALTIME, with the
   // thread's timer slack at 1 ns, until kSpinWindowNs before it; then a spin on the clock. The
@@ -62,8 +107,11 @@ class RealClock final : public Clock {
   bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
   bool SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override;
   void Wake() override;
+  bool RunAtWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop,
+                         absl::FunctionRef<void(int64_t now_ns)> at_instant) override;
 
  private:
+  const StartOptions start_options_{};
   Mutex wake_mu_;
   uint64_t wakes_ ABSL_GUARDED_BY(wake_mu_) = 0;
 };

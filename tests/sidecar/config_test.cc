@@ -60,7 +60,9 @@ TEST(SidecarConfigTest, FullFileSetsEverySetting) {
                                        "max_events: 123456789012\n"
                                        "log_format: json\n"
                                        "log_level: debug\n"
-                                       "port_file: /tmp/ports\n");
+                                       "port_file: /tmp/ports\n"
+                                       "start_realtime: false\n"
+                                       "start_spin_us: 200\n");
   SidecarConfig config;
   ASSERT_TRUE(LoadSidecarConfigFile(path, &config).ok());
   EXPECT_EQ(config.address, "127.0.0.1");
@@ -75,6 +77,8 @@ TEST(SidecarConfigTest, FullFileSetsEverySetting) {
   EXPECT_EQ(config.log_format, "json");
   EXPECT_EQ(config.log_level, "debug");
   EXPECT_EQ(config.port_file, "/tmp/ports");
+  EXPECT_FALSE(config.start_realtime);
+  EXPECT_EQ(config.start_spin_us, 200);
 }
 
 TEST(SidecarConfigTest, EmptyFileSetsNothing) {

@@ -1,6 +1,7 @@
 #include "sidecar/session.h"
 
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <thread>
 
@@ -33,6 +34,7 @@ class FakeTracer final : public Tracer {
   }
   TracerStatus Status() const override { return {true, ""}; }
   absl::Status Start(const CaptureWindow& window, const CaptureConfig&) override {
+    if (on_start) on_start();
     MutexLock lock(&mu_);
     if (!start_error.ok()) return start_error;
     window_ = window;
@@ -72,6 +74,7 @@ class FakeTracer final : public Tracer {
 
   int events = 3;
   absl::Status start_error;
+  std::function<void()> on_start;  // called at the top of Start, when set
 
  private:
   Mutex mu_;
@@ -465,6 +468,72 @@ TEST_F(SessionTest, DestroyingTheManagerEndsARunningCapture) {
   }
   EXPECT_TRUE(waiter.done.HasBeenNotified());
   EXPECT_TRUE(FileExists(XPlanePath("shutdown")));
+}
+
+// A SimulatedClock that notes whether the caller is inside RunAtWallNsUnless's at_instant: where
+// RealClock keeps the thread raised (RealClock::StartOptions).
+class InstantClock final : public Clock {
+ public:
+  int64_t WallNs() const override { return sim.WallNs(); }
+  int64_t MonotonicNs() const override { return sim.MonotonicNs(); }
+  void SleepUntilMonotonicNs(int64_t deadline_ns) override {
+    sim.SleepUntilMonotonicNs(deadline_ns);
+  }
+  void SleepUntilWallNs(int64_t deadline_ns) override { sim.SleepUntilWallNs(deadline_ns); }
+  bool SleepUntilWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override {
+    return sim.SleepUntilWallNsUnless(deadline_ns, stop);
+  }
+  bool SleepUntilMonotonicNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop) override {
+    return sim.SleepUntilMonotonicNsUnless(deadline_ns, stop);
+  }
+  void Wake() override { sim.Wake(); }
+  bool RunAtWallNsUnless(int64_t deadline_ns, const std::atomic<bool>& stop,
+                         absl::FunctionRef<void(int64_t now_ns)> at_instant) override {
+    ++instants;
+    return sim.RunAtWallNsUnless(deadline_ns, stop, [&](int64_t now_ns) {
+      inside = true;
+      at_instant(now_ns);
+      inside = false;
+    });
+  }
+
+  SimulatedClock sim;
+  std::atomic<bool> inside{false};
+  std::atomic<int> instants{0};
+};
+
+TEST_F(SessionTest, TheTracersStartWithinTheClocksStartInstant) {
+  InstantClock clock;
+  std::atomic<bool> started_inside{false};
+  tracer_.on_start = [&] { started_inside = clock.inside.load(); };
+  SessionManager sessions(clock, {&tracer_});
+  const int64_t t0 = clock.sim.WallNs();
+  tensorflow::ProfileRequest request;
+  request.mutable_opts()->set_version(1);
+  request.mutable_opts()->set_host_tracer_level(2);
+  request.mutable_opts()->set_duration_ms(10);
+  request.mutable_opts()->set_start_timestamp_ns(t0 + 100 * kMs);
+  request.set_session_id("instant");
+  request.set_host_name("worker-0");
+  request.set_emit_xspace(true);
+  auto parsed = ParseCaptureRequest(request, RequestPolicy{}, t0);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+
+  Waiter waiter;
+  auto started = sessions.StartOrJoin(*std::move(parsed), waiter.Callback());
+  ASSERT_TRUE(started.ok()) << started.status();
+  clock.sim.WaitForSleepers(1);
+  clock.sim.AdvanceNs(100 * kMs);
+  while (started->first->Snapshot().state() != clusterprof::v1alpha1::SESSION_STATE_CAPTURING) {
+    std::this_thread::yield();
+  }
+  clock.sim.WaitForSleepers(1);
+  clock.sim.AdvanceNs(10 * kMs);
+  waiter.done.WaitForNotification();
+  ASSERT_TRUE(waiter.result.ok()) << waiter.result.status();
+  EXPECT_EQ(clock.instants, 1);
+  EXPECT_TRUE(started_inside) << "the start reading and the tracers' Start go together";
+  EXPECT_EQ(started->first->Snapshot().start_error_ns(), 0);
 }
 
 }  // namespace
