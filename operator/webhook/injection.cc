@@ -305,13 +305,16 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
       // container into a back-off that makes the pod unready: each would let a broken profiler
       // take a serving pod out of its Service or delay training. The operator learns whether
       // the sidecar answers by calling it; the supervisor restarts it inside the container.
-      {"securityContext", Object({{"runAsNonRoot", true},
-                                  {"runAsUser", value::number(65532)},
-                                  {"runAsGroup", value::number(65532)},
-                                  {"readOnlyRootFilesystem", true},
-                                  {"allowPrivilegeEscalation", false},
-                                  {"capabilities", Object({{"drop", Array({Str("ALL")})}})},
-                                  {"seccompProfile", Object({{"type", Str("RuntimeDefault")}})}})},
+      {"securityContext",
+       Object({{"runAsNonRoot", true},
+               {"runAsUser", value::number(65532)},
+               {"runAsGroup", value::number(65532)},
+               {"readOnlyRootFilesystem", true},
+               {"allowPrivilegeEscalation", false},
+               {"capabilities", config.start_realtime ? Object({{"drop", Array({Str("ALL")})},
+                                                                {"add", Array({Str("SYS_NICE")})}})
+                                                      : Object({{"drop", Array({Str("ALL")})}})},
+               {"seccompProfile", Object({{"type", Str("RuntimeDefault")}})}})},
   });
   if (config.native_sidecar) {
     // Without a startup probe the kubelet starts the pod's next container as soon as this one
@@ -472,6 +475,7 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
       {"recorder_level", scalar(&config.recorder_level)},
       {"recorder_window_ms", scalar(&config.recorder_window_ms)},
       {"recorder_max_bytes", scalar(&config.recorder_max_bytes)},
+      {"start_realtime", scalar(&config.start_realtime)},
       {"env",
        [&config](const YAML::Node& node) {
          config.env.clear();

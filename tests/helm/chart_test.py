@@ -100,6 +100,7 @@ DEFAULT_INJECTION_CONFIG = {
     "recorder_level": 2,
     "recorder_window_ms": 30000,
     "recorder_max_bytes": 67108864,
+    "start_realtime": False,
     "extra_args": [],
     "env": {},
 }

@@ -149,6 +149,7 @@ gpu_library: {{ $effective.gpuLibrary | default "" | quote }}
 recorder_level: {{ $sidecar.recorder.level }}
 recorder_window_ms: {{ $sidecar.recorder.windowMs | int64 }}
 recorder_max_bytes: {{ $sidecar.recorder.maxBytes | int64 }}
+start_realtime: {{ $sidecar.startRealtime | default false }}
 {{- $extraArgs := $sidecar.extraArgs | default list }}
 {{- if and .Values.auth.enabled .Values.auth.allowPortForward }}
 {{- $extraArgs = append $extraArgs "--allow-loopback-without-token" }}

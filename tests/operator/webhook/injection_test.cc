@@ -44,6 +44,30 @@ value Injected(const InjectionConfig& config, const value& pod) {
   return testing::ApplyPatch(pod, result->patch);
 }
 
+TEST(InjectionTest, StartRealtimeAddsOnlySysNiceToTheSidecar) {
+  const value pod = testing::ExamplePod(SourcePath("examples/injection/gpu-pod.yaml"));
+  const value plain = Injected(InjectionConfig{}, pod);
+  const value& plain_caps = testing::FindContainer(plain, "clusterprof-sidecar")
+                                ->at("securityContext")
+                                .at("capabilities");
+  EXPECT_FALSE(plain_caps.has_field("add")) << "off by default";
+
+  InjectionConfig config;
+  config.start_realtime = true;
+  const value patched = Injected(config, pod);
+  const value& security =
+      testing::FindContainer(patched, "clusterprof-sidecar")->at("securityContext");
+  EXPECT_EQ(security.at("capabilities").at("drop").size(), 1u);
+  EXPECT_EQ(security.at("capabilities").at("drop").at(0).as_string(), "ALL");
+  ASSERT_EQ(security.at("capabilities").at("add").size(), 1u);
+  EXPECT_EQ(security.at("capabilities").at("add").at(0).as_string(), "SYS_NICE");
+  EXPECT_FALSE(security.at("allowPrivilegeEscalation").as_bool());
+  // The workload's containers get nothing.
+  EXPECT_FALSE(
+      testing::FindContainer(patched, "trainer")->has_field("securityContext") &&
+      testing::FindContainer(patched, "trainer")->at("securityContext").has_field("capabilities"));
+}
+
 TEST(InjectionTest, GpuPodGetsANativeSidecarTheSharedVolumeAndTheInjectionLibrary) {
   const value pod = testing::ExamplePod(SourcePath("examples/injection/gpu-pod.yaml"));
   const value patched = Injected(InjectionConfig{}, pod);
@@ -499,6 +523,7 @@ spool_size_limit: ""
 log_format: text
 extra_args: ["--max-events=100"]
 env: {STORAGE_EMULATOR_HOST: "10.0.0.1:4443"}
+start_realtime: true
 )");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->image, "clusterprof/sidecar:9.9.9");
@@ -517,6 +542,7 @@ env: {STORAGE_EMULATOR_HOST: "10.0.0.1:4443"}
   EXPECT_EQ(config->spool_size_limit, "");
   EXPECT_THAT(config->extra_args, ElementsAre("--max-events=100"));
   EXPECT_EQ(config->env.at("STORAGE_EMULATOR_HOST"), "10.0.0.1:4443");
+  EXPECT_TRUE(config->start_realtime);
 }
 
 TEST(InjectionConfigTest, EmptyFileKeepsTheDefaults) {
