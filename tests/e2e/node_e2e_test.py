@@ -13,7 +13,8 @@ starts the node and imports them; this test then walks what a user does:
     on 1.20) and the shared memory volume.
  3. `kubectl apply` of a ProfileJob onto a gs:// logdir (a GCS test server inside the node's
     namespace): Succeeded 3/3, three XSpaces with the workload's annotations and step numbers
-    and a Task Environment plane, the skew in status.
+    and a Task Environment plane, the skew in status. Then a Deployment of 30 injected pods
+    (requests small enough for two cores) and one ProfileJob over all of them: Succeeded 30/30.
  4. A ProfileSchedule firing every minute makes two runs.
  5. The leader's pod deleted mid-capture: the other replica resumes, Succeeded, one capture per
     sidecar.
@@ -296,6 +297,16 @@ class NodeE2E(unittest.TestCase):
                 with open(os.path.join(out, "%s_%s_%s.log" % (
                         namespace, name, container["name"])), "w") as f:
                     f.write(logs.stdout + logs.stderr)
+            # A container that restarted: what it said before (a crash's last words).
+            for status in pod.get("status", {}).get("containerStatuses", []):
+                if status.get("restartCount", 0) == 0:
+                    continue
+                previous = kubectl("logs", name, "-n", namespace, "-c", status["name"],
+                                   "--previous", check=False)
+                with open(os.path.join(out, "%s_%s_%s.previous.log" % (
+                        namespace, name, status["name"])), "w") as f:
+                    f.write(json.dumps(status.get("lastState", {})) + "\n" +
+                            previous.stdout + previous.stderr)
 
     def in_node(self, *argv, check=True, timeout=60):
         return run([KUBE_NODE, "exec", NODE_DIR, "--", "env",
@@ -471,6 +482,69 @@ spec:
         log("e2e-capture: %s, skew %s, %.2f s from apply to Succeeded" % (
             status["targetsSucceeded"], status["summary"]["maxStartSkew"],
             figures["profilejob_apply_to_succeeded_s"]))
+
+    def test_04b_one_profilejob_over_as_many_pods_as_the_node_holds(self):
+        """Beyond toy sizes: 30 injected pods on this node (requests small enough to fit two
+        cores), one ProfileJob over all of them, Succeeded 30/30."""
+        replicas = int(os.environ.get("CLUSTERPROF_E2E_WIDE_PODS", "30"))
+        apply("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: wide}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: e2e-wide}}
+  template:
+    metadata:
+      labels: {app: e2e-wide}
+      annotations:
+        clusterprof.io/sidecar-cpu-request: 5m
+        clusterprof.io/sidecar-memory-request: 16Mi
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        args: ["/usr/bin/train_loop", "--busy-percent", "1", "--step-ms", "100"]
+        resources: {requests: {cpu: 1m, memory: 8Mi}}
+""" % (replicas, WORKLOAD_IMAGE), NS)
+        start = time.monotonic()
+        try:
+            wait_until("%d wide pods Ready" % replicas,
+                       lambda: len([p for p in pods(NS, "app=e2e-wide") if ready(p)])
+                       == replicas, timeout=420, interval=1)
+            figures["wide_pods_ready_s"] = round(time.monotonic() - start, 1)
+            start = time.monotonic()
+            apply(profile_job("e2e-wide", selector="e2e-wide"), NS)
+            done = wait_job_done("e2e-wide", timeout=180)
+            figures["wide_profilejob_apply_to_succeeded_s"] = round(time.monotonic() - start, 2)
+            status = done["status"]
+            self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+            self.assertEqual(status["summary"]["targets"], replicas)
+            self.assertEqual(status["summary"]["succeeded"], replicas)
+            self.assertEqual(len(status["targets"]), replicas, "a job this size lists every pod")
+            figures["wide_pods"] = replicas
+            figures["wide_max_start_skew"] = status["summary"]["maxStartSkew"]
+            figures["wide_start_error_p99"] = status["summary"].get("startErrorP99", "")
+            figures["wide_object_bytes"] = len(kubectl("get", "profilejob", "e2e-wide", "-n", NS,
+                                                       "-o", "json").stdout)
+            run_dir = "%s/plugins/profile/%s" % (LOGDIR, status["runName"])
+            table = self.cli("inspect", "--brief", run_dir).stdout
+            for target in status["targets"]:
+                self.assertIn(target["name"], table)
+                self.assertGreater(target["events"], 0, target)
+            log("e2e-wide: %s pods Ready in %.1f s; %s, skew %s (p99 %s), %.2f s from apply to "
+                "Succeeded, object %d bytes" % (
+                    replicas, figures["wide_pods_ready_s"], status["targetsSucceeded"],
+                    figures["wide_max_start_skew"], figures["wide_start_error_p99"],
+                    figures["wide_profilejob_apply_to_succeeded_s"],
+                    figures["wide_object_bytes"]))
+        finally:
+            # The steps after this one run on a quiet node.
+            kubectl("delete", "deployment", "wide", "-n", NS, "--wait=false", check=False)
+            wait_until("wide pods gone", lambda: not pods(NS, "app=e2e-wide"), timeout=180,
+                       interval=1)
 
     # --- 4. a ProfileSchedule ----------------------------------------------------------------
 
