@@ -3,30 +3,42 @@
 // standing for one pod's sidecar. A port is told apart by the :authority of the calls made to it
 // (the operator dials "127.0.0.1:PORT", and gRPC sends that as the authority).
 //
+// Ports stand for pods on nodes: port k of the process is pod --first-index + k, on node
+// (--first-index + k) / --pods-per-node, and every pod of a node reads one wall clock, the real
+// one shifted by the node's offset (a fixed pseudo-random value in +-(--node-offset-ms)).
+//
 // Each port answers
-//   - tensorflow.ProfilerService.Profile like a sidecar that records nothing: a session thread
-//     per call waits for opts.start_timestamp_ns on the wall clock (RealClock, as the sidecar's
-//     session does: a condition-variable wait, then clock_nanosleep(CLOCK_REALTIME,
-//     TIMER_ABSTIME) with 1 ns timer slack), takes its start time, waits for the duration and
-//     replies with empty_trace = false;
+//   - tensorflow.ProfilerService.Profile like a sidecar that records nothing: it waits for
+//     opts.start_timestamp_ns on its node's clock, takes its start time, waits for the duration
+//     and replies with empty_trace = false. One timer thread of the process does the waiting for
+//     every session (a condition-variable wait, then clock_nanosleep(CLOCK_REALTIME,
+//     TIMER_ABSTIME) with 1 ns timer slack, as the sidecar's session does; RealClock), and takes
+//     the start time of each session due in turn. A thread per session, as a real sidecar has,
+//     made 10,000 threads wake at one instant on two vCPUs here, and measured that instead;
 //   - clusterprof.v1alpha1.Sidecar.GetInfo with its clocks and a host name;
 //   - Sidecar.GetSession with the session's achieved start, one event and one (unwritten) file.
 //
 // On SIGTERM or SIGINT it writes --record, a line per Profile call and per port, and exits:
 //   profile <port> <host> <arrival_wall_ns> <requested_start_ns> <achieved_start_ns>
 //   info <port> <calls> <arrival_wall_ns of each GetInfo call>...
-// (achieved 0: the session had not started yet). --port-file gets the bound ports, one a line,
+//   node <port> <node> <offset_ns>
+// (arrivals on the real clock, requested and achieved starts on the port's node clock; achieved
+// 0: the session had not started yet). --port-file gets the bound ports, one a line,
 // written whole (renamed into place) once the server serves.
 //
-//   fake_sidecars --count 250 --port-file ports.txt --record record.txt
+//   fake_sidecars --count 250 --port-file ports.txt --record record.txt \
+//     --first-index 250 --pods-per-node 8 --node-offset-ms 20
 #include <signal.h>
 
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <queue>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +74,11 @@ struct PortState {
 // What every port saw. Thread-safe.
 class Recorder {
  public:
+  // Port -> (node, offset), for the record.
+  void SetNodes(std::map<int, std::pair<int, int64_t>> nodes) {
+    MutexLock lock(&mu_);
+    nodes_ = std::move(nodes);
+  }
   void Info(int port, int64_t now_ns) {
     MutexLock lock(&mu_);
     ports_[port].info_ns.push_back(now_ns);
@@ -98,12 +115,101 @@ class Recorder {
         out += "\n";
       }
     }
+    for (const auto& [port, node] : nodes_) {
+      StrAppend(&out, "node ", port, " ", node.first, " ", node.second, "\n");
+    }
     return out;
   }
 
  private:
   Mutex mu_;
   std::map<int, PortState> ports_ ABSL_GUARDED_BY(mu_);
+  std::map<int, std::pair<int, int64_t>> nodes_ ABSL_GUARDED_BY(mu_);
+};
+
+// Each port's node clock: the real wall clock plus its node's offset. Set once, after the ports
+// are bound and before they are published (the port file): calls read it without a lock.
+class NodeClocks {
+ public:
+  void Set(const std::vector<int>& ports, int first_index, int pods_per_node,
+           int64_t max_offset_ns) {
+    for (size_t k = 0; k < ports.size(); ++k) {
+      const int node = (first_index + static_cast<int>(k)) / pods_per_node;
+      // A fixed spread over [-max, max], the same in every process for one node.
+      const uint64_t hash = static_cast<uint64_t>(node + 1) * 0x9E3779B97F4A7C15ULL;
+      const uint64_t span = static_cast<uint64_t>(2 * max_offset_ns + 1);
+      const int64_t offset = static_cast<int64_t>((hash >> 16) % span) - max_offset_ns;
+      nodes_[ports[k]] = {node, offset};
+    }
+  }
+  int64_t OffsetNs(int port) const {
+    auto it = nodes_.find(port);
+    return it == nodes_.end() ? 0 : it->second.second;
+  }
+  const std::map<int, std::pair<int, int64_t>>& nodes() const { return nodes_; }
+
+ private:
+  std::map<int, std::pair<int, int64_t>> nodes_;
+};
+
+// Runs actions at wall-clock instants on one thread, in order of their instants. Thread-safe.
+class Timer {
+ public:
+  explicit Timer(Clock* clock) : clock_(clock), thread_([this] { Loop(); }) {}
+  ~Timer() = delete;  // lives until the process _Exits
+
+  void At(int64_t wall_ns, std::function<void()> action) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push({wall_ns, next_++, std::move(action)});
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  struct Entry {
+    int64_t wall_ns;
+    uint64_t order;
+    std::function<void()> action;
+    bool operator>(const Entry& other) const {
+      return wall_ns != other.wall_ns ? wall_ns > other.wall_ns : order > other.order;
+    }
+  };
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      if (queue_.empty()) {
+        cv_.wait(lock);
+        continue;
+      }
+      const int64_t due = queue_.top().wall_ns;
+      const int64_t wait_ns = due - RealClock::kFinalSleepNs - clock_->WallNs();
+      if (wait_ns > 0) {
+        // An earlier entry may come meanwhile: look again after the wait.
+        cv_.wait_for(lock, std::chrono::nanoseconds(wait_ns));
+        continue;
+      }
+      lock.unlock();
+      clock_->SleepUntilWallNs(due);
+      lock.lock();
+      // Everything due by now, in order.
+      while (!queue_.empty() && queue_.top().wall_ns <= clock_->WallNs()) {
+        std::function<void()> action = queue_.top().action;
+        queue_.pop();
+        lock.unlock();
+        action();
+        lock.lock();
+      }
+    }
+  }
+
+  Clock* const clock_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_;
+  uint64_t next_ = 0;
+  std::thread thread_;
 };
 
 // The port a call came in on, from its authority ("127.0.0.1:PORT"); 0 when there is none.
@@ -117,13 +223,15 @@ int PortOf(grpc::CallbackServerContext* context) {
 
 class ProfilerService final : public tensorflow::ProfilerService::CallbackService {
  public:
-  ProfilerService(Recorder* recorder, Clock* clock) : recorder_(recorder), clock_(clock) {}
+  ProfilerService(Recorder* recorder, Clock* clock, const NodeClocks* nodes, Timer* timer)
+      : recorder_(recorder), clock_(clock), nodes_(nodes), timer_(timer) {}
 
   grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
                                     const tensorflow::ProfileRequest* request,
                                     tensorflow::ProfileResponse* response) override {
     const int64_t arrival = clock_->WallNs();
     const int port = PortOf(context);
+    const int64_t offset = nodes_->OffsetNs(port);
     const tensorflow::ProfileOptions& opts = request->opts();
     Session session;
     session.host =
@@ -136,36 +244,38 @@ class ProfilerService final : public tensorflow::ProfilerService::CallbackServic
     const std::string id = opts.session_id().empty() ? request->session_id() : opts.session_id();
     recorder_->Arrived(port, id, session);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    // A session thread per call, as the sidecar runs one per capture.
-    std::thread([this, reactor, response, port, id, session] {
-      clock_->SleepUntilWallNs(session.requested_start_ns);
-      const int64_t achieved = clock_->WallNs();
-      // Every session wakes at the same instant: let the others take their start time.
-      std::this_thread::yield();
-      recorder_->Started(port, id, achieved);
-      clock_->SleepUntilWallNs(achieved + session.duration_ms * kNanosPerMilli);
-      response->set_empty_trace(false);
-      reactor->Finish(grpc::Status::OK);
-    }).detach();
+    // The requested start is on the node's clock.
+    timer_->At(session.requested_start_ns - offset,
+               [this, reactor, response, port, id, offset, duration_ms = session.duration_ms] {
+                 const int64_t achieved = clock_->WallNs() + offset;
+                 recorder_->Started(port, id, achieved);
+                 timer_->At(achieved - offset + duration_ms * kNanosPerMilli, [reactor, response] {
+                   response->set_empty_trace(false);
+                   reactor->Finish(grpc::Status::OK);
+                 });
+               });
     return reactor;
   }
 
  private:
   Recorder* recorder_;
   Clock* clock_;
+  const NodeClocks* nodes_;
+  Timer* timer_;
 };
 
 class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackService {
  public:
-  SidecarService(Recorder* recorder, Clock* clock) : recorder_(recorder), clock_(clock) {}
+  SidecarService(Recorder* recorder, Clock* clock, const NodeClocks* nodes)
+      : recorder_(recorder), clock_(clock), nodes_(nodes) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const clusterprof::v1alpha1::GetInfoRequest*,
                                     clusterprof::v1alpha1::GetInfoResponse* response) override {
     const int64_t wall = clock_->WallNs();
-    response->set_wall_time_ns(wall);
-    response->set_monotonic_time_ns(clock_->MonotonicNs());
     const int port = PortOf(context);
+    response->set_wall_time_ns(wall + nodes_->OffsetNs(port));
+    response->set_monotonic_time_ns(clock_->MonotonicNs());
     response->set_version("fake");
     response->set_host_name(StrCat("fake-sidecar-", port));
     recorder_->Info(port, wall);
@@ -207,6 +317,7 @@ class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackServ
  private:
   Recorder* recorder_;
   Clock* clock_;
+  const NodeClocks* nodes_;
 };
 
 bool WriteWhole(const std::string& path, const std::string& text) {
@@ -219,8 +330,19 @@ bool WriteWhole(const std::string& path, const std::string& text) {
   return std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-int Run(int count, const std::string& address, const std::string& port_file,
-        const std::string& record) {
+struct Options {
+  int count = 250;
+  std::string address = "127.0.0.1";
+  std::string port_file;
+  std::string record;
+  int first_index = 0;
+  int pods_per_node = 8;
+  int64_t node_offset_ms = 0;
+};
+
+int Run(const Options& options) {
+  const int count = options.count;
+  const std::string& address = options.address;
   // Signals are taken by sigwait below; the server's threads inherit the mask.
   sigset_t signals;
   sigemptyset(&signals);
@@ -234,9 +356,15 @@ int Run(int count, const std::string& address, const std::string& port_file,
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   RealClock clock;
   Recorder recorder;
-  ProfilerService profiler(&recorder, &clock);
-  SidecarService sidecar(&recorder, &clock);
+  NodeClocks nodes;
+  auto* timer = new Timer(&clock);  // lives until _Exit
+  ProfilerService profiler(&recorder, &clock, &nodes, timer);
+  SidecarService sidecar(&recorder, &clock, &nodes);
   grpc::ServerBuilder builder;
+  // Without SO_REUSEPORT, port 0 is a port no other process listens on (with it, Linux may hand
+  // two processes' listeners one port when the ephemeral range is crowded, as 10,000 ports and
+  // their connections make it).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   std::vector<int> ports(count, 0);
   for (int& port : ports) {
     builder.AddListeningPort(StrCat(address, ":0"), grpc::InsecureServerCredentials(), &port);
@@ -256,15 +384,18 @@ int Run(int count, const std::string& address, const std::string& port_file,
     }
     StrAppend(&lines, port, "\n");
   }
-  if (!WriteWhole(port_file, lines)) {
-    std::fprintf(stderr, "fake_sidecars: cannot write %s\n", port_file.c_str());
+  nodes.Set(ports, options.first_index, options.pods_per_node,
+            options.node_offset_ms * kNanosPerMilli);
+  recorder.SetNodes(nodes.nodes());
+  if (!WriteWhole(options.port_file, lines)) {
+    std::fprintf(stderr, "fake_sidecars: cannot write %s\n", options.port_file.c_str());
     return 1;
   }
 
   int signal = 0;
   sigwait(&signals, &signal);
-  if (!record.empty() && !WriteWhole(record, recorder.Lines())) {
-    std::fprintf(stderr, "fake_sidecars: cannot write %s\n", record.c_str());
+  if (!options.record.empty() && !WriteWhole(options.record, recorder.Lines())) {
+    std::fprintf(stderr, "fake_sidecars: cannot write %s\n", options.record.c_str());
     return 1;
   }
   // Session threads still waiting hold calls that a Shutdown would wait for: leave without.
@@ -277,16 +408,25 @@ int Run(int count, const std::string& address, const std::string& port_file,
 
 int main(int argc, char** argv) {
   CLI::App app{"Simulated clusterprof sidecars, one per port, in one process"};
-  int count = 250;
-  std::string address = "127.0.0.1";
-  std::string port_file;
-  std::string record;
-  app.add_option("--count", count, "ports (simulated sidecars) to serve")
+  clusterprof::bench::Options options;
+  app.add_option("--count", options.count, "ports (simulated sidecars) to serve")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
-  app.add_option("--address", address, "address to listen on")->capture_default_str();
-  app.add_option("--port-file", port_file, "write the bound ports here, one a line")->required();
-  app.add_option("--record", record, "on SIGTERM, write what every port received here");
+  app.add_option("--address", options.address, "address to listen on")->capture_default_str();
+  app.add_option("--port-file", options.port_file, "write the bound ports here, one a line")
+      ->required();
+  app.add_option("--record", options.record, "on SIGTERM, write what every port received here");
+  app.add_option("--first-index", options.first_index,
+                 "the pod number of the first port (pods are numbered across processes)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--pods-per-node", options.pods_per_node, "pods that share a node's clock")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--node-offset-ms", options.node_offset_ms,
+                 "each node's clock is off the real one by a fixed amount up to this, either way")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
-  return clusterprof::bench::Run(count, address, port_file, record);
+  return clusterprof::bench::Run(options);
 }

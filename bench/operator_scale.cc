@@ -25,17 +25,20 @@
 // metrics never counting the jobs), 77 when the control plane's binaries are not installed. It
 // checks no timing: the figures are for people.
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -45,10 +48,14 @@
 #include "bench/realistic_pod.h"
 #include "common/base/clock.h"
 #include "common/base/mutex.h"
+#include "common/base/process.h"
 #include "common/base/strings.h"
+#include "common/storage/logdir.h"
+#include "coordinator/coordinator.h"
 #include "cpprest/http_client.h"
 #include "operator/api/types.h"
 #include "operator/kube/rest_client.h"
+#include "spdlog/spdlog.h"
 #include "tests/operator/crd_fixture.h"
 #include "tests/support/kube_control_plane.h"
 #include "tests/support/local_http.h"
@@ -73,8 +80,15 @@ constexpr int kSkipped = 77;
 struct Options {
   bool fanout = true;
   bool memory = true;
+  // The coordinator alone, in a child process as `clusterprof capture` runs it (no Kubernetes).
+  bool coordinator = false;
+  // Per-node clock probing in the coordinator part: "on", "off", or "both" (off, then on).
+  std::string per_node = "both";
   int targets = 1000;
   int sidecar_processes = 4;
+  int pods_per_node = 8;
+  int64_t node_offset_ms = 20;
+  std::string operator_path = kOperator;
   int64_t duration_ms = 1000;
   int64_t delay_ms = 0;
   int pods = 10000;
@@ -157,12 +171,13 @@ int64_t Percentile(std::vector<int64_t> values, double p) {
 // A clusterprof-operator process watching one namespace.
 class OperatorProcess {
  public:
-  OperatorProcess(const std::string& dir, const std::string& name, const std::string& kubeconfig,
-                  const std::string& ns, const std::map<std::string, std::string>& env)
+  OperatorProcess(const std::string& binary, const std::string& dir, const std::string& name,
+                  const std::string& kubeconfig, const std::string& ns,
+                  const std::map<std::string, std::string>& env)
       : log_(StrCat(dir, "/operator-", name, ".log")),
         port_file_(StrCat(dir, "/operator-", name, ".ports")) {
     process_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kOperator, "--kubeconfig", kubeconfig, "--namespace", ns,
+        std::vector<std::string>{binary, "--kubeconfig", kubeconfig, "--namespace", ns,
                                  "--health-port", "0", "--health-address", "127.0.0.1",
                                  "--port-file", port_file_, "--log-format", "text", "--log-level",
                                  "info"},
@@ -249,8 +264,11 @@ struct InfoRecord {
   std::vector<int64_t> arrivals_ns;
 };
 
+// Each port's node clock offset (fake_sidecars --node-offset-ms).
+using NodeOffsets = std::map<int, int64_t>;
+
 void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
-                std::vector<InfoRecord>& infos) {
+                std::vector<InfoRecord>& infos, NodeOffsets& offsets) {
   std::ifstream in(path);
   std::string kind;
   while (in >> kind) {
@@ -265,6 +283,12 @@ void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
       r.arrivals_ns.resize(calls);
       for (int64_t& ns : r.arrivals_ns) in >> ns;
       infos.push_back(r);
+    } else if (kind == "node") {
+      int port = 0;
+      int node = 0;
+      int64_t offset = 0;
+      in >> port >> node >> offset;
+      offsets[port] = offset;
     } else {
       std::string rest;
       std::getline(in, rest);
@@ -295,51 +319,139 @@ struct FanoutFigures {
   std::vector<int64_t> spread;
   // |status.targets[].startErrorNs|.
   std::vector<int64_t> status_errors;
+  // |achieved start - T0| on the real clock (the sidecars' records and their node offsets).
+  std::vector<int64_t> true_errors;
+  // The coordinator's clock uncertainty per target (coordinator part).
+  std::vector<int64_t> uncertainties;
+  int64_t check_calls = 0;
+  // status.summary.startErrorP99Ns (operator part); -1: from status_errors.
+  int64_t judged_p99_ns = -1;
   int64_t status_max_skew_ns = 0;
   int offsets_applied = 0;
+  // Targets given their node's offset, and those found after the capture to keep a clock of
+  // their own (coordinator part).
+  int offsets_from_node = 0;
+  int own_clock_found = 0;
   int64_t operator_hwm_kib = 0;
+  // The coordinator's process (coordinator part): its threads and open files at most, sampled
+  // every 100 ms.
+  int64_t max_threads = 0;
+  int64_t max_files = 0;
+  std::string label;
   // The job's JSON when it finished, and the operator's API requests (count, mean seconds).
   size_t job_bytes = 0;
   std::map<std::string, std::pair<double, double>> api_requests;
   std::vector<std::string> complaints;
 };
 
-absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
-                                        const testing::KubeControlPlane& plane,
-                                        kube::RestClient& client, const std::string& kubeconfig,
-                                        const std::string& dir) {
-  FanoutFigures figures;
-  figures.targets = options.targets;
-  RealClock clock;
-  const std::string ns = "fanout";
-  if (absl::Status s = CreateNamespace(client, ns); !s.ok()) return s;
-
-  // The simulated sidecars.
+// Starts the simulated sidecars: options.targets ports over options.sidecar_processes
+// processes, pods numbered across them (port i of all is pod i, on node i / pods_per_node).
+absl::StatusOr<std::vector<SidecarProcess>> StartSidecars(const Options& options,
+                                                          const std::string& dir,
+                                                          const std::string& tag) {
   std::vector<SidecarProcess> sidecars;
   const int processes = std::min(options.sidecar_processes, options.targets);
+  int first = 0;
   for (int p = 0; p < processes; ++p) {
     const int count = options.targets / processes + (p < options.targets % processes ? 1 : 0);
     SidecarProcess sidecar;
-    const std::string port_file = StrCat(dir, "/sidecars-", p, ".ports");
-    sidecar.record = StrCat(dir, "/sidecars-", p, ".record");
+    const std::string port_file = StrCat(dir, "/sidecars-", tag, "-", p, ".ports");
+    sidecar.record = StrCat(dir, "/sidecars-", tag, "-", p, ".record");
     sidecar.process = std::make_unique<Subprocess>(
         std::vector<std::string>{kFakeSidecars, "--count", std::to_string(count), "--port-file",
-                                 port_file, "--record", sidecar.record},
-        std::map<std::string, std::string>{}, StrCat(dir, "/sidecars-", p, ".log"));
-    if (!testing::WaitForFile(port_file)) {
+                                 port_file, "--record", sidecar.record, "--first-index",
+                                 std::to_string(first), "--pods-per-node",
+                                 std::to_string(options.pods_per_node), "--node-offset-ms",
+                                 std::to_string(options.node_offset_ms)},
+        std::map<std::string, std::string>{}, StrCat(dir, "/sidecars-", tag, "-", p, ".log"));
+    if (!testing::WaitForFile(port_file, std::chrono::seconds(60))) {
       return absl::InternalError(StrCat("fake_sidecars ", p, " did not start"));
     }
     std::istringstream in(testing::ReadFileOrDie(port_file));
     for (int port; in >> port;) sidecar.ports.push_back(port);
+    first += count;
     sidecars.push_back(std::move(sidecar));
   }
+  std::set<int> ports;
+  for (const SidecarProcess& sidecar : sidecars)
+    ports.insert(sidecar.ports.begin(), sidecar.ports.end());
+  if (static_cast<int>(ports.size()) != options.targets) {
+    return absl::InternalError(
+        StrCat("the sidecars serve ", ports.size(), " distinct ports, not ", options.targets));
+  }
+  return sidecars;
+}
+
+// Stops the sidecars and adds what they saw to `figures` (times from `created_ns`).
+void ReadSidecars(std::vector<SidecarProcess>& sidecars, int64_t created_ns,
+                  FanoutFigures& figures) {
+  std::vector<ProfileRecord> profiles;
+  std::vector<InfoRecord> infos;
+  NodeOffsets offsets;
+  for (SidecarProcess& sidecar : sidecars) {
+    sidecar.process->Signal(SIGTERM);
+    sidecar.process->Wait(std::chrono::seconds(30));
+    ReadRecord(sidecar.record, profiles, infos, offsets);
+  }
+  figures.profiles = static_cast<int64_t>(profiles.size());
+  figures.first_profile_ns = INT64_MAX;
+  figures.last_profile_ns = INT64_MIN;
+  // Requested and achieved starts are on the pod's node clock; arrivals on the real one.
+  for (const ProfileRecord& r : profiles) {
+    const int64_t offset = offsets[r.port];
+    figures.first_profile_ns = std::min(figures.first_profile_ns, r.arrival_ns - created_ns);
+    figures.last_profile_ns = std::max(figures.last_profile_ns, r.arrival_ns - created_ns);
+    if (r.arrival_ns + offset > r.requested_ns) ++figures.late_arrivals;
+    if (r.achieved_ns > 0) {
+      figures.sidecar_errors.push_back(std::llabs(r.achieved_ns - r.requested_ns));
+    }
+  }
+  int64_t earliest = INT64_MAX;
+  for (const ProfileRecord& r : profiles) {
+    if (r.achieved_ns > 0) earliest = std::min(earliest, r.achieved_ns - offsets[r.port]);
+  }
+  for (const ProfileRecord& r : profiles) {
+    if (r.achieved_ns > 0) figures.spread.push_back(r.achieved_ns - offsets[r.port] - earliest);
+  }
+  // The start as it happened on the real clock, against T0 (figures.t0_ns, set by the caller).
+  for (const ProfileRecord& r : profiles) {
+    if (r.achieved_ns > 0) {
+      figures.true_errors.push_back(
+          std::llabs(r.achieved_ns - offsets[r.port] - (created_ns + figures.t0_ns)));
+    }
+  }
+  // GetInfo calls before the first Profile request are clock probes; later ones check a clock
+  // that was given a node's offset.
+  for (const InfoRecord& r : infos) {
+    figures.info_calls += static_cast<int64_t>(r.arrivals_ns.size());
+    for (size_t k = 0; k < r.arrivals_ns.size(); ++k) {
+      const int64_t at = r.arrivals_ns[k] - created_ns;
+      if (at >= figures.first_profile_ns) {
+        ++figures.check_calls;
+        continue;
+      }
+      if (figures.probe_rounds.size() <= k) figures.probe_rounds.push_back({INT64_MAX, INT64_MIN});
+      figures.probe_rounds[k].first = std::min(figures.probe_rounds[k].first, at);
+      figures.probe_rounds[k].second = std::max(figures.probe_rounds[k].second, at);
+    }
+  }
+}
+
+absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
+                                        const testing::KubeControlPlane& plane,
+                                        kube::RestClient& client, const std::string& kubeconfig,
+                                        const std::string& dir, const std::string& ns) {
+  FanoutFigures figures;
+  figures.targets = options.targets;
+  RealClock clock;
+  if (absl::Status s = CreateNamespace(client, ns); !s.ok()) return s;
+
+  absl::StatusOr<std::vector<SidecarProcess>> started = StartSidecars(options, dir, "fanout");
+  if (!started.ok()) return started.status();
+  std::vector<SidecarProcess> sidecars = *std::move(started);
   std::vector<int> ports;
   for (const SidecarProcess& sidecar : sidecars) {
     ports.insert(ports.end(), sidecar.ports.begin(), sidecar.ports.end());
-  }
-  if (static_cast<int>(ports.size()) != options.targets) {
-    return absl::InternalError(
-        StrCat("the sidecars serve ", ports.size(), " ports, not ", options.targets));
   }
 
   // Their pods.
@@ -350,7 +462,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
     pod["metadata"]["name"] = value::string(StrCat("bench-", i));
     pod["metadata"]["labels"]["app"] = value::string("bench");
     pod["metadata"]["annotations"]["clusterprof.io/port"] = value::string(std::to_string(ports[i]));
-    pod["spec"]["nodeName"] = value::string(StrCat("node-", i / 8));
+    pod["spec"]["nodeName"] = value::string(StrCat("node-", i / options.pods_per_node));
     pod["spec"]["containers"][0]["name"] = value::string("trainer");
     pod["spec"]["containers"][0]["image"] = value::string("trainer:latest");
     value status = value::object();
@@ -366,7 +478,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                               std::chrono::steady_clock::now() - pods_start)
                                               .count());
 
-  OperatorProcess op(dir, "fanout", kubeconfig, ns, options.operator_env);
+  OperatorProcess op(options.operator_path, dir, "fanout", kubeconfig, ns, options.operator_env);
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(120)); !running.ok()) {
     return running;
   }
@@ -428,50 +540,24 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                               figures.phase, "); ", op.LogTail()));
   }
   op.Terminate();
+  // Status lists every target of a small job, and only those that need attention beyond
+  // api::kMaxListedTargets; the summary counts them all.
   int succeeded = 0;
   for (const api::TargetStatus& target : status.targets) {
     if (target.phase == "Succeeded") ++succeeded;
     figures.status_errors.push_back(std::llabs(target.start_error_ns));
     if (std::llabs(target.clock_offset_ns) > target.clock_uncertainty_ns) ++figures.offsets_applied;
   }
-  figures.targets_succeeded = StrCat(succeeded, "/", status.targets.size());
-  if (status.summary.has_value()) figures.status_max_skew_ns = status.summary->max_start_skew_ns;
+  if (status.summary.has_value()) {
+    succeeded = status.summary->succeeded;
+    figures.status_max_skew_ns = status.summary->max_start_skew_ns;
+    figures.judged_p99_ns = status.summary->start_error_p99_ns;
+  }
+  figures.targets_succeeded = StrCat(succeeded, "/", options.targets);
   figures.t0_ns = status.start_time_ns - created_ns;
 
   // What the sidecars saw.
-  std::vector<ProfileRecord> profiles;
-  std::vector<InfoRecord> infos;
-  for (SidecarProcess& sidecar : sidecars) {
-    sidecar.process->Signal(SIGTERM);
-    sidecar.process->Wait(std::chrono::seconds(30));
-    ReadRecord(sidecar.record, profiles, infos);
-  }
-  figures.profiles = static_cast<int64_t>(profiles.size());
-  figures.first_profile_ns = INT64_MAX;
-  figures.last_profile_ns = INT64_MIN;
-  for (const ProfileRecord& r : profiles) {
-    figures.first_profile_ns = std::min(figures.first_profile_ns, r.arrival_ns - created_ns);
-    figures.last_profile_ns = std::max(figures.last_profile_ns, r.arrival_ns - created_ns);
-    if (r.arrival_ns > r.requested_ns) ++figures.late_arrivals;
-    if (r.achieved_ns > 0)
-      figures.sidecar_errors.push_back(std::llabs(r.achieved_ns - r.requested_ns));
-  }
-  int64_t earliest = INT64_MAX;
-  for (const ProfileRecord& r : profiles) {
-    if (r.achieved_ns > 0) earliest = std::min(earliest, r.achieved_ns);
-  }
-  for (const ProfileRecord& r : profiles) {
-    if (r.achieved_ns > 0) figures.spread.push_back(r.achieved_ns - earliest);
-  }
-  for (const InfoRecord& r : infos) {
-    figures.info_calls += static_cast<int64_t>(r.arrivals_ns.size());
-    for (size_t k = 0; k < r.arrivals_ns.size(); ++k) {
-      if (figures.probe_rounds.size() <= k) figures.probe_rounds.push_back({INT64_MAX, INT64_MIN});
-      const int64_t at = r.arrivals_ns[k] - created_ns;
-      figures.probe_rounds[k].first = std::min(figures.probe_rounds[k].first, at);
-      figures.probe_rounds[k].second = std::max(figures.probe_rounds[k].second, at);
-    }
-  }
+  ReadSidecars(sidecars, created_ns, figures);
   if (status.phase != api::JobPhase::kSucceeded || succeeded != options.targets) {
     return absl::InternalError(StrCat("the ProfileJob ended ", figures.phase, " with ",
                                       figures.targets_succeeded,
@@ -482,6 +568,164 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                       " Profile requests for ", options.targets, " targets"));
   }
   return figures;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "operator_scale: %s\n", status.ToString().c_str());
+  return 1;
+}
+
+// The coordinator part's child process: one capture as `clusterprof capture` makes it (the
+// process settings of every clusterprof binary, the gRPC connector, a manifest), over the
+// targets in `targets_file` ("address host node" lines), from the instant before Capture.
+// Writes to `result_file`:
+//   created <ns>  t0 <ns>  threads <max>  files <max>  hwm_kib <VmHWM>
+//   target <start_error_ns> <start_known> <offset_applied> <probed_via_node> <own_clock_warning>
+int CoordinatorChild(const std::string& targets_file, const std::string& result_file,
+                     const std::string& logdir, bool per_node, int64_t duration_ms,
+                     int64_t delay_ms) {
+  // As the operator's main() does (the CLI leaves glibc's arenas alone).
+  ApplyProcessSettings({.malloc_arenas = 2});
+  spdlog::set_level(spdlog::level::warn);
+  coordinator::CaptureOptions options;
+  std::istringstream in(testing::ReadFileOrDie(targets_file));
+  for (coordinator::Target target; in >> target.address >> target.host_name >> target.node;) {
+    options.targets.push_back(target);
+  }
+  absl::StatusOr<storage::Logdir> parsed = storage::ParseLogdir(logdir);
+  if (!parsed.ok()) return Fail(parsed.status());
+  options.logdir = *parsed;
+  options.run = per_node ? "per_node" : "per_target";
+  options.duration_ms = duration_ms;
+  options.delay_ms = delay_ms;
+  options.num_tracing_attempts = 1;
+  options.clock_probe_per_node = per_node;
+  int64_t max_threads = 0;
+  int64_t max_files = 0;
+  const auto sample = [&] {
+    max_threads = std::max(max_threads, ProcStatusKib(getpid(), "Threads"));
+    int64_t files = 0;
+    std::error_code error;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", error);
+         !error && it != std::filesystem::directory_iterator(); it.increment(error)) {
+      ++files;
+    }
+    max_files = std::max(max_files, files);
+  };
+  RealClock clock;
+  const int64_t created_ns = clock.WallNs();
+  int64_t last_sample_ns = 0;
+  absl::StatusOr<coordinator::RunResult> result =
+      coordinator::Capture(options, clock, [&](const coordinator::RunResult& state, int64_t now) {
+        if (now - last_sample_ns < 100 * kNanosPerMilli) return;
+        last_sample_ns = now;
+        sample();
+        // A time line of the resident set, in the child's log.
+        std::fprintf(stderr, "%8.1f ms  t0 %8.1f ms  VmRSS %6.1f MiB  threads %lld\n",
+                     Ms(now - created_ns), state.t0_ns > 0 ? Ms(state.t0_ns - created_ns) : 0.0,
+                     ProcStatusKib(getpid(), "VmRSS") / 1024.0,
+                     static_cast<long long>(ProcStatusKib(getpid(), "Threads")));
+      });
+  if (!result.ok()) return Fail(result.status());
+  std::string out =
+      StrCat("created ", created_ns, "\nt0 ", result->t0_ns, "\nthreads ", max_threads, "\nfiles ",
+             max_files, "\nhwm_kib ", ProcStatusKib(getpid(), "VmHWM"), "\n");
+  for (const coordinator::TargetResult& target : result->targets) {
+    bool own_clock = false;
+    for (const std::string& warning : target.warnings) {
+      own_clock = own_clock || warning.find("its clock disagrees") != std::string::npos;
+    }
+    StrAppend(&out, "target ", target.outcome == coordinator::Outcome::kOk ? 1 : 0, " ",
+              target.start_error_ns, " ", target.clock_uncertainty_ns, " ",
+              target.start_known ? 1 : 0, " ", target.clock_offset_applied ? 1 : 0, " ",
+              target.clock_probed_via.empty() ? 0 : 1, " ", own_clock ? 1 : 0, "\n");
+  }
+  std::ofstream(result_file) << out;
+  return 0;
+}
+
+// The coordinator part: for each probing mode, fresh simulated sidecars and one capture by a
+// child process (CoordinatorChild) over all of them.
+absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options,
+                                                          const std::string& self,
+                                                          const std::string& dir) {
+  std::vector<bool> modes;
+  if (options.per_node != "on") modes.push_back(false);
+  if (options.per_node != "off") modes.push_back(true);
+  std::vector<FanoutFigures> all;
+  for (bool per_node : modes) {
+    const std::string tag = per_node ? "per-node" : "per-target";
+    absl::StatusOr<std::vector<SidecarProcess>> started = StartSidecars(options, dir, tag);
+    if (!started.ok()) return started.status();
+    std::vector<SidecarProcess> sidecars = *std::move(started);
+    std::string lines;
+    int index = 0;
+    for (const SidecarProcess& sidecar : sidecars) {
+      for (int port : sidecar.ports) {
+        StrAppend(&lines, "127.0.0.1:", port, " pod-", index, " node-",
+                  index / options.pods_per_node, "\n");
+        ++index;
+      }
+    }
+    const std::string targets_file = StrCat(dir, "/targets-", tag, ".txt");
+    const std::string result_file = StrCat(dir, "/result-", tag, ".txt");
+    std::ofstream(targets_file) << lines;
+    std::fprintf(stderr, "capturing %d targets, clock probes %s...\n", options.targets,
+                 tag.c_str());
+    Subprocess child(
+        {self, "--coordinator-child", targets_file, "--child-result", result_file, "--child-logdir",
+         StrCat(dir, "/logs-", tag), "--child-per-node", per_node ? "1" : "0", "--duration-ms",
+         std::to_string(options.duration_ms), "--delay-ms", std::to_string(options.delay_ms)},
+        {}, StrCat(dir, "/coordinator-", tag, ".log"));
+    const std::optional<int> code = child.Wait(std::chrono::seconds(300));
+    if (!code.has_value() || *code != 0) {
+      return absl::InternalError(
+          StrCat("the coordinator child (", tag, ") failed; its log: ",
+                 testing::ReadFileOrDie(StrCat(dir, "/coordinator-", tag, ".log"))));
+    }
+    FanoutFigures figures;
+    figures.targets = options.targets;
+    figures.label = StrCat("coordinator, clock probes ", tag);
+    std::istringstream in(testing::ReadFileOrDie(result_file));
+    int64_t created_ns = 0;
+    int succeeded = 0;
+    for (std::string kind; in >> kind;) {
+      if (kind == "created") {
+        in >> created_ns;
+      } else if (kind == "t0") {
+        in >> figures.t0_ns;
+      } else if (kind == "threads") {
+        in >> figures.max_threads;
+      } else if (kind == "files") {
+        in >> figures.max_files;
+      } else if (kind == "hwm_kib") {
+        in >> figures.operator_hwm_kib;
+      } else if (kind == "target") {
+        int ok = 0, known = 0, applied = 0, via = 0, own = 0;
+        int64_t error = 0;
+        int64_t uncertainty = 0;
+        in >> ok >> error >> uncertainty >> known >> applied >> via >> own;
+        figures.uncertainties.push_back(uncertainty);
+        succeeded += ok;
+        if (known != 0) figures.status_errors.push_back(std::llabs(error));
+        figures.status_max_skew_ns =
+            std::max<int64_t>(figures.status_max_skew_ns, std::llabs(error));
+        figures.offsets_applied += applied;
+        figures.offsets_from_node += via;
+        figures.own_clock_found += own;
+      }
+    }
+    figures.t0_ns -= created_ns;
+    figures.phase = succeeded == options.targets ? "Succeeded" : "PartiallySucceeded";
+    figures.targets_succeeded = StrCat(succeeded, "/", options.targets);
+    ReadSidecars(sidecars, created_ns, figures);
+    if (figures.profiles != options.targets) {
+      return absl::InternalError(StrCat("the sidecars received ", figures.profiles,
+                                        " Profile requests for ", options.targets, " targets"));
+    }
+    all.push_back(std::move(figures));
+  }
+  return all;
 }
 
 struct MemoryFigures {
@@ -585,7 +829,7 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
   std::fprintf(stderr, "starting the operator over %d pods and %d jobs...\n", options.pods,
                options.jobs);
   const auto start = std::chrono::steady_clock::now();
-  OperatorProcess op(dir, "memory", kubeconfig, ns, options.operator_env);
+  OperatorProcess op(options.operator_path, dir, "memory", kubeconfig, ns, options.operator_env);
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(300)); !running.ok()) {
     return running;
   }
@@ -624,10 +868,12 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
 
 void PrintFanout(const FanoutFigures& f, const Options& options) {
   const auto p = [](const std::vector<int64_t>& v, double q) { return Ms(Percentile(v, q)); };
-  std::printf("\nFan-out: %d simulated sidecars in %d processes, durationMs %lld, delayMs %lld\n",
-              f.targets, std::min(options.sidecar_processes, f.targets),
-              static_cast<long long>(options.duration_ms),
-              static_cast<long long>(options.delay_ms));
+  std::printf(
+      "\nFan-out (%s): %d simulated sidecars in %d processes, %d pods a node, durationMs %lld, "
+      "delayMs %lld\n",
+      f.label.c_str(), f.targets, std::min(options.sidecar_processes, f.targets),
+      options.pods_per_node, static_cast<long long>(options.duration_ms),
+      static_cast<long long>(options.delay_ms));
   std::printf("  (times in ms from the ProfileJob's creation, wall clock)\n");
   std::printf("  %-58s %s, %s targets\n", "job phase", f.phase.c_str(),
               f.targets_succeeded.c_str());
@@ -659,8 +905,22 @@ void PrintFanout(const FanoutFigures& f, const Options& options) {
   std::printf("  %-58s %9.3f / %.3f / %.3f\n", "|status.targets[].startErrorNs|, p50/p99/max",
               p(f.status_errors, 50), p(f.status_errors, 99), p(f.status_errors, 100));
   std::printf("  %-58s %9.3f\n", "status.summary.maxStartSkewNs", Ms(f.status_max_skew_ns));
+  std::printf("  %-58s %9.3f / %.3f / %.3f\n",
+              "|achieved start - T0| on the real clock, p50/p99/max", p(f.true_errors, 50),
+              p(f.true_errors, 99), p(f.true_errors, 100));
+  if (!f.uncertainties.empty()) {
+    std::printf("  %-58s %9.3f / %.3f / %.3f\n", "clock uncertainty, p50/p99/max",
+                p(f.uncertainties, 50), p(f.uncertainties, 99), p(f.uncertainties, 100));
+  }
+  std::printf("  %-58s %9lld\n", "GetInfo calls after the Profile requests (clock checks)",
+              static_cast<long long>(f.check_calls));
   std::printf("  %-58s %9d\n", "targets whose clock offset was applied", f.offsets_applied);
-  std::printf("  %-58s %9.1f MiB\n", "operator VmHWM at the end", f.operator_hwm_kib / 1024.0);
+  std::printf("  %-58s %9d\n", "targets given their node's offset", f.offsets_from_node);
+  std::printf("  %-58s %9d\n", "of them found to keep a clock of their own", f.own_clock_found);
+  std::printf("  %-58s %9lld / %lld\n", "threads / open files at most (coordinator)",
+              static_cast<long long>(f.max_threads), static_cast<long long>(f.max_files));
+  std::printf("  %-58s %9.1f MiB\n", "VmHWM (peak) of the operator or coordinator",
+              f.operator_hwm_kib / 1024.0);
   std::printf("  %-58s %9zu B\n", "the finished ProfileJob's JSON", f.job_bytes);
   for (const auto& [method, figure] : f.api_requests) {
     std::printf("  %-58s %9.1f ms  (%d requests)\n",
@@ -696,12 +956,54 @@ void PrintMemory(const MemoryFigures& f, const Options& options) {
   std::printf("  %-58s %9d s\n", "(creating the pods took)", f.pods_seconds);
 }
 
-int Fail(const absl::Status& status) {
-  std::fprintf(stderr, "operator_scale: %s\n", status.ToString().c_str());
-  return 1;
+// One line per size and part: the scaling table.
+void PrintTable(const std::vector<FanoutFigures>& rows) {
+  if (rows.size() < 2) return;
+  std::printf("\n%-40s %7s %9s %9s %7s %5s %9s %9s %9s %8s %7s %6s\n", "part", "targets",
+              "probes_end", "dispatched", "margin", "late", "err_p99", "err_max", "judged_p99",
+              "peak_MiB", "threads", "files");
+  for (const FanoutFigures& f : rows) {
+    const int64_t probes_end = f.probe_rounds.empty() ? 0 : f.probe_rounds.back().second;
+    std::printf("%-40s %7d %9.1f %9.1f %7.1f %5lld %9.3f %9.3f %9.3f %8.1f %7lld %6lld\n",
+                f.label.c_str(), f.targets, Ms(probes_end), Ms(f.last_profile_ns),
+                Ms(f.t0_ns - f.last_profile_ns), static_cast<long long>(f.late_arrivals),
+                Ms(Percentile(f.true_errors, 99)), Ms(Percentile(f.true_errors, 100)),
+                Ms(f.judged_p99_ns >= 0 ? f.judged_p99_ns : Percentile(f.status_errors, 99)),
+                f.operator_hwm_kib / 1024.0, static_cast<long long>(f.max_threads),
+                static_cast<long long>(f.max_files));
+  }
+  std::printf(
+      "(ms from the start of the capture or the ProfileJob's creation; err: |achieved start - T0| "
+      "on the real clock; judged: |startErrorNs| p99 as the coordinator judged it; peak: VmHWM of "
+      "the coordinator's or operator's process)\n");
 }
 
-int Run(const Options& options) {
+int Run(Options options, const std::string& self, const std::vector<int>& sizes) {
+  std::optional<testing::TempDir> temp;
+  std::string dir = options.work_dir;
+  if (dir.empty()) {
+    temp.emplace();
+    dir = temp->path();
+  }
+  std::vector<FanoutFigures> rows;
+  if (options.coordinator) {
+    for (int size : sizes) {
+      options.targets = size;
+      const std::string size_dir = StrCat(dir, "/coordinator-", size);
+      std::filesystem::create_directories(size_dir);
+      absl::StatusOr<std::vector<FanoutFigures>> figures = RunCoordinator(options, self, size_dir);
+      if (!figures.ok()) return Fail(figures.status());
+      for (FanoutFigures& f : *figures) {
+        PrintFanout(f, options);
+        rows.push_back(std::move(f));
+      }
+    }
+  }
+  if (!options.fanout && !options.memory) {
+    PrintTable(rows);
+    return 0;
+  }
+
   absl::StatusOr<std::unique_ptr<testing::KubeControlPlane>> plane =
       testing::KubeControlPlane::Start();
   if (absl::IsNotFound(plane.status())) {
@@ -724,27 +1026,28 @@ int Run(const Options& options) {
   if (absl::Status s = testing::InstallCrds(**plane, kSourceDir, kubeconfig); !s.ok()) {
     return Fail(s);
   }
-  std::optional<testing::TempDir> temp;
-  std::string dir = options.work_dir;
-  if (dir.empty()) {
-    temp.emplace();
-    dir = temp->path();
-  }
 
-  std::optional<FanoutFigures> fanout;
   std::optional<MemoryFigures> memory;
   if (options.fanout) {
-    absl::StatusOr<FanoutFigures> figures = RunFanout(options, **plane, **client, kubeconfig, dir);
-    if (!figures.ok()) return Fail(figures.status());
-    fanout = *std::move(figures);
+    for (int size : sizes) {
+      options.targets = size;
+      const std::string size_dir = StrCat(dir, "/fanout-", size);
+      std::filesystem::create_directories(size_dir);
+      absl::StatusOr<FanoutFigures> figures =
+          RunFanout(options, **plane, **client, kubeconfig, size_dir, StrCat("fanout-", size));
+      if (!figures.ok()) return Fail(figures.status());
+      figures->label = "operator";
+      PrintFanout(*figures, options);
+      rows.push_back(*std::move(figures));
+    }
   }
   if (options.memory) {
     absl::StatusOr<MemoryFigures> figures = RunMemory(options, **client, kubeconfig, dir);
     if (!figures.ok()) return Fail(figures.status());
     memory = *std::move(figures);
   }
-  if (fanout.has_value()) PrintFanout(*fanout, options);
   if (memory.has_value()) PrintMemory(*memory, options);
+  PrintTable(rows);
   return 0;
 }
 
@@ -754,19 +1057,40 @@ int Run(const Options& options) {
 int main(int argc, char** argv) {
   CLI::App app{
       "clusterprof-operator's fan-out time, start skew and memory against a real API "
-      "server"};
+      "server; the coordinator's alone"};
   clusterprof::bench::Options options;
   bool quick = false;
   std::string only;
+  std::vector<int> sizes;
   app.add_flag("--quick", quick, "a short functional run: 50 targets, 500 pods, 10 jobs");
-  app.add_option("--only", only, "run one part: fanout or memory")
-      ->check(CLI::IsMember({"fanout", "memory"}));
+  app.add_option("--only", only, "run one part: fanout, memory, or coordinator (no Kubernetes)")
+      ->check(CLI::IsMember({"fanout", "memory", "coordinator"}));
   app.add_option("--targets", options.targets, "simulated sidecars in the fan-out")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--sizes", sizes,
+                 "run the fan-out or coordinator part once per size, e.g. 1000,2500,5000,10000 "
+                 "(instead of --targets), and print a table")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  app.add_option("--per-node", options.per_node,
+                 "coordinator part: clock probes per node on, off, or both (off, then on)")
+      ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
   app.add_option("--sidecar-processes", options.sidecar_processes,
                  "fake_sidecars processes that serve them")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--pods-per-node", options.pods_per_node,
+                 "simulated pods per node (one clock per node)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--node-offset-ms", options.node_offset_ms,
+                 "each node's clock is off by a fixed amount up to this, either way")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--operator", options.operator_path,
+                 "the clusterprof-operator binary to run (to compare builds)")
       ->capture_default_str();
   app.add_option("--duration-ms", options.duration_ms, "the fan-out job's durationMs")
       ->check(CLI::PositiveNumber)
@@ -791,7 +1115,21 @@ int main(int argc, char** argv) {
   std::vector<std::string> operator_env;
   app.add_option("--operator-env", operator_env,
                  "KEY=VALUE added to the operator's environment (repeatable)");
+  // The coordinator part's child process (internal).
+  std::string child_targets;
+  std::string child_result;
+  std::string child_logdir;
+  int child_per_node = 1;
+  app.add_option("--coordinator-child", child_targets)->group("");
+  app.add_option("--child-result", child_result)->group("");
+  app.add_option("--child-logdir", child_logdir)->group("");
+  app.add_option("--child-per-node", child_per_node)->group("");
   CLI11_PARSE(app, argc, argv);
+  if (!child_targets.empty()) {
+    return clusterprof::bench::CoordinatorChild(child_targets, child_result, child_logdir,
+                                                child_per_node != 0, options.duration_ms,
+                                                options.delay_ms);
+  }
   for (const std::string& entry : operator_env) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) {
@@ -808,7 +1146,13 @@ int main(int argc, char** argv) {
     if (app.count("--jobs") == 0) options.jobs = 10;
     if (app.count("--job-targets") == 0) options.job_targets = 8;
   }
+  if (sizes.empty()) sizes.push_back(options.targets);
   options.fanout = only.empty() || only == "fanout";
   options.memory = only.empty() || only == "memory";
-  return clusterprof::bench::Run(options);
+  options.coordinator = only == "coordinator";
+  char self[4096];
+  const ssize_t length = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (length <= 0) return 1;
+  self[length] = '\0';
+  return clusterprof::bench::Run(options, self, sizes);
 }

@@ -34,6 +34,9 @@ class ProfilerConnection {
                        Done<tensorflow::ProfileResponse> done) = 0;
   // Ends the calls in flight, and any made later, with CANCELLED. Their `done` still runs.
   virtual void CancelCalls() = 0;
+  // Starts connecting now, without a call, so that the first call does not wait for the
+  // connection (targets that are not probed before their Profile call). Never fails.
+  virtual void Warm() {}
 };
 
 class ProfilerConnector {

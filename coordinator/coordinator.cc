@@ -1,7 +1,10 @@
 #include "coordinator/coordinator.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -77,7 +80,29 @@ struct TargetState {
   // T0 (our clock) of the session the target's current attempt runs: the attempt's T0, or, for
   // a running session joined on resume, the T0 it was started for.
   int64_t t0_ns = 0;
+  // The start its session reported (its own clock); 0: none yet.
+  int64_t session_start_ns = 0;
+  // Given its node's offset: one clock sample of its own, taken after the capture to check it.
+  bool clock_checked = false;
+  std::optional<ClockSample> check_sample;
 };
+
+// The offset interval [offset - uncertainty, offset + uncertainty] holds the true offset (the
+// remote clock was read between sending and receiving). Two estimates of one clock overlap.
+bool Overlap(const ClockEstimate& a, const ClockEstimate& b) {
+  return std::abs(a.offset_ns - b.offset_ns) <= a.uncertainty_ns + b.uncertainty_ns;
+}
+
+// The common part of two overlapping estimates of one clock.
+ClockEstimate Intersect(const ClockEstimate& a, const ClockEstimate& b) {
+  const int64_t low = std::max(a.offset_ns - a.uncertainty_ns, b.offset_ns - b.uncertainty_ns);
+  const int64_t high = std::min(a.offset_ns + a.uncertainty_ns, b.offset_ns + b.uncertainty_ns);
+  return {low + (high - low) / 2, (high - low) / 2};
+}
+
+std::string DescribeEstimate(const ClockEstimate& estimate) {
+  return StrCat(estimate.offset_ns / 1000, " us +- ", estimate.uncertainty_ns / 1000, " us");
+}
 
 // Counts outstanding callbacks; the coordinating thread waits for zero. Callbacks record their
 // results under the same mutex, so the coordinating thread reads them safely.
@@ -127,7 +152,18 @@ class Run {
  private:
   void Connect();
   bool cancelled() const { return options_.cancel != nullptr && options_.cancel->cancelled(); }
+  // Checks the open-file limit against the targets (a connection each), raising the soft limit
+  // when it is too low, and says so when even the hard limit is.
+  void CheckFileLimit() const;
   void ProbeClocks();
+  // GetInfo round trips to `subset` (clock_probes rounds, or until each stopped answering);
+  // the connections of `warm` are started once the first round is sent.
+  void ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_t>& warm = {});
+  // Gives `target` the clock estimate `estimate`.
+  void SetClock(TargetState& target, const ClockEstimate& estimate);
+  // Judges again, on its own clock, a target whose clock (checked after the capture) disagrees
+  // with its node's.
+  void CheckNodeClock(TargetState& target);
   void ChooseHostNames();
   // Sends Sidecar.GetSession for the run to each of `targets` at once and waits for every
   // answer; `record` gets each one under pending_.mu().
@@ -194,15 +230,41 @@ void Run::Connect() {
     ConsumePrefix(&address, "grpc://");  // as ParseServiceAddresses does
     state.result.address = std::string(address);
     state.result.host_name = target.host_name;
+    state.result.node = target.node;
     state.connection = connector->Connect(state.result.address);
     targets_.push_back(std::move(state));
   }
 }
 
-void Run::ProbeClocks() {
+void Run::CheckFileLimit() const {
+  // A connection per target, and what the process holds besides (the API server's connections,
+  // logs, the storage's files): about this much room.
+  constexpr rlim_t kOtherFiles = 256;
+  const rlim_t needed = static_cast<rlim_t>(targets_.size()) + kOtherFiles;
+  struct rlimit files {};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= needed) return;
+  const rlim_t was = files.rlim_cur;
+  files.rlim_cur = std::min(needed, files.rlim_max);
+  if (files.rlim_cur > was && setrlimit(RLIMIT_NOFILE, &files) == 0) {
+    spdlog::info("raised the open-file limit from {} to {} for {} targets (a connection each)", was,
+                 files.rlim_cur, options_.targets.size());
+  } else {
+    files.rlim_cur = was;
+  }
+  if (files.rlim_cur < needed) {
+    spdlog::warn(
+        "the open-file limit is {} (hard limit {}), too low for {} targets (a connection each, "
+        "about {} files in all): targets past it fail with \"Too many open files\". Raise the "
+        "hard limit (ulimit -Hn, or the container runtime's LimitNOFILE)",
+        files.rlim_cur, files.rlim_max, options_.targets.size(), needed);
+  }
+}
+
+void Run::ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_t>& warm) {
+  bool warmed = false;
   for (int round = 0; round < std::max(1, options_.clock_probes); ++round) {
     std::vector<size_t> probing;
-    for (size_t i = 0; i < targets_.size(); ++i) {
+    for (size_t i : subset) {
       if (targets_[i].probing) probing.push_back(i);
     }
     if (probing.empty()) break;
@@ -232,17 +294,91 @@ void Run::ProbeClocks() {
             });
           });
     }
+    if (!warmed) {
+      for (size_t i : warm) targets_[i].connection->Warm();
+      warmed = true;
+    }
     pending_.Wait([this] { Report(); });
   }
+  if (!warmed) {
+    for (size_t i : warm) targets_[i].connection->Warm();
+  }
+}
+
+void Run::SetClock(TargetState& target, const ClockEstimate& estimate) {
+  target.result.clock_offset_ns = estimate.offset_ns;
+  target.result.clock_uncertainty_ns = estimate.uncertainty_ns;
+  // An offset within its own uncertainty cannot be told from zero: the clocks agree better than
+  // the probe can measure (same host, or good NTP/PTP), and the target's own clock is the better
+  // reference. A larger one is corrected for.
+  target.result.clock_offset_applied = std::abs(estimate.offset_ns) > estimate.uncertainty_ns;
+}
+
+void Run::ProbeClocks() {
+  // Per node: the first two targets are probed (the second checks that the node has one clock);
+  // the rest wait for their node's answer. Targets without a node, or without a host name (they
+  // need GetInfo for the name they report), are probed themselves.
+  std::vector<size_t> probe;
+  std::map<std::string, std::vector<size_t>> nodes;
+  for (size_t i = 0; i < targets_.size(); ++i) {
+    const Target& target = options_.targets[i];
+    if (options_.clock_probe_per_node && !target.node.empty() && !target.host_name.empty()) {
+      std::vector<size_t>& members = nodes[target.node];
+      members.push_back(i);
+      if (members.size() <= 2) probe.push_back(i);
+    } else {
+      probe.push_back(i);
+    }
+  }
+  // Their connections are made while the first probes are answered.
+  std::vector<size_t> warm;
+  for (const auto& [node, members] : nodes) {
+    for (size_t k = 2; k < members.size(); ++k) warm.push_back(members[k]);
+  }
+  ProbeRounds(probe, warm);
+
+  std::vector<size_t> more;
+  for (const auto& [node, members] : nodes) {
+    std::vector<std::pair<size_t, ClockEstimate>> probed;
+    for (size_t k = 0; k < std::min<size_t>(2, members.size()); ++k) {
+      const TargetState& target = targets_[members[k]];
+      if (!target.samples.empty()) {
+        probed.emplace_back(members[k], EstimateClockOffset(target.samples));
+      }
+    }
+    const bool disagree = probed.size() == 2 && !Overlap(probed[0].second, probed[1].second);
+    if (probed.empty() || disagree) {
+      if (disagree) {
+        spdlog::warn(
+            "node {}: {} and {} disagree on its clock ({} against {}): each of its {} targets is "
+            "probed itself",
+            node, targets_[probed[0].first].result.address,
+            targets_[probed[1].first].result.address, DescribeEstimate(probed[0].second),
+            DescribeEstimate(probed[1].second), members.size());
+      }
+      // No sidecar answered for the node (down, or TF/JAX servers), or its clocks differ.
+      for (size_t k = 2; k < members.size(); ++k) more.push_back(members[k]);
+      continue;
+    }
+    const ClockEstimate estimate =
+        probed.size() == 2 ? Intersect(probed[0].second, probed[1].second) : probed[0].second;
+    const std::string& via = targets_[probed[0].first].result.address;
+    for (size_t k = 0; k < members.size(); ++k) {
+      TargetState& target = targets_[members[k]];
+      if (k < 2 && target.samples.empty()) continue;  // a probe that failed stands for itself
+      SetClock(target, estimate);
+      if (k >= 2) {
+        target.probing = false;
+        target.result.is_sidecar = true;  // until it says otherwise (GetSession)
+        target.result.clock_probed_via = via;
+      }
+    }
+  }
+  ProbeRounds(more);
+
   for (TargetState& target : targets_) {
-    if (!target.samples.empty()) {
-      const ClockEstimate estimate = EstimateClockOffset(target.samples);
-      target.result.clock_offset_ns = estimate.offset_ns;
-      target.result.clock_uncertainty_ns = estimate.uncertainty_ns;
-      // An offset within its own uncertainty cannot be told from zero: the clocks agree better
-      // than the probe can measure (same host, or good NTP/PTP), and the target's own clock is
-      // the better reference. A larger one is corrected for.
-      target.result.clock_offset_applied = std::abs(estimate.offset_ns) > estimate.uncertainty_ns;
+    if (!target.samples.empty() && target.result.clock_uncertainty_ns < 0) {
+      SetClock(target, EstimateClockOffset(target.samples));
     }
   }
 }
@@ -376,18 +512,48 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
     // Failed ones too: a capture whose upload failed is a failed Profile call with files.
     if (targets_[i].result.is_sidecar) sidecars.push_back(i);
   }
+  // Targets given their node's offset are asked the time once, beside their session, on the
+  // connection the capture opened: a clock of their own shows here.
+  std::vector<size_t> checks;
+  for (size_t i : sidecars) {
+    const TargetState& target = targets_[i];
+    if (!target.result.clock_probed_via.empty() && !target.clock_checked) checks.push_back(i);
+  }
+  pending_.Add(static_cast<int>(checks.size()));
+  for (size_t i : checks) {
+    targets_[i].clock_checked = true;
+    const int64_t send_wall = clock_.WallNs();
+    const int64_t send_mono = clock_.MonotonicNs();
+    targets_[i].connection->GetInfo(
+        kProbeTimeoutMs * kNanosPerMilli,
+        [this, i, send_wall, send_mono](absl::StatusOr<GetInfoResponse> response) {
+          const int64_t rtt = clock_.MonotonicNs() - send_mono;
+          pending_.Complete([&] {
+            if (response.ok()) {
+              targets_[i].check_sample = ClockSample{send_wall, rtt, response->wall_time_ns()};
+            }
+          });
+        });
+  }
   AskSessions(sidecars, [&](size_t i, const absl::StatusOr<GetSessionResponse>& response) {
-    if (targets_[i].result.outcome == Outcome::kFailed) {
-      if (response.ok()) ApplyUploads(*response, targets_[i].result);
+    TargetResult& result = targets_[i].result;
+    if (!result.clock_probed_via.empty() && absl::IsUnimplemented(response.status())) {
+      // Given its node's offset unasked, and not a clusterprof sidecar after all.
+      result.is_sidecar = false;
+      return;
+    }
+    if (result.outcome == Outcome::kFailed) {
+      if (response.ok()) ApplyUploads(*response, result);
       return;
     }
     if (!response.ok()) {
-      targets_[i].result.warnings.push_back(
+      result.warnings.push_back(
           StrCat("session status unavailable: ", Describe(response.status())));
       return;
     }
     ApplySession(*response, targets_[i]);
   });
+  for (size_t i : checks) CheckNodeClock(targets_[i]);
   for (size_t i : subset) targets_[i].result.phase = Phase::kDone;
   // Servers that are not sidecars: the file upstream's layout puts them in.
   for (size_t i : subset) {
@@ -398,6 +564,27 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
         "the run directory reads its file)";
     absl::StatusOr<std::string> stem = storage::HostFileStem(result.host_name);
     if (stem.ok()) result.files = {layout_->XPlanePath(*stem)};
+  }
+}
+
+void Run::CheckNodeClock(TargetState& target) {
+  if (!target.check_sample.has_value()) return;
+  TargetResult& result = target.result;
+  const ClockEstimate node{result.clock_offset_ns, result.clock_uncertainty_ns};
+  const ClockEstimate own = EstimateClockOffset({*target.check_sample});
+  if (Overlap(node, own)) return;
+  // Its request asked for T0 on its node's clock, not its own: what it achieved is mapped onto
+  // ours with its own offset, and judged against T0 like any start.
+  result.warnings.push_back(StrCat(
+      "its clock disagrees with node ", result.node, "'s (", DescribeEstimate(own), " against ",
+      DescribeEstimate(node), ", probed through ", result.clock_probed_via,
+      "): it was asked to start at the wrong instant; its start is judged on its own clock"));
+  spdlog::warn("{} ({}): {}", result.host_name, result.address, result.warnings.back());
+  result.clock_probed_via.clear();
+  SetClock(target, own);
+  if (result.start_known) {
+    result.achieved_start_ns = target.session_start_ns - AppliedOffset(result);
+    result.start_error_ns = result.achieved_start_ns - target.t0_ns;
   }
 }
 
@@ -448,6 +635,7 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
                              ? std::string("the sidecar returned no digest")
                              : StrCat("no digest: ", session.digest_error());
   }
+  target.session_start_ns = session.start_time_ns();
   if (session.start_time_ns() > 0) {
     result.start_known = true;
     result.achieved_start_ns = session.start_time_ns() - AppliedOffset(result);
@@ -652,6 +840,7 @@ void Run::WriteReport(RunResult* result) {
 absl::StatusOr<RunResult> Run::Execute() {
   const int64_t created_ns = clock_.WallNs();
   CLUSTERPROF_RETURN_IF_ERROR(Prepare(created_ns));
+  CheckFileLimit();
   Connect();
   // Cancelling ends the calls in flight and the backoff sleep; the capture then returns
   // CANCELLED without a manifest (sidecars asked to outlive their client finish the capture, and

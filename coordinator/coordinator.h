@@ -47,6 +47,10 @@ struct Target {
   // The host's name in the run (its file stem). Empty: the name a clusterprof sidecar reports,
   // when the sidecars' names are distinct; else the address, as upstream clients do.
   std::string host_name;
+  // The machine the target runs on (a Kubernetes node name). Targets on one node read one wall
+  // clock, so their clock offset can be probed once for all of them (clock_probe_per_node).
+  // Empty: unknown; the target's own clock is probed.
+  std::string node;
 };
 
 struct CaptureOptions {
@@ -75,6 +79,14 @@ struct CaptureOptions {
   bool outlive_client = false;
   // GetInfo round trips per target; the one with the smallest RTT sets the offset.
   int clock_probes = 5;
+  // Targets that name a node (and a host_name) share their node's clock: two of them are probed
+  // (the second is the check), and the node's offset, from the probes of both, is given to the
+  // rest. When the two disagree beyond their uncertainties, or neither answers as a sidecar,
+  // every target of the node is probed itself. After the capture, each target that was given its
+  // node's offset is asked the time once (beside Sidecar.GetSession, on its open connection); one
+  // whose clock disagrees with its node's has its start judged on its own clock, with a warning.
+  // Targets without a node are probed one by one either way. false: every target is probed.
+  bool clock_probe_per_node = true;
   // Extra time allowed after the capture's end for collecting and writing.
   int64_t grace_ms = 30'000;
   bool write_manifest = true;
@@ -136,6 +148,11 @@ struct TargetResult {
   // Whether start times were corrected by the offset: only when |offset| > uncertainty (below
   // that the clocks agree better than the probe can tell, and the target's own clock is used).
   bool clock_offset_applied = false;
+  // Target.node, and the address of the target whose probe gave this one its node's offset;
+  // empty when the target was probed itself (or found, after the capture, to keep a clock of its
+  // own: then the offset is its own and its start was judged with it).
+  std::string node;
+  std::string clock_probed_via;
   // The start sent (on the target's clock) and the start it achieved, mapped onto our clock
   // (assuming the clocks agree when the offset was not applied);
   // start_error_ns = achieved - T0 (0 and unknown for non-sidecars).

@@ -1,3 +1,5 @@
+#include <arpa/inet.h>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -15,13 +17,29 @@
 namespace clusterprof::coordinator {
 namespace {
 
+// An IP literal (a pod IP) goes straight to gRPC's ipv4:/ipv6: resolver, with no DNS resolver
+// and its machinery per channel; a name keeps the default (DNS).
+std::string ChannelTarget(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return address;
+  const std::string host = address.substr(0, colon);
+  unsigned char buffer[sizeof(in6_addr)];
+  if (inet_pton(AF_INET, host.c_str(), buffer) == 1) return "ipv4:" + address;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']' &&
+      inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), buffer) == 1) {
+    return "ipv6:" + address;
+  }
+  return address;
+}
+
 class GrpcConnection final : public ProfilerConnection {
  public:
   GrpcConnection(const std::string& address, std::string auth_token)
       : auth_token_(std::move(auth_token)) {
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(INT32_MAX);
-    channel_ = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+    channel_ =
+        grpc::CreateCustomChannel(ChannelTarget(address), grpc::InsecureChannelCredentials(), args);
     profiler_ = tensorflow::ProfilerService::NewStub(channel_);
     sidecar_ = v1alpha1::Sidecar::NewStub(channel_);
   }
@@ -65,6 +83,8 @@ class GrpcConnection final : public ProfilerConnection {
           profiler_->async()->Profile(context, request, response, std::move(reactor));
         });
   }
+
+  void Warm() override { channel_->GetState(/*try_to_connect=*/true); }
 
   void CancelCalls() override {
     // TryCancel outside the mutex (a call's callback takes it), on contexts kept alive by the

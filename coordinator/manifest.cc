@@ -51,6 +51,8 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
       json.Null();
     }
     json.Field("clock_offset_applied", target.clock_offset_applied);
+    if (!target.node.empty()) json.Field("node", target.node);
+    if (!target.clock_probed_via.empty()) json.Field("clock_probed_via", target.clock_probed_via);
     json.Field("requested_start_ns", target.requested_start_ns);
     json.Key("achieved_start_ns");
     if (target.start_known) {

@@ -100,7 +100,7 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
   coordinator::CaptureOptions options;
   options.targets.reserve(targets.size());
   for (const ResolvedTarget& target : targets) {
-    options.targets.push_back({target.address, target.name});
+    options.targets.push_back({target.address, target.name, target.node});
   }
   options.logdir = spec.parsed_logdir;
   options.run = status.run_name;

@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "analysis/digest_proto.h"
@@ -436,6 +437,143 @@ TEST_F(FakeCaptureTest, CancellingDuringTheBackoffEndsTheSleep) {
   canceller.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u);
+}
+
+// Per-node clock probes. The fake answers at once (round trip 0): every estimate is exact, so
+// two estimates of one clock agree exactly and two clocks that differ disagree.
+class NodeClockTest : public FakeCaptureTest {
+ protected:
+  // A sidecar on `node`, `offset_ms` off the test clock.
+  void AddPod(const std::string& address, const std::string& name, const std::string& node,
+              int64_t offset_ms, bool is_sidecar = true) {
+    servers_.Add(address, {.is_sidecar = is_sidecar,
+                           .host_name = name,
+                           .clock_offset_ns = offset_ms * kNanosPerMilli});
+    options_.targets.push_back({address, name, node});
+  }
+  int64_t RequestedStart(const std::string& address) {
+    const std::vector<tensorflow::ProfileRequest> requests = servers_.ProfileRequests(address);
+    EXPECT_EQ(requests.size(), 1u) << address;
+    return requests.empty() ? 0 : static_cast<int64_t>(requests[0].opts().start_timestamp_ns());
+  }
+};
+
+TEST_F(NodeClockTest, TwoTargetsOfANodeAreProbedAndTheRestGetTheirOffset) {
+  for (int i = 0; i < 4; ++i) AddPod(StrCat("a", i, ":1"), StrCat("a", i), "node-a", 3);
+  AddPod("b0:1", "b0", "node-b", -2);
+  options_.targets.push_back({"c0:1", "c0", ""});  // no node: probed itself
+  servers_.Add("c0:1", {.host_name = "c0", .clock_offset_ns = 5 * kNanosPerMilli});
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 6);
+
+  EXPECT_EQ(servers_.GetInfoCalls("a0:1"), options_.clock_probes);
+  EXPECT_EQ(servers_.GetInfoCalls("a1:1"), options_.clock_probes) << "the check";
+  EXPECT_EQ(servers_.GetInfoCalls("a2:1"), 1) << "only its clock check, after the capture";
+  EXPECT_EQ(servers_.GetInfoCalls("a3:1"), 1);
+  EXPECT_EQ(servers_.GetInfoCalls("b0:1"), options_.clock_probes);
+  EXPECT_EQ(servers_.GetInfoCalls("c0:1"), options_.clock_probes);
+  for (int i = 0; i < 4; ++i) {
+    const std::string address = StrCat("a", i, ":1");
+    const TargetResult& target = Find(*result, address);
+    EXPECT_EQ(target.clock_offset_ns, 3 * kNanosPerMilli) << address;
+    EXPECT_EQ(target.clock_uncertainty_ns, 0) << address;
+    EXPECT_TRUE(target.clock_offset_applied) << address;
+    EXPECT_TRUE(target.is_sidecar) << address;
+    EXPECT_EQ(target.node, "node-a");
+    EXPECT_EQ(target.clock_probed_via, i < 2 ? "" : "a0:1") << address;
+    EXPECT_EQ(RequestedStart(address), result->t0_ns + 3 * kNanosPerMilli) << address;
+    EXPECT_EQ(target.start_error_ns, 0) << address;
+    EXPECT_TRUE(target.warnings.empty()) << address;
+  }
+  EXPECT_EQ(RequestedStart("b0:1"), result->t0_ns - 2 * kNanosPerMilli);
+  EXPECT_EQ(RequestedStart("c0:1"), result->t0_ns + 5 * kNanosPerMilli);
+}
+
+TEST_F(NodeClockTest, OffProbesEveryTarget) {
+  for (int i = 0; i < 4; ++i) AddPod(StrCat("a", i, ":1"), StrCat("a", i), "node-a", 3);
+  options_.clock_probe_per_node = false;
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  for (int i = 0; i < 4; ++i) {
+    const std::string address = StrCat("a", i, ":1");
+    EXPECT_EQ(servers_.GetInfoCalls(address), options_.clock_probes) << address;
+    EXPECT_EQ(Find(*result, address).clock_probed_via, "") << address;
+    EXPECT_EQ(RequestedStart(address), result->t0_ns + 3 * kNanosPerMilli) << address;
+  }
+}
+
+TEST_F(NodeClockTest, WhenTheTwoProbedDisagreeEveryTargetOfTheNodeIsProbed) {
+  AddPod("a0:1", "a0", "node-a", 3);
+  AddPod("a1:1", "a1", "node-a", 7);
+  AddPod("a2:1", "a2", "node-a", -4);
+  AddPod("a3:1", "a3", "node-a", 3);
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const std::map<std::string, int64_t> offsets = {
+      {"a0:1", 3}, {"a1:1", 7}, {"a2:1", -4}, {"a3:1", 3}};
+  for (const auto& [address, offset_ms] : offsets) {
+    EXPECT_EQ(servers_.GetInfoCalls(address), options_.clock_probes) << address;
+    EXPECT_EQ(Find(*result, address).clock_offset_ns, offset_ms * kNanosPerMilli) << address;
+    EXPECT_EQ(Find(*result, address).clock_probed_via, "") << address;
+    EXPECT_EQ(RequestedStart(address), result->t0_ns + offset_ms * kNanosPerMilli) << address;
+  }
+}
+
+TEST_F(NodeClockTest, ATargetWhoseClockDiffersFromItsNodesIsJudgedOnItsOwnClock) {
+  AddPod("a0:1", "a0", "node-a", 3);
+  AddPod("a1:1", "a1", "node-a", 3);
+  AddPod("a2:1", "a2", "node-a", 10);  // not the node's clock after all
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  // Asked for T0 on the node's clock: it starts at T0 + 3 ms on its own, 7 ms before T0.
+  EXPECT_EQ(RequestedStart("a2:1"), result->t0_ns + 3 * kNanosPerMilli);
+  const TargetResult& odd = Find(*result, "a2:1");
+  EXPECT_EQ(servers_.GetInfoCalls("a2:1"), 1);
+  EXPECT_EQ(odd.clock_offset_ns, 10 * kNanosPerMilli);
+  EXPECT_EQ(odd.clock_probed_via, "") << "its offset is its own now";
+  EXPECT_TRUE(odd.start_known);
+  EXPECT_EQ(odd.achieved_start_ns, result->t0_ns - 7 * kNanosPerMilli);
+  EXPECT_EQ(odd.start_error_ns, -7 * kNanosPerMilli);
+  EXPECT_EQ(result->max_start_skew_ns, 7 * kNanosPerMilli);
+  EXPECT_THAT(odd.warnings, ElementsAre(HasSubstr("its clock disagrees with node node-a's")));
+  EXPECT_EQ(Find(*result, "a0:1").start_error_ns, 0);
+}
+
+TEST_F(NodeClockTest, ANodeWhoseProbedTargetsAreNotSidecarsHasTheRestProbed) {
+  AddPod("a0:1", "a0", "node-a", 0, /*is_sidecar=*/false);
+  AddPod("a1:1", "a1", "node-a", 0, /*is_sidecar=*/false);
+  AddPod("a2:1", "a2", "node-a", 4);
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(servers_.GetInfoCalls("a2:1"), options_.clock_probes);
+  EXPECT_EQ(Find(*result, "a2:1").clock_offset_ns, 4 * kNanosPerMilli);
+  EXPECT_EQ(Find(*result, "a2:1").clock_probed_via, "");
+  EXPECT_EQ(Find(*result, "a0:1").clock_uncertainty_ns, -1) << "a TF/JAX server: unknown";
+}
+
+TEST_F(NodeClockTest, ATargetGivenItsNodesOffsetThatIsNoSidecarIsTreatedAsTfJax) {
+  AddPod("a0:1", "a0", "node-a", 3);
+  AddPod("a1:1", "a1", "node-a", 3);
+  AddPod("a2:1", "a2", "node-a", 3, /*is_sidecar=*/false);
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  const TargetResult& tf = Find(*result, "a2:1");
+  EXPECT_FALSE(tf.is_sidecar);
+  EXPECT_TRUE(tf.warnings.empty());
+  EXPECT_THAT(tf.digest_note, HasSubstr("TF/JAX"));
+  EXPECT_EQ(RequestedStart("a2:1"), result->t0_ns + 3 * kNanosPerMilli) << "its node's clock";
+}
+
+TEST_F(NodeClockTest, ATargetWithoutAHostNameIsProbedForItsName) {
+  for (int i = 0; i < 3; ++i) {
+    servers_.Add(StrCat("a", i, ":1"), {.host_name = StrCat("worker-", i)});
+    options_.targets.push_back({StrCat("a", i, ":1"), "", "node-a"});
+  }
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(servers_.GetInfoCalls("a2:1"), options_.clock_probes);
+  EXPECT_EQ(Find(*result, "a2:1").host_name, "worker-2");
 }
 
 }  // namespace
