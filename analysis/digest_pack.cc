@@ -87,4 +87,21 @@ std::vector<StepDigest> PackedSteps::Unpack() const {
   return steps;
 }
 
+PackedDigest::PackedDigest(HostDigest digest)
+    : host_(std::move(digest.host)),
+      steps_(digest.steps),
+      top_ops_(std::move(digest.top_ops)),
+      events_(digest.events),
+      step_source_(std::move(digest.step_source)) {}
+
+HostDigest PackedDigest::Unpack() const {
+  HostDigest digest;
+  digest.host = host_;
+  steps_.Unpack(&digest.steps);
+  digest.top_ops = top_ops_;
+  digest.events = events_;
+  digest.step_source = step_source_;
+  return digest;
+}
+
 }  // namespace clusterprof::analysis

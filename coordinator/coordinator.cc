@@ -549,6 +549,8 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
     if (!response.ok()) {
       result.warnings.push_back(
           StrCat("session status unavailable: ", Describe(response.status())));
+      result.digest_note =
+          StrCat("no digest: its session status was not read (", Describe(response.status()), ")");
       return;
     }
     ApplySession(*response, targets_[i]);
@@ -625,7 +627,7 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
   if (session.has_digest()) {
     absl::StatusOr<analysis::HostDigest> digest = analysis::DigestFromProto(session.digest());
     if (digest.ok()) {
-      result.digest = std::make_shared<const analysis::HostDigest>(*std::move(digest));
+      result.digest = std::make_shared<const analysis::PackedDigest>(*std::move(digest));
       result.digest_note.clear();
     } else {
       result.digest_note = std::string(digest.status().message());
@@ -805,17 +807,17 @@ void Run::WriteManifest(RunResult* result, int64_t created_ns) {
 }
 
 std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& result) const {
-  std::vector<analysis::HostRun> runs;
-  std::vector<std::string> left_out;
+  // One host at a time: at 10,000 targets the digests unpacked all at once would be gigabytes.
+  analysis::RunReportBuilder builder(layout_->RunDir(), digest_options_);
   for (const TargetResult& target : result.targets) {
     if (target.outcome == Outcome::kFailed || target.outcome == Outcome::kPending) {
-      left_out.push_back(StrCat(target.host_name, ": no capture (", target.message, ")"));
+      builder.LeaveOut(StrCat(target.host_name, ": no capture (", target.message, ")"));
     } else if (target.outcome == Outcome::kEmpty) {
-      left_out.push_back(StrCat(target.host_name, ": an empty trace"));
+      builder.LeaveOut(StrCat(target.host_name, ": an empty trace"));
     } else if (target.digest == nullptr) {
-      left_out.push_back(StrCat(target.host_name, ": ", target.digest_note));
+      builder.LeaveOut(StrCat(target.host_name, ": ", target.digest_note));
     } else {
-      runs.push_back({*target.digest, target.clock_offset_ns});
+      builder.Add(target.digest->Unpack(), target.clock_offset_ns);
     }
   }
   // A capture that reached back is judged over its window (MakeRunReport).
@@ -824,8 +826,7 @@ std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& resu
                   [](const TargetResult& target) { return target.lookback_ns > 0; });
   // Offsets are known when every digest came from a sidecar, which is always probed.
   return std::make_shared<const analysis::RunReport>(
-      analysis::MakeRunReport(layout_->RunDir(), digest_options_, std::move(runs), left_out,
-                              /*offsets_known=*/true, lookback ? result.t0_ns : 0));
+      std::move(builder).Finish(/*offsets_known=*/true, lookback ? result.t0_ns : 0));
 }
 
 void Run::WriteReport(RunResult* result) {

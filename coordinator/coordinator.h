@@ -34,6 +34,7 @@ class StorageSet;
 
 namespace clusterprof::analysis {
 struct HostDigest;
+class PackedDigest;
 struct RunReport;
 }  // namespace clusterprof::analysis
 
@@ -180,9 +181,10 @@ struct TargetResult {
   std::vector<std::string> warnings;
   // The last error, with its gRPC code name ("UNAVAILABLE: ...").
   std::string message;
-  // The capture's digest for the cross-host analysis (Sidecar.GetSession); null with why in
+  // The capture's digest for the cross-host analysis (Sidecar.GetSession), its steps packed (a
+  // coordinator of 10,000 targets holds every one until the report); null with why in
   // digest_note ("a TF/JAX profiler server: it makes no digest").
-  std::shared_ptr<const analysis::HostDigest> digest;
+  std::shared_ptr<const analysis::PackedDigest> digest;
   std::string digest_note;
 };
 

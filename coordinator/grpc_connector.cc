@@ -10,12 +10,16 @@
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
 #include "common/base/grpc_status.h"
 #include "common/base/mutex.h"
+#include "common/base/strings.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::coordinator {
 namespace {
+
+// The largest answer taken from a clusterprof sidecar (GetInfo, GetSession, ...).
+constexpr int64_t kMaxSidecarResponseBytes = 64 << 20;
 
 // An IP literal (a pod IP) goes straight to gRPC's ipv4:/ipv6: resolver, with no DNS resolver
 // and its machinery per channel; a name keeps the default (DNS).
@@ -37,7 +41,14 @@ class GrpcConnection final : public ProfilerConnection {
   GrpcConnection(const std::string& address, std::string auth_token)
       : auth_token_(std::move(auth_token)) {
     grpc::ChannelArguments args;
+    // A TF/JAX server answers Profile with the whole XSpace: no bound but gRPC's own. A
+    // clusterprof sidecar's answers are small (a session's digest is at most 8 MiB,
+    // analysis/digest_proto.h): one over kMaxSidecarResponseBytes is refused before it is held,
+    // and the target's session is named as unread, its capture kept.
     args.SetMaxReceiveMessageSize(INT32_MAX);
+    args.SetServiceConfigJSON(
+        StrCat(R"({"methodConfig": [{"name": [{"service": "clusterprof.v1alpha1.Sidecar"}], )",
+               R"("maxResponseMessageBytes": )", kMaxSidecarResponseBytes, "}]}"));
     channel_ =
         grpc::CreateCustomChannel(ChannelTarget(address), grpc::InsecureChannelCredentials(), args);
     profiler_ = tensorflow::ProfilerService::NewStub(channel_);

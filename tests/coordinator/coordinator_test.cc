@@ -348,14 +348,26 @@ TEST_F(FakeCaptureTest, ACorruptedDigestLeavesItsHostOutAndTheOthersAreAnalyzed)
     servers_.Add(StrCat("w", i, ":1"), {.host_name = StrCat("worker-", i), .digest = digests[i]});
   }
   servers_.Add("w3:1", {.host_name = "worker-3", .digest_error = "the step pattern '(' is bad"});
-  options_.targets = {{"w0:1", ""}, {"w1:1", ""}, {"w2:1", ""}, {"w3:1", ""}};
+  // More steps than any capture makes: refused by name, not held.
+  v1alpha1::HostDigest huge = digests[0];
+  huge.set_host("worker-4");
+  while (huge.steps_size() <= analysis::kMaxDigestSteps) {
+    *huge.add_steps() = huge.steps(huge.steps_size() - 1);
+    huge.mutable_steps(huge.steps_size() - 1)
+        ->set_step(huge.steps(huge.steps_size() - 2).step() + 1);
+  }
+  servers_.Add("w4:1", {.host_name = "worker-4", .digest = huge});
+  options_.targets = {{"w0:1", ""}, {"w1:1", ""}, {"w2:1", ""}, {"w3:1", ""}, {"w4:1", ""}};
   absl::StatusOr<RunResult> result = Capture(options_, clock_);
   ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 5) << "every capture is kept; only the digests are refused";
   ASSERT_NE(result->report, nullptr);
   EXPECT_EQ(result->report->analysis.hosts.size(), 2u);
-  EXPECT_THAT(result->report->analysis.left_out,
-              ElementsAre(HasSubstr("worker-2: the digest of worker-2 is corrupted: step"),
-                          HasSubstr("worker-3: no digest: the step pattern '(' is bad")));
+  EXPECT_THAT(
+      result->report->analysis.left_out,
+      ElementsAre(HasSubstr("worker-2: the digest of worker-2 is corrupted: step"),
+                  HasSubstr("worker-3: no digest: the step pattern '(' is bad"),
+                  HasSubstr("worker-4: the digest of worker-4 is corrupted: 100001 steps")));
 }
 
 TEST_F(FakeCaptureTest, ABadDigestPatternIsAnInvalidArgumentBeforeAnythingIsCaptured) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 
+#include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
 #include "common/base/mutex.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
@@ -115,6 +116,63 @@ TEST_F(GrpcConnectorTest, AServerWithoutTheSidecarServiceIsUnimplemented) {
   connection->GetSession("run", 5'000'000'000, session.Callback());
   session.done.WaitForNotification();
   EXPECT_EQ(session.value.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// Answers with `bytes` of payload: GetSession in a warning, Profile in the XSpace's hostnames.
+class HugeAnswers final : public v1alpha1::Sidecar::Service,
+                          public tensorflow::ProfilerService::Service {
+ public:
+  explicit HugeAnswers(size_t bytes) : bytes_(bytes) {}
+  grpc::Status GetSession(grpc::ServerContext*, const v1alpha1::GetSessionRequest*,
+                          v1alpha1::GetSessionResponse* response) override {
+    response->add_warnings(std::string(bytes_, 'w'));
+    return grpc::Status::OK;
+  }
+  grpc::Status Profile(grpc::ServerContext*, const tensorflow::ProfileRequest*,
+                       tensorflow::ProfileResponse* response) override {
+    response->mutable_xspace()->add_hostnames(std::string(bytes_, 'x'));
+    return grpc::Status::OK;
+  }
+
+ private:
+  size_t bytes_;
+};
+
+// A sidecar's answer is bounded (a session's digest is at most 8 MiB): a huge one is refused
+// before it is held. A TF/JAX server's Profile answer, the whole XSpace, is not.
+TEST(GrpcConnectorLimitsTest, AHugeSidecarAnswerIsRefusedAHugeXSpaceIsNot) {
+  HugeAnswers service(80 << 20);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(static_cast<v1alpha1::Sidecar::Service*>(&service));
+  builder.RegisterService(static_cast<tensorflow::ProfilerService::Service*>(&service));
+  builder.SetMaxSendMessageSize(INT32_MAX);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  GrpcConnector connector;
+  std::unique_ptr<ProfilerConnection> connection =
+      connector.Connect("127.0.0.1:" + std::to_string(port));
+
+  Notification session_done;
+  absl::StatusOr<v1alpha1::GetSessionResponse> session;
+  connection->GetSession("run", 60'000'000'000, [&](auto response) {
+    session = std::move(response);
+    session_done.Notify();
+  });
+  session_done.WaitForNotification();
+  EXPECT_EQ(session.status().code(), absl::StatusCode::kResourceExhausted) << session.status();
+
+  Notification profile_done;
+  absl::StatusOr<tensorflow::ProfileResponse> profile;
+  connection->Profile(tensorflow::ProfileRequest(), 60'000'000'000, [&](auto response) {
+    profile = std::move(response);
+    profile_done.Notify();
+  });
+  profile_done.WaitForNotification();
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_EQ(profile->xspace().hostnames(0).size(), size_t{80} << 20);
+  server->Shutdown();
 }
 
 TEST(GrpcConnectorNoServerTest, NobodyListeningIsUnavailable) {
