@@ -3,12 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
-#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/base/check.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/base/token_file.h"
+#include "operator/controllers/capture_lifecycle.h"
 #include "operator/controllers/targets.h"
 #include "operator/controllers/worker.h"
 #include "operator/kube/api_error.h"
@@ -464,14 +464,13 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
       followed > 0
           ? api::Condition{"Watching", "True", "Following",
                            StrCat("following the live steps of ", followed, " pod(s)",
-                                  skipped.empty()
-                                      ? ""
-                                      : StrCat("; left out: ", absl::StrJoin(skipped, "; "))),
+                                  skipped.empty() ? ""
+                                                  : StrCat("; left out: ", JoinNames(skipped, 10))),
                            meta.generation, ""}
           : api::Condition{"Watching", "False", "NoTargets",
                            StrCat("no pod to follow: ", skipped.empty()
                                                             ? "none matches spec.targets"
-                                                            : absl::StrJoin(skipped, "; ")),
+                                                            : JoinNames(skipped, 10)),
                            meta.generation, ""},
       now_text);
 
@@ -497,7 +496,7 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
         silent.empty() ? api::Condition{"NoStepTelemetry", "False", "AllPodsReportSteps",
                                         "every followed pod reports steps", meta.generation, ""}
                        : api::Condition{"NoStepTelemetry", "True", "PodsWithoutSteps",
-                                        StrCat("no steps from ", absl::StrJoin(silent, ", "),
+                                        StrCat("no steps from ", JoinNames(silent, 10),
                                                "; mark steps with step_num (docs/annotations.md)"),
                                         meta.generation, ""},
         now_text);
@@ -573,7 +572,10 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
   record.detected_ns = firing.detected_ns;
   record.rule = firing.rule;
   record.evidence = firing.evidence;
-  record.pods = firing.pods;
+  // A stall names every pod: the status keeps the first 20 (the evidence counts them all).
+  record.pods.assign(
+      firing.pods.begin(),
+      firing.pods.begin() + static_cast<std::ptrdiff_t>(std::min<size_t>(firing.pods.size(), 20)));
   record.first_step = firing.first_step;
   record.last_step = firing.last_step;
   record.job = StrCat(meta.name, "-", std::max<int64_t>(firing.detected_ns, 0) / kNanosPerSecond);
