@@ -80,6 +80,8 @@ struct TargetState {
   // T0 (our clock) of the session the target's current attempt runs: the attempt's T0, or, for
   // a running session joined on resume, the T0 it was started for.
   int64_t t0_ns = 0;
+  // GetSession's wake_error_ns - start_error_ns: how long after its data's start it woke.
+  int64_t wake_after_start_ns = 0;
   // The start its session reported (its own clock); 0: none yet.
   int64_t session_start_ns = 0;
   // Given its node's offset: one clock sample of its own, taken after the capture to check it.
@@ -587,6 +589,7 @@ void Run::CheckNodeClock(TargetState& target) {
   if (result.start_known) {
     result.achieved_start_ns = target.session_start_ns - AppliedOffset(result);
     result.start_error_ns = result.achieved_start_ns - target.t0_ns;
+    result.wake_error_ns = result.start_error_ns + target.wake_after_start_ns;
   }
 }
 
@@ -638,10 +641,14 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
                              : StrCat("no digest: ", session.digest_error());
   }
   target.session_start_ns = session.start_time_ns();
+  // How long after its data's start the sidecar woke (0 for a sidecar of before the field).
+  target.wake_after_start_ns =
+      session.wake_error_ns() != 0 ? session.wake_error_ns() - session.start_error_ns() : 0;
   if (session.start_time_ns() > 0) {
     result.start_known = true;
     result.achieved_start_ns = session.start_time_ns() - AppliedOffset(result);
     result.start_error_ns = result.achieved_start_ns - target.t0_ns;
+    result.wake_error_ns = result.start_error_ns + target.wake_after_start_ns;
   }
 }
 

@@ -160,6 +160,10 @@ struct TargetResult {
   int64_t requested_start_ns = 0;
   int64_t achieved_start_ns = 0;
   int64_t start_error_ns = 0;
+  // When the sidecar woke and started its tracers, minus T0 (from GetSession's wake_error_ns):
+  // equal to start_error_ns, or later when the host's data reaches back to T0 from its flight
+  // recorder (docs/sidecar.md, "Start").
+  int64_t wake_error_ns = 0;
   bool start_known = false;
   uint64_t events = 0;
   uint64_t dropped_events = 0;

@@ -66,6 +66,12 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
     } else {
       json.Null();
     }
+    json.Key("wake_error_ns");
+    if (target.start_known) {
+      json.Int(target.wake_error_ns);
+    } else {
+      json.Null();
+    }
     if (target.stats_known) {
       json.Field("events", target.events);
       json.Field("dropped_events", target.dropped_events);

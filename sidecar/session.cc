@@ -35,6 +35,9 @@ void AddTaskEnvironment(XSpace* space, const tensorflow::ProfileOptions& options
                      options.ShortDebugString());
 }
 
+// A wake-up later than this after the start instant is logged as a warning.
+constexpr int64_t kLateWakeNs = 1'000'000;
+
 std::string FormatMs(int64_t ns) {
   return absl::StrFormat("%.1f ms", static_cast<double>(ns) / 1e6);
 }
@@ -147,14 +150,17 @@ CaptureSession::Recording CaptureSession::Record() {
                    std::string(status.message()));
     }
   }
+  // Whether the session waits for the requested instant (not one already past).
+  bool waited = false;
   auto start = [&](int64_t start_ns) {
-    recording.window = {start_ns, start_ns + request_.duration_ns};
-    recording.start_error_ns = requested > 0 ? start_ns - requested : 0;
-    recording.started = StartTracers(recording.window, &recording.warnings);
+    recording.window = {start_ns, start_ns + request_.duration_ns,
+                        waited && requested <= start_ns ? requested : 0};
+    StartTracers(&recording);
   };
   bool started_at_instant = false;
   if (requested > 0) {
     const int64_t now = clock_.WallNs();
+    waited = requested >= now;
     if (requested < now) {
       recording.warnings.push_back(StrCat("start_timestamp_ns was ", FormatMs(now - requested),
                                           " in the past when the request arrived; started at "
@@ -174,7 +180,21 @@ CaptureSession::Recording CaptureSession::Record() {
   std::this_thread::yield();
   spdlog::info("session {}: capturing for {} with {} tracer(s){}", request_.session_id,
                FormatMs(request_.duration_ns), recording.started.size(),
-               requested > 0 ? StrCat(", start error ", FormatMs(recording.start_error_ns)) : "");
+               requested > 0 ? absl::StrFormat(", start error %d us, wake error %d us",
+                                               recording.start_error_ns / 1000,
+                                               recording.wake_error_ns / 1000)
+                             : "");
+  if (waited && recording.wake_error_ns > kLateWakeNs) {
+    spdlog::warn(
+        "session {}: woke {} after the start instant (busy CPUs, and SCHED_FIFO not permitted?); "
+        "{}",
+        request_.session_id, FormatMs(recording.wake_error_ns),
+        recording.start_error_ns == 0
+            ? "the trace starts at the instant all the same: the annotations come from the "
+              "flight recorder"
+            : "the trace starts that late (a GPU or framework tracer records only from its "
+              "start, or the flight recorder does not cover the instant)");
+  }
 
   // Capture until the planned stop, Terminate, or every client gone.
   clock_.SleepUntilWallNsUnless(recording.window.planned_stop_ns, stop_);
@@ -188,24 +208,40 @@ CaptureSession::Recording CaptureSession::Record() {
   return recording;
 }
 
-std::vector<Tracer*> CaptureSession::StartTracers(const CaptureWindow& window,
-                                                  std::vector<std::string>* warnings) {
-  std::vector<Tracer*> started;
+void CaptureSession::StartTracers(Recording* recording) {
+  const CaptureWindow window = recording->window;
   for (Tracer* tracer : tracers_) {
     if (!tracer->EnabledFor(request_.config.options)) continue;
     if (absl::Status status = tracer->Start(window, request_.config); !status.ok()) {
-      warnings->push_back(StrCat(tracer->name(), " tracer did not start: ", status.message()));
-      spdlog::warn("session {}: {}", request_.session_id, warnings->back());
+      recording->warnings.push_back(
+          StrCat(tracer->name(), " tracer did not start: ", status.message()));
+      spdlog::warn("session {}: {}", request_.session_id, recording->warnings.back());
       continue;
     }
-    started.push_back(tracer);
+    recording->started.push_back(tracer);
   }
+  // The capture's data starts where every tracer that records has data: at the requested
+  // instant when all of them reached back to it, at the wake-up as soon as one records only
+  // from its Start.
+  int64_t data_start_ns = window.start_ns;
+  if (window.requested_start_ns > 0) {
+    int64_t latest = 0;
+    for (const Tracer* tracer : recording->started) {
+      const int64_t from = tracer->DataStartNs(window);
+      if (from > 0) latest = std::max(latest, from);
+    }
+    if (latest > 0) data_start_ns = std::clamp(latest, window.requested_start_ns, window.start_ns);
+  }
+  const int64_t requested = request_.start_timestamp_ns;
+  recording->window.start_ns = data_start_ns;
+  recording->window.planned_stop_ns = data_start_ns + request_.duration_ns;
+  recording->start_error_ns = requested > 0 ? data_start_ns - requested : 0;
+  recording->wake_error_ns = requested > 0 ? window.start_ns - requested : 0;
   MutexLock lock(&mu_);
   status_.set_state(clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
-  status_.set_start_time_ns(window.start_ns);
-  status_.set_start_error_ns(
-      request_.start_timestamp_ns > 0 ? window.start_ns - request_.start_timestamp_ns : 0);
-  return started;
+  status_.set_start_time_ns(data_start_ns);
+  status_.set_start_error_ns(recording->start_error_ns);
+  status_.set_wake_error_ns(recording->wake_error_ns);
 }
 
 void CaptureSession::AddDigest(const XSpace& space) {

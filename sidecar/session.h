@@ -100,8 +100,12 @@ class CaptureSession {
  private:
   // What the capture recorded, handed from one phase of Run to the next.
   struct Recording {
-    CaptureWindow window;  // the actual start, the planned stop
+    // The data's start (the requested instant when every recording tracer reached back to it,
+    // else the wake-up) and the planned stop.
+    CaptureWindow window;
     int64_t start_error_ns = 0;
+    // When the sidecar woke and started the tracers, minus the requested instant.
+    int64_t wake_error_ns = 0;
     int64_t stop_ns = 0;
     std::vector<Tracer*> started;
     std::vector<std::string> warnings;
@@ -110,9 +114,10 @@ class CaptureSession {
   // Prepares the tracers, waits for the start instant, starts them, records until the planned
   // stop (or an early one) and stops them.
   Recording Record();
-  // Starts the tracers at `window.start_ns`; those that refuse become warnings.
-  std::vector<Tracer*> StartTracers(const CaptureWindow& window,
-                                    std::vector<std::string>* warnings);
+  // Starts the tracers at `recording->window.start_ns` (the wake-up); those that refuse become
+  // warnings. Then moves the window's start to where the started tracers' data begins
+  // (DataStartNs) and sets the start and wake errors.
+  void StartTracers(Recording* recording);
   // Builds the XSpace from what the started tracers recorded.
   tensorflow::profiler::XSpace Collect(Recording& recording, TracerStats* stats);
   // The capture's digest for cross-host analysis, into the session's status.

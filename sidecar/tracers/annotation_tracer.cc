@@ -286,6 +286,15 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window, const CaptureC
     prepared_ = false;
     window_ = window;
     stop_ns_ = window.planned_stop_ns;
+    // With the recorder covering the requested instant, the records written between it and
+    // this (late) wake-up are kept already, with the workload's own timestamps: the capture
+    // takes its window from the instant itself.
+    data_start_ns_ = window.start_ns;
+    const int64_t requested = window.requested_start_ns;
+    if (requested > 0 && requested < window.start_ns &&
+        RecorderCoversLocked(requested, host_level_, window.start_ns)) {
+      data_start_ns_ = requested;
+    }
     if (recorder_on()) {
       // The drainer's first drain of the capture takes the lookback from the recorder, off the
       // start instant's path.
@@ -298,6 +307,25 @@ absl::Status AnnotationTracer::Start(const CaptureWindow& window, const CaptureC
   }
   shm_->control().ArmHost(host_level, window.start_ns, window.planned_stop_ns);
   return absl::OkStatus();
+}
+
+bool AnnotationTracer::RecorderCoversLocked(int64_t since_ns, uint32_t level,
+                                            int64_t now_ns) const {
+  if (!recorder_on() || options_.recorder_window_ms <= 0 || level > options_.recorder_level) {
+    return false;
+  }
+  if (recorder_since_ns_ > since_ns) return false;
+  if (SaturatingSub(now_ns, options_.recorder_window_ms * kNanosPerMilli) > since_ns) return false;
+  // A ring that was full between drains since then lost records of the stretch.
+  for (const auto& [when, count] : recorder_drops_) {
+    if (when >= since_ns) return false;
+  }
+  return true;
+}
+
+int64_t AnnotationTracer::DataStartNs(const CaptureWindow& window) const {
+  MutexLock lock(&mu_);
+  return data_start_ns_ > 0 ? data_start_ns_ : window.start_ns;
 }
 
 absl::Status AnnotationTracer::Stop(int64_t stop_ns) {
@@ -406,8 +434,9 @@ uint64_t AnnotationTracer::DrainLocked() {
 
 void AnnotationTracer::TakeLookbackLocked() {
   lookback_pending_ = false;
-  if (lookback_asked_ns_ <= 0) return;
-  const int64_t start_ns = window_.start_ns;
+  // From the data start: the requested instant when the recorder covers it, else the wake-up.
+  const int64_t start_ns = data_start_ns_ > 0 ? data_start_ns_ : window_.start_ns;
+  if (lookback_asked_ns_ <= 0 && start_ns >= window_.start_ns) return;
   const int64_t cutoff = SaturatingSub(start_ns, lookback_asked_ns_);
   const int64_t reached_from = std::max(cutoff, recorder_since_ns_);
   lookback_ns_ = std::max<int64_t>(0, SaturatingSub(start_ns, reached_from));
@@ -500,8 +529,10 @@ void AnnotationTracer::CloseEndedRingsLocked() {
 absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
   MutexLock lock(&mu_);
   if (lookback_pending_) TakeLookbackLocked();  // a capture stopped before its first drain
-  // The window reaches back as far as the recorder did.
-  const int64_t start_ns = SaturatingSub(window_.start_ns, lookback_ns_);
+  // The window begins at the data start (the requested instant when the recorder covered it)
+  // and reaches back as far as the recorder did.
+  const int64_t data_start_ns = data_start_ns_ > 0 ? data_start_ns_ : window_.start_ns;
+  const int64_t start_ns = SaturatingSub(data_start_ns, lookback_ns_);
   const int64_t stop_ns = stop_ns_;
   XPlaneBuilder plane(xspace::FindOrAddMutablePlaneWithName(space, xspace::kHostThreadsPlaneName));
   std::set<int64_t> used_line_ids;

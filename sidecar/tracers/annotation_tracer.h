@@ -74,6 +74,9 @@ class AnnotationTracer final : public Tracer {
   // Finds the rings before the start instant, so Start itself is cheap.
   absl::Status Prepare(const CaptureWindow& window, const CaptureConfig& config) override;
   absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) override;
+  // The requested start instant when the recorder holds everything since then at the capture's
+  // level; else the wake-up (window.start_ns).
+  int64_t DataStartNs(const CaptureWindow& window) const override;
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
 
@@ -114,8 +117,12 @@ class AnnotationTracer final : public Tracer {
   void PrepareLocked(const CaptureWindow& window, const CaptureConfig& config)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t DrainLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies what the recorder kept from the lookback's start into the capture (once, before the
-  // capture's first drain).
+  // Whether the recorder holds every record since `since_ns` at `level` (nothing let go, no ring
+  // full between drains since then).
+  bool RecorderCoversLocked(int64_t since_ns, uint32_t level, int64_t now_ns) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies what the recorder kept from the data start (less the lookback) into the capture
+  // (once, before the capture's first drain).
   void TakeLookbackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets go what is older than the window or beyond the memory bound.
   void TrimRecorderLocked(int64_t now_ns) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -131,6 +138,9 @@ class AnnotationTracer final : public Tracer {
   mutable Mutex mu_;
   RingSet<Ring> rings_ ABSL_GUARDED_BY(mu_);
   CaptureWindow window_ ABSL_GUARDED_BY(mu_);
+  // Where the capture's own window begins (before any lookback): the requested start instant
+  // when the recorder covers it, else the wake-up. Set by Start.
+  int64_t data_start_ns_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t stop_ns_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t max_events_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t kept_ ABSL_GUARDED_BY(mu_) = 0;

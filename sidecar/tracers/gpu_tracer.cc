@@ -164,6 +164,11 @@ absl::Status GpuTracer::Start(const CaptureWindow& window, const CaptureConfig& 
   return absl::OkStatus();
 }
 
+int64_t GpuTracer::DataStartNs(const CaptureWindow& window) const {
+  MutexLock lock(&mu_);
+  return !rings_.empty() || metrics_started_ ? window.start_ns : 0;
+}
+
 absl::Status GpuTracer::Stop(int64_t stop_ns) {
   shm_->control().DisarmDevice();
   MutexLock lock(&mu_);

@@ -89,6 +89,9 @@ class GpuTracer final : public Tracer {
   // Arms the processes ahead of the start, so CUPTI is recording when the window opens.
   absl::Status Prepare(const CaptureWindow& window, const CaptureConfig& config) override;
   absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) override;
+  // CUPTI and the GPU counters record from the start only: window.start_ns while a CUDA process
+  // is attached or the counters run, else 0 (nothing of this tracer's holds the start back).
+  int64_t DataStartNs(const CaptureWindow& window) const override;
   absl::Status Stop(int64_t stop_ns) override;
   absl::Status CollectInto(tensorflow::profiler::XSpace* space, TracerStats* stats) override;
 
@@ -115,7 +118,7 @@ class GpuTracer final : public Tracer {
   ShmTransport* const shm_;
   const std::unique_ptr<GpuMetricsSampler> metrics_;
 
-  Mutex mu_;
+  mutable Mutex mu_;
   RingSet<Ring> rings_ ABSL_GUARDED_BY(mu_);
   CaptureWindow window_ ABSL_GUARDED_BY(mu_);
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;

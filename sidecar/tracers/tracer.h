@@ -25,11 +25,17 @@ class XSpace;
 
 namespace clusterprof::sidecar {
 
-// When a capture records. Wall clock, ns since the Unix epoch: the instant the tracers start, and
-// the planned stop (Terminate or a cancelled client may end the capture earlier).
+// When a capture records. Wall clock, ns since the Unix epoch: the instant the tracers start (the
+// sidecar's wake-up), and the planned stop (Terminate or a cancelled client may end the capture
+// earlier).
 struct CaptureWindow {
   int64_t start_ns = 0;
   int64_t planned_stop_ns = 0;
+  // The start instant the request asked for (start_timestamp_ns) when the sidecar waited for it,
+  // at or before start_ns: a tracer that holds what happened before its Start (the flight
+  // recorder) begins its data there, whatever the wake-up's delay. 0 when the request asked for
+  // no instant, or one already past when it arrived.
+  int64_t requested_start_ns = 0;
 };
 
 // What a capture asks of the tracers: the ProfileOptions of the request as the client sent them
@@ -84,6 +90,12 @@ class Tracer {
   // Begins recording; called at window.start_ns. Keep it quick: every sidecar on a machine runs
   // its Start at the same instant.
   virtual absl::Status Start(const CaptureWindow& window, const CaptureConfig& config) = 0;
+  // Where this capture's data from this tracer begins, asked once Start succeeded (window as
+  // given to Start; a lookback is not counted): window.start_ns for a tracer that records from
+  // its Start (the default); as early as window.requested_start_ns for one that reaches back; 0
+  // for one that has nothing to record from its Start (no source attached), so that it does not
+  // hold the capture's start back.
+  virtual int64_t DataStartNs(const CaptureWindow& window) const { return window.start_ns; }
   // Ends recording at `stop_ns` (wall clock); what was recorded until then is kept.
   virtual absl::Status Stop(int64_t stop_ns) = 0;
   // Adds what was recorded to `space` and counts it into `stats`. Warnings go into

@@ -12,6 +12,9 @@
 #include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sidecar/sdk/ring_writer.h"
+#include "sidecar/tracers/annotation_tracer.h"
+#include "sidecar/tracers/shm_transport.h"
 #include "tests/support/temp_dir.h"
 
 namespace clusterprof::sidecar {
@@ -72,8 +75,14 @@ class FakeTracer final : public Tracer {
     return stop_ns_;
   }
 
+  int64_t DataStartNs(const CaptureWindow& window) const override {
+    return data_start ? data_start(window) : window.start_ns;
+  }
+
   int events = 3;
   absl::Status start_error;
+  // Where its data starts (DataStartNs); unset: at its Start, as a GPU tracer.
+  std::function<int64_t(const CaptureWindow&)> data_start;
   std::function<void()> on_start;  // called at the top of Start, when set
 
  private:
@@ -534,6 +543,155 @@ TEST_F(SessionTest, TheTracersStartWithinTheClocksStartInstant) {
   EXPECT_EQ(clock.instants, 1);
   EXPECT_TRUE(started_inside) << "the start reading and the tracers' Start go together";
   EXPECT_EQ(started->first->Snapshot().start_error_ns(), 0);
+}
+
+// A sidecar that wakes 5 ms after the requested instant T0 (busy CPUs, no SCHED_FIFO) beside a
+// workload that annotates all along, with the real annotation tracer and its flight recorder.
+class LateWakeTest : public SessionTest {
+ protected:
+  static constexpr int64_t kWake = 5 * kMs;
+
+  void SetUp() override {
+    auto shm = ShmTransport::Create({.dir = shm_dir_.path()});
+    ASSERT_TRUE(shm.ok()) << shm.status();
+    shm_ = std::move(*shm);
+    std::string error;
+    shm::RingOptions ring;
+    ring.process_name = "trainer";
+    ring.max_threads = 2;
+    writer_ = shm::RingWriter::Create(shm_dir_.path(), ring, &error);
+    ASSERT_NE(writer_, nullptr) << error;
+    thread_ = writer_->ClaimThread(7);
+  }
+  std::unique_ptr<AnnotationTracer> NewAnnotationTracer(uint32_t recorder_level) {
+    AnnotationTracer::Options options;
+    options.recorder_level = recorder_level;
+    options.recorder_window_ms = 10'000;
+    options.drain_interval_ms = 3'600'000;  // the test drains
+    options.recorder_drain_interval_ms = 3'600'000;
+    options.now_ns = [this] { return clock_.WallNs(); };
+    auto tracer = AnnotationTracer::Create(shm_.get(), options);
+    EXPECT_TRUE(tracer.ok()) << tracer.status();
+    return std::move(*tracer);
+  }
+  void Annotate(std::string_view name, int64_t start_ns, int64_t end_ns) {
+    shm::Record record{};
+    record.kind = shm::RecordKind::kComplete;
+    record.name_id = writer_->Intern(name);
+    record.start_ns = start_ns;
+    record.end_ns = end_ns;
+    thread_->Append(record);
+  }
+  // Runs a 100 ms capture at T0 = now + 1 s that wakes kWake late; the workload annotates before
+  // T0, between T0 and the wake-up (drained by the recorder, and still in its ring), and during
+  // the capture. Returns the session's status; `space` gets the XSpace.
+  clusterprof::v1alpha1::GetSessionResponse CaptureLate(AnnotationTracer& annotations,
+                                                        std::vector<Tracer*> tracers, XSpace* space,
+                                                        int64_t* t0_out) {
+    SessionManager sessions(clock_, std::move(tracers));
+    const int64_t t0 = clock_.WallNs() + 1000 * kMs;
+    *t0_out = t0;
+    Waiter waiter;
+    auto started =
+        sessions.StartOrJoin(Request("late", t0, 100, /*emit_xspace=*/true), waiter.Callback());
+    EXPECT_TRUE(started.ok()) << started.status();
+    std::shared_ptr<CaptureSession> session = started->first;
+    clock_.WaitForSleepers(1);
+    Annotate("before_instant", t0 - 3 * kMs, t0 - 1 * kMs);
+    Annotate("after_instant", t0 + 1 * kMs, t0 + 2 * kMs);
+    annotations.DrainOnce();  // the recorder's drain between captures
+    Annotate("in_ring", t0 + 3 * kMs, t0 + 4 * kMs);
+    clock_.AdvanceNs(1000 * kMs + kWake);
+    while (session->Snapshot().state() != clusterprof::v1alpha1::SESSION_STATE_CAPTURING) {
+      std::this_thread::yield();
+    }
+    clock_.WaitForSleepers(1);
+    Annotate("during", t0 + 6 * kMs, t0 + 7 * kMs);
+    clock_.AdvanceNs(100 * kMs);
+    waiter.done.WaitForNotification();
+    EXPECT_TRUE(waiter.result.ok()) << waiter.result.status();
+    if (waiter.result.ok()) *space = *waiter.result->xspace;
+    return session->Snapshot();
+  }
+  static std::vector<std::string> EventNames(const XSpace& space) {
+    std::vector<std::string> names;
+    const auto* plane = xspace::FindPlaneWithName(space, xspace::kHostThreadsPlaneName);
+    if (plane == nullptr) return names;
+    for (const auto& line : plane->lines()) {
+      for (const auto& event : line.events()) {
+        names.push_back(plane->event_metadata().at(event.metadata_id()).name());
+      }
+    }
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  static uint64_t ProfileStart(const XSpace& space) {
+    const auto* env = xspace::FindPlaneWithName(space, xspace::kTaskEnvPlaneName);
+    if (env == nullptr) return 0;
+    for (const auto& stat : env->stats()) {
+      if (env->stat_metadata().at(stat.metadata_id()).name() == xspace::kProfileStartTime) {
+        return stat.uint64_value();
+      }
+    }
+    return 0;
+  }
+
+  TempDir shm_dir_;
+  std::unique_ptr<ShmTransport> shm_;
+  std::unique_ptr<shm::RingWriter> writer_;
+  shm::ThreadRing* thread_ = nullptr;
+};
+
+TEST_F(LateWakeTest, WithTheRecorderTheDataStartsAtTheRequestedInstant) {
+  auto annotations = NewAnnotationTracer(/*recorder_level=*/2);
+  XSpace space;
+  int64_t t0 = 0;
+  auto status = CaptureLate(*annotations, {annotations.get()}, &space, &t0);
+  EXPECT_THAT(EventNames(space), ::testing::ElementsAre("after_instant", "during", "in_ring"));
+  EXPECT_EQ(status.start_time_ns(), t0);
+  EXPECT_EQ(status.start_error_ns(), 0);
+  EXPECT_EQ(status.wake_error_ns(), kWake);
+  EXPECT_EQ(ProfileStart(space), static_cast<uint64_t>(t0));
+  EXPECT_EQ(status.stop_time_ns(), t0 + 100 * kMs + kWake) << "the stop's own wake-up";
+}
+
+TEST_F(LateWakeTest, WithoutTheRecorderTheDataStartsAtTheWakeUp) {
+  auto annotations = NewAnnotationTracer(/*recorder_level=*/0);
+  XSpace space;
+  int64_t t0 = 0;
+  auto status = CaptureLate(*annotations, {annotations.get()}, &space, &t0);
+  EXPECT_THAT(EventNames(space), ::testing::ElementsAre("during"));
+  EXPECT_EQ(status.start_time_ns(), t0 + kWake);
+  EXPECT_EQ(status.start_error_ns(), kWake);
+  EXPECT_EQ(status.wake_error_ns(), kWake);
+  EXPECT_EQ(ProfileStart(space), static_cast<uint64_t>(t0 + kWake));
+}
+
+TEST_F(LateWakeTest, ATracerThatRecordsOnlyFromItsStartKeepsTheWakeUpAsTheStart) {
+  auto annotations = NewAnnotationTracer(/*recorder_level=*/2);
+  tracer_.events = 0;  // a GPU tracer, say: its data starts when it starts
+  XSpace space;
+  int64_t t0 = 0;
+  auto status = CaptureLate(*annotations, {annotations.get(), &tracer_}, &space, &t0);
+  EXPECT_EQ(status.start_time_ns(), t0 + kWake);
+  EXPECT_EQ(status.start_error_ns(), kWake);
+  EXPECT_EQ(status.wake_error_ns(), kWake);
+  // The annotations still reach back to T0 (aligned across hosts); the capture as a whole starts
+  // at the wake-up, where the GPU data begins.
+  EXPECT_THAT(EventNames(space), ::testing::ElementsAre("after_instant", "during", "in_ring"));
+  EXPECT_EQ(tracer_.window().requested_start_ns, t0);
+}
+
+TEST_F(LateWakeTest, ATracerWithNothingToRecordDoesNotHoldTheStartBack) {
+  auto annotations = NewAnnotationTracer(/*recorder_level=*/2);
+  tracer_.events = 0;
+  tracer_.data_start = [](const CaptureWindow&) { return int64_t{0}; };  // a GPU tracer, no CUDA
+  XSpace space;
+  int64_t t0 = 0;
+  auto status = CaptureLate(*annotations, {annotations.get(), &tracer_}, &space, &t0);
+  EXPECT_EQ(status.start_error_ns(), 0);
+  EXPECT_EQ(status.wake_error_ns(), kWake);
+  EXPECT_THAT(EventNames(space), ::testing::ElementsAre("after_instant", "during", "in_ring"));
 }
 
 }  // namespace

@@ -166,6 +166,10 @@ TEST_F(SidecarIntegrationTest, CapturesAcrossFourSidecars) {
     EXPECT_TRUE(target.is_sidecar);
     EXPECT_GE(target.clock_uncertainty_ns, 0);
     EXPECT_TRUE(target.start_known);
+    // Annotations only (no GPU here), the flight recorder on: the data starts at T0 itself,
+    // however late the sidecar woke (docs/sidecar.md, "Start").
+    EXPECT_EQ(target.start_error_ns, 0) << "wake error " << target.wake_error_ns;
+    EXPECT_GE(target.wake_error_ns, 0);
     EXPECT_GT(target.events, 0u);
     EXPECT_GT(target.bytes, 0u);
     ASSERT_EQ(target.files.size(), 2u);

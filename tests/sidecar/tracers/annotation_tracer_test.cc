@@ -426,9 +426,10 @@ class RecorderTest : public AnnotationTracerTest {
     return config;
   }
   XSpace CaptureWith(AnnotationTracer& tracer, const CaptureConfig& config,
-                     const std::function<void()>& during, TracerStats* stats) {
-    EXPECT_TRUE(tracer.Prepare(Window(), config).ok());
-    EXPECT_TRUE(tracer.Start(Window(), config).ok());
+                     const std::function<void()>& during, TracerStats* stats,
+                     const CaptureWindow& window = Window()) {
+    EXPECT_TRUE(tracer.Prepare(window, config).ok());
+    EXPECT_TRUE(tracer.Start(window, config).ok());
     during();
     EXPECT_TRUE(tracer.Stop(kStop).ok());
     XSpace space;
@@ -492,6 +493,112 @@ TEST_F(RecorderTest, ALookbackHoldsTheEventsBeforeTheStartAndNothingOlder) {
       [&] { thread->Append(process.Complete("again", kStart + 30, kStart + 40)); }, &second);
   EXPECT_THAT(Names(next), ::testing::ElementsAre("again"));
   EXPECT_EQ(second.lookback_ns, 0);
+}
+
+// A sidecar that wakes 5 ms after the requested instant (a busy node, no SCHED_FIFO).
+constexpr int64_t kWakeDelay = 5'000'000;
+CaptureWindow LateWindow() { return {kStart + kWakeDelay, kStop + kWakeDelay, kStart}; }
+
+// Records on both sides of the requested instant, as the workload writes them before the late
+// wake-up: the older ones drained by the recorder between captures, the last ones still in the
+// ring when the capture starts.
+void WriteAroundTheInstant(FakeProcess& process, shm::ThreadRing* thread, AnnotationTracer& tracer,
+                           std::atomic<int64_t>& now) {
+  thread->Append(process.Complete("before_instant", kStart - 3'000'000, kStart - 1'000'000));
+  thread->Append(process.Complete("after_instant", kStart + 1'000'000, kStart + 2'000'000));
+  now = kStart + 3'000'000;
+  tracer.DrainOnce();
+  thread->Append(process.Complete("in_ring", kStart + 3'500'000, kStart + 4'000'000));
+  now = kStart + kWakeDelay;
+}
+
+TEST_F(RecorderTest, ALateStartTakesItsWindowFromTheRequestedInstant) {
+  now_ = kStart - 1'000'000'000;
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  WriteAroundTheInstant(process, thread, *tracer, now_);
+
+  ASSERT_TRUE(tracer->Prepare(LateWindow(), Config()).ok());
+  ASSERT_TRUE(tracer->Start(LateWindow(), Config()).ok());
+  EXPECT_EQ(tracer->DataStartNs(LateWindow()), kStart);
+  thread->Append(process.Complete("during", kStart + 6'000'000, kStart + 7'000'000));
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  XSpace space;
+  TracerStats stats;
+  ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("after_instant", "during", "in_ring"));
+  EXPECT_EQ(stats.lookback_ns, 0);
+  for (const std::string& warning : space.warnings()) ADD_FAILURE() << warning;
+}
+
+TEST_F(RecorderTest, ALateStartsLookbackIsMeasuredFromTheRequestedInstant) {
+  now_ = kStart - 2'000'000'000;
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  thread->Append(process.Complete("too_old", kStart - 1'200'000'000, kStart - 1'100'000'000));
+  thread->Append(process.Complete("looked_back", kStart - 900'000'000, kStart - 800'000'000));
+  WriteAroundTheInstant(process, thread, *tracer, now_);
+  TracerStats stats;
+  XSpace space;
+  ASSERT_TRUE(tracer->Prepare(LateWindow(), LookbackConfig(1'000)).ok());
+  ASSERT_TRUE(tracer->Start(LateWindow(), LookbackConfig(1'000)).ok());
+  EXPECT_EQ(tracer->DataStartNs(LateWindow()), kStart);
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
+  EXPECT_THAT(Names(space),
+              ::testing::ElementsAre("after_instant", "before_instant", "in_ring", "looked_back"));
+  EXPECT_EQ(stats.lookback_ns, 1'000'000'000);
+  for (const std::string& warning : space.warnings()) ADD_FAILURE() << warning;
+}
+
+TEST_F(RecorderTest, ARecorderStartedAfterTheInstantStartsAtTheWakeUp) {
+  now_ = kStart + 500'000;  // the sidecar started just after the requested instant
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  WriteAroundTheInstant(process, thread, *tracer, now_);
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, Config(),
+      [&] {
+        EXPECT_EQ(tracer->DataStartNs(LateWindow()), kStart + kWakeDelay);
+        thread->Append(process.Complete("during", kStart + 6'000'000, kStart + 7'000'000));
+      },
+      &stats, LateWindow());
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("during"));
+  for (const std::string& warning : space.warnings()) ADD_FAILURE() << warning;
+}
+
+TEST_F(RecorderTest, ACaptureAboveTheRecordersLevelStartsAtTheWakeUp) {
+  now_ = kStart - 1'000'000'000;
+  auto tracer = NewTracerWith(RecorderOptions());
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  WriteAroundTheInstant(process, thread, *tracer, now_);
+  CaptureConfig verbose = Config();
+  verbose.options.set_host_tracer_level(3);  // the recorder kept level 2 only
+  TracerStats stats;
+  XSpace space = CaptureWith(
+      *tracer, verbose, [&] { EXPECT_EQ(tracer->DataStartNs(LateWindow()), kStart + kWakeDelay); },
+      &stats, LateWindow());
+  EXPECT_THAT(Names(space), ::testing::IsEmpty());
+}
+
+TEST_F(RecorderTest, WithoutTheRecorderALateStartBeginsAtTheWakeUp) {
+  auto tracer = NewTracer();
+  FakeProcess process(dir_.path());
+  shm::ThreadRing* thread = process.Thread(7, "trainer");
+  thread->Append(process.Complete("after_instant", kStart + 1'000'000, kStart + 2'000'000));
+  ASSERT_TRUE(tracer->Start(LateWindow(), Config()).ok());
+  EXPECT_EQ(tracer->DataStartNs(LateWindow()), kStart + kWakeDelay);
+  thread->Append(process.Complete("during", kStart + 6'000'000, kStart + 7'000'000));
+  ASSERT_TRUE(tracer->Stop(kStop).ok());
+  XSpace space;
+  TracerStats stats;
+  ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
+  EXPECT_THAT(Names(space), ::testing::ElementsAre("during"));
 }
 
 TEST_F(RecorderTest, ALookbackReachesOnlyAsFarAsTheRecorderRanAndSaysSo) {
