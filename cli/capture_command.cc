@@ -2,6 +2,8 @@
 // line per host on a terminal and a summary table at the end.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,6 +67,10 @@ class ProgressPrinter {
       : err_(err), terminal_(terminal), duration_ms_(duration_ms) {}
 
   void Update(const RunResult& state, int64_t now_ns) {
+    if (state.targets.size() > analysis::kTextAllHostsUpTo) {
+      UpdateMany(state, now_ns);
+      return;
+    }
     if (terminal_) {
       if (lines_ > 0) err_ << "\x1b[" << lines_ << "A";
       for (const TargetResult& target : state.targets) {
@@ -88,29 +94,115 @@ class ProgressPrinter {
   }
 
  private:
+  // Many hosts: one line of counts by phase (redrawn on a terminal, else printed when it
+  // changes), and each host that ends without data on a line of its own.
+  void UpdateMany(const RunResult& state, int64_t now_ns) {
+    size_t phases[5] = {0, 0, 0, 0, 0};
+    for (const TargetResult& target : state.targets) {
+      ++phases[static_cast<int>(target.phase)];
+      if (target.phase == Phase::kDone && target.outcome != Outcome::kOk) {
+        const std::string key = fmt::format("{}#{}", target.address, target.attempts);
+        if (printed_.emplace(key, true).second) {
+          if (terminal_) err_ << "\r\x1b[2K";
+          err_ << fmt::format("  {:<24} attempt {}: {}\n", target.host_name, target.attempts,
+                              ProgressText(target, state, now_ns, duration_ms_));
+        }
+      }
+    }
+    const std::string line = fmt::format(
+        "  {} hosts: {} connecting, {} waiting, {} capturing, {} collecting, {} done",
+        state.targets.size(), phases[static_cast<int>(Phase::kProbing)],
+        phases[static_cast<int>(Phase::kWaiting)], phases[static_cast<int>(Phase::kCapturing)],
+        phases[static_cast<int>(Phase::kCollecting)], phases[static_cast<int>(Phase::kDone)]);
+    if (terminal_) {
+      last_line_ = line;
+      err_ << "\r\x1b[2K" << line;
+      if (phases[static_cast<int>(Phase::kDone)] == state.targets.size()) err_ << "\n";
+      err_.flush();
+    } else if (line != last_line_ &&
+               (now_ns - last_print_ns_ >= kNanosPerSecond ||
+                phases[static_cast<int>(Phase::kDone)] == state.targets.size())) {
+      // Elsewhere (a log, a pipe): at most once a second, and the last.
+      err_ << line << "\n";
+      last_line_ = line;
+      last_print_ns_ = now_ns;
+    }
+  }
+
   std::ostream& err_;
   const bool terminal_;
   const int64_t duration_ms_;
   int lines_ = 0;
   std::map<std::string, bool> printed_;
+  std::string last_line_;
+  int64_t last_print_ns_ = 0;
 };
 
-void PrintSummary(const RunResult& result, std::ostream& out) {
+std::string SummaryRow(const TargetResult& t) {
+  const std::string events = t.stats_known ? fmt::format("{}", t.events) : "-";
+  const std::string dropped = t.stats_known ? fmt::format("{}", t.dropped_events) : "-";
+  const std::string bytes = t.stats_known ? FormatBytes(t.bytes) : "-";
+  const std::string start = t.start_known ? FormatMicros(t.start_error_ns) : "-";
+  std::string note = t.message;
+  if (note.empty() && !t.warnings.empty()) note = t.warnings.front();
+  if (note.empty() && t.attempts > 1) note = fmt::format("{} attempts", t.attempts);
+  if (note.empty() && !t.is_sidecar && t.outcome != Outcome::kFailed) {
+    note = "not a clusterprof sidecar: clock not probed";
+  }
+  return fmt::format("  {:<24} {:<8} {:>9} {:>8} {:>11} {:>12}  {}\n", t.host_name,
+                     coordinator::OutcomeName(t.outcome), events, dropped, bytes, start, note);
+}
+
+// A host needs attention when it has no data or started more than 1 ms from T0.
+constexpr int64_t kLateStartNs = 1'000'000;
+
+}  // namespace
+
+void PrintCaptureSummary(const RunResult& result, bool all, std::ostream& out) {
   out << fmt::format("\n  {:<24} {:<8} {:>9} {:>8} {:>11} {:>12}  {}\n", "host", "outcome",
                      "events", "dropped", "bytes", "start error", "note");
-  for (const TargetResult& t : result.targets) {
-    const std::string events = t.stats_known ? fmt::format("{}", t.events) : "-";
-    const std::string dropped = t.stats_known ? fmt::format("{}", t.dropped_events) : "-";
-    const std::string bytes = t.stats_known ? FormatBytes(t.bytes) : "-";
-    const std::string start = t.start_known ? FormatMicros(t.start_error_ns) : "-";
-    std::string note = t.message;
-    if (note.empty() && !t.warnings.empty()) note = t.warnings.front();
-    if (note.empty() && t.attempts > 1) note = fmt::format("{} attempts", t.attempts);
-    if (note.empty() && !t.is_sidecar && t.outcome != Outcome::kFailed) {
-      note = "not a clusterprof sidecar: clock not probed";
+  if (all || result.targets.size() <= analysis::kTextAllHostsUpTo) {
+    for (const TargetResult& t : result.targets) out << SummaryRow(t);
+  } else {
+    // Failed and empty first (in order), then the latest starts; the rest in one line.
+    std::vector<const TargetResult*> shown;
+    for (const TargetResult& t : result.targets) {
+      if (t.outcome != Outcome::kOk && shown.size() < analysis::kTextWorstHosts) {
+        shown.push_back(&t);
+      }
     }
-    out << fmt::format("  {:<24} {:<8} {:>9} {:>8} {:>11} {:>12}  {}\n", t.host_name,
-                       coordinator::OutcomeName(t.outcome), events, dropped, bytes, start, note);
+    std::vector<const TargetResult*> late;
+    for (const TargetResult& t : result.targets) {
+      if (t.outcome == Outcome::kOk && t.start_known &&
+          std::llabs(t.start_error_ns) > kLateStartNs) {
+        late.push_back(&t);
+      }
+    }
+    std::sort(late.begin(), late.end(), [](const TargetResult* a, const TargetResult* b) {
+      return std::llabs(a->start_error_ns) > std::llabs(b->start_error_ns);
+    });
+    for (const TargetResult* t : late) {
+      if (shown.size() == analysis::kTextWorstHosts) break;
+      shown.push_back(t);
+    }
+    for (const TargetResult* t : shown) out << SummaryRow(*t);
+    std::vector<int64_t> errors;
+    uint64_t events = 0;
+    for (const TargetResult& t : result.targets) {
+      if (std::find(shown.begin(), shown.end(), &t) != shown.end()) continue;
+      if (t.start_known) errors.push_back(std::llabs(t.start_error_ns));
+      events += t.events;
+    }
+    std::sort(errors.begin(), errors.end());
+    const auto at = [&](double p) {
+      return errors.empty() ? std::string("-")
+                            : FormatMicros(errors[std::min(
+                                  errors.size() - 1,
+                                  static_cast<size_t>(p * static_cast<double>(errors.size())))]);
+    };
+    out << fmt::format(
+        "  ... {} more hosts: {} events, start error p50 {}, p99 {} (--all lists every host)\n",
+        result.targets.size() - shown.size(), events, at(0.50), at(0.99));
   }
   out << fmt::format("\n  {} of {} hosts returned data ({} empty, {} failed); max start skew {}\n",
                      result.succeeded, result.targets.size(), result.empty, result.failed,
@@ -118,25 +210,42 @@ void PrintSummary(const RunResult& result, std::ostream& out) {
                          ? fmt::format("{:.0f} us", result.max_start_skew_ns / 1000.0)
                          : std::string("unknown"));
   // With a lookback: how far back each host's trace reaches (a recorder that started late, or
-  // hit its memory bound, reaches less far).
-  std::vector<std::string> lookbacks;
+  // hit its memory bound, reaches less far); the ten that reach least when there are many.
+  std::vector<const TargetResult*> reached;
   for (const TargetResult& t : result.targets) {
-    if (t.stats_known && t.lookback_ns > 0) {
-      lookbacks.push_back(fmt::format("{} {:.1f} s", t.host_name, t.lookback_ns / 1e9));
-    }
+    if (t.stats_known && t.lookback_ns > 0) reached.push_back(&t);
   }
-  if (!lookbacks.empty()) {
-    out << fmt::format("  lookback before the start: {}\n", absl::StrJoin(lookbacks, ", "));
+  if (!reached.empty()) {
+    std::stable_sort(reached.begin(), reached.end(),
+                     [](const TargetResult* a, const TargetResult* b) {
+                       return a->lookback_ns < b->lookback_ns;
+                     });
+    std::vector<std::string> lookbacks;
+    for (size_t i = 0; i < reached.size() && i < 10; ++i) {
+      lookbacks.push_back(
+          fmt::format("{} {:.1f} s", reached[i]->host_name, reached[i]->lookback_ns / 1e9));
+    }
+    out << fmt::format(
+        "  lookback before the start: {}{}\n", absl::StrJoin(lookbacks, ", "),
+        reached.size() > 10 ? fmt::format(", and {} more", reached.size() - 10) : "");
   }
 }
+
+namespace {
 
 // The cross-host verdict from the sidecars' digests, as `clusterprof report` words it, and the
 // hosts it left out.
 void PrintVerdict(const RunResult& result, std::ostream& out) {
   if (result.report == nullptr) return;
   const analysis::Analysis& a = result.report->analysis;
-  std::string text = analysis::FormatVerdictText(a);
-  for (const std::string& left : a.left_out) text += fmt::format("left out: {}\n", left);
+  std::string text = analysis::FormatVerdictText(a, analysis::kTextWorstHosts);
+  for (size_t i = 0; i < a.left_out.size() && i < analysis::kTextWorstHosts; ++i) {
+    text += fmt::format("left out: {}\n", a.left_out[i]);
+  }
+  if (a.left_out.size() > analysis::kTextWorstHosts) {
+    text +=
+        fmt::format("left out: and {} more hosts\n", a.left_out.size() - analysis::kTextWorstHosts);
+  }
   if (text.empty()) return;
   out << "\n";
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
@@ -201,7 +310,7 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
     return result.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailure;
   }
   const RunResult& final_result = result.ok() ? *result : last;
-  PrintSummary(final_result, out);
+  PrintCaptureSummary(final_result, options.all, out);
   if (!result.ok()) {
     err << "clusterprof capture: " << result.status().message() << "\n";
     return kExitFailure;

@@ -10,6 +10,10 @@
 
 #include "proto/profile_options.h"
 
+namespace clusterprof::coordinator {
+struct RunResult;
+}  // namespace clusterprof::coordinator
+
 namespace clusterprof::cli {
 
 inline constexpr int kExitOk = 0;
@@ -84,10 +88,19 @@ struct CaptureOptions {
   bool progress = true;
   // A file with the bearer token of sidecars started with --auth-token-file.
   std::string token_file;
+  // A summary row for every host; without it, a capture of more than
+  // analysis::kTextAllHostsUpTo hosts shows those that need attention and one line for the rest.
+  bool all = false;
 };
 
 // clusterprof capture --service-addr a:8466,b:8466 --logdir DIR [--duration-ms N] ...
 int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& err);
+
+// The summary table of a capture: a row per host when there are at most
+// analysis::kTextAllHostsUpTo of them (or `all`); otherwise the hosts that need attention
+// (failed, empty, then the latest starts beyond 1 ms), analysis::kTextWorstHosts at most, and one
+// line for the others. Then the outcome counts, and the lookback each host reached.
+void PrintCaptureSummary(const coordinator::RunResult& result, bool all, std::ostream& out);
 
 struct TopOptions {
   // host:port[,host:port...]; grpc:// prefixes are accepted.

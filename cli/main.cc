@@ -153,6 +153,9 @@ int main(int argc, char** argv) {
                           "Comma list of host names, one per address (default: each sidecar's "
                           "own name, else the address)");
   capture_cmd->add_flag("!--no-progress", capture.progress, "No live progress lines");
+  capture_cmd->add_flag("--all", capture.all,
+                        "A summary row for every host (default: over 25 hosts, those that need "
+                        "attention and one line for the rest)");
 
   clusterprof::cli::TopOptions top;
   CLI::App* top_cmd = app.add_subcommand(
