@@ -428,7 +428,9 @@ TEST_F(SidecarIntegrationTest, WatchStepsStreamsTheLiveStepsWithoutACapture) {
     EXPECT_EQ(message.host_name(), "host-0");
     EXPECT_EQ(message.recorder_level(), 2);
     EXPECT_EQ(message.recorder_window_ms(), 30000);
-    if (messages == 1) EXPECT_LE(message.steps_size(), 8);
+    if (messages == 1) {
+      EXPECT_LE(message.steps_size(), 8);
+    }
     for (const auto& step : message.steps()) {
       EXPECT_GT(step.end_ns(), step.start_ns());
       steps.push_back(step.step());
