@@ -727,29 +727,17 @@ void IntArray(JsonWriter& json, std::string_view key, const std::vector<int64_t>
   for (int64_t value : values) json.Int(value);
   json.Close(']');
 }
-// In units, null where there is no value.
+// In units, null where there is no value; each measured from origins[j] when given (its column's
+// earliest start).
 void UnitsArray(JsonWriter& json, std::string_view key, const std::vector<int64_t>& values,
-                int64_t minus = 0) {
+                const std::vector<int64_t>* origins = nullptr) {
   json.Key(key);
   json.Open('[');
   for (size_t j = 0; j < values.size(); ++j) {
     if (values[j] == kNone) {
       json.Null();
     } else {
-      json.Int(Units(SaturatingSub(values[j], minus)));
-    }
-  }
-  json.Close(']');
-}
-void UnitsFromColumnStart(JsonWriter& json, std::string_view key,
-                          const std::vector<int64_t>& values, const Page& page) {
-  json.Key(key);
-  json.Open('[');
-  for (size_t j = 0; j < values.size(); ++j) {
-    if (values[j] == kNone) {
-      json.Null();
-    } else {
-      json.Int(Units(SaturatingSub(values[j], page.earliest_ns[j])));
+      json.Int(Units(origins == nullptr ? values[j] : SaturatingSub(values[j], (*origins)[j])));
     }
   }
   json.Close(']');
@@ -809,11 +797,11 @@ void WriteOthers(JsonWriter& json, const Page& page) {
     json.Close('}');
   }
   json.Close(']');
-  UnitsFromColumnStart(json, "start", page.others_start_ns, page);
-  UnitsFromColumnStart(json, "end", page.others_end_ns, page);
-  UnitsFromColumnStart(json, "entry_p10", page.others_entry_p10_ns, page);
-  UnitsFromColumnStart(json, "entry_p50", page.others_entry_p50_ns, page);
-  UnitsFromColumnStart(json, "entry_p90", page.others_entry_p90_ns, page);
+  UnitsArray(json, "start", page.others_start_ns, &page.earliest_ns);
+  UnitsArray(json, "end", page.others_end_ns, &page.earliest_ns);
+  UnitsArray(json, "entry_p10", page.others_entry_p10_ns, &page.earliest_ns);
+  UnitsArray(json, "entry_p50", page.others_entry_p50_ns, &page.earliest_ns);
+  UnitsArray(json, "entry_p90", page.others_entry_p90_ns, &page.earliest_ns);
   IntArray(json, "parts", page.others_parts);
   json.Close('}');
 }

@@ -153,9 +153,6 @@ std::string SummaryRow(const TargetResult& t) {
                      coordinator::OutcomeName(t.outcome), events, dropped, bytes, start, note);
 }
 
-// A host needs attention when it has no data or started more than 1 ms from T0.
-constexpr int64_t kLateStartNs = 1'000'000;
-
 }  // namespace
 
 void PrintCaptureSummary(const RunResult& result, bool all, std::ostream& out) {
@@ -171,18 +168,8 @@ void PrintCaptureSummary(const RunResult& result, bool all, std::ostream& out) {
         shown.push_back(&t);
       }
     }
-    std::vector<const TargetResult*> late;
-    for (const TargetResult& t : result.targets) {
-      if (t.outcome == Outcome::kOk && t.start_known &&
-          std::llabs(t.start_error_ns) > kLateStartNs) {
-        late.push_back(&t);
-      }
-    }
-    std::sort(late.begin(), late.end(), [](const TargetResult* a, const TargetResult* b) {
-      return std::llabs(a->start_error_ns) > std::llabs(b->start_error_ns);
-    });
-    for (const TargetResult* t : late) {
-      if (shown.size() == analysis::kTextWorstHosts) break;
+    for (const TargetResult* t :
+         coordinator::LatestStarts(result, analysis::kTextWorstHosts - shown.size())) {
       shown.push_back(t);
     }
     for (const TargetResult* t : shown) out << SummaryRow(*t);

@@ -161,6 +161,12 @@ class Run {
   // GetInfo round trips to `subset` (clock_probes rounds, or until each stopped answering);
   // the connections of `warm` are started once the first round is sent.
   void ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_t>& warm = {});
+  // Sends one timed Sidecar.GetInfo to target `i` (counted in pending_ by the caller): `record`
+  // gets the answer and, when it came, its clock sample, under pending_.mu().
+  void AskTime(
+      size_t i,
+      std::function<void(TargetState&, const absl::StatusOr<GetInfoResponse>&, const ClockSample&)>
+          record);
   // Gives `target` the clock estimate `estimate`.
   void SetClock(TargetState& target, const ClockEstimate& estimate);
   // Judges again, on its own clock, a target whose clock (checked after the capture) disagrees
@@ -272,29 +278,22 @@ void Run::ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_
     if (probing.empty()) break;
     pending_.Add(static_cast<int>(probing.size()));
     for (size_t i : probing) {
-      const int64_t send_wall = clock_.WallNs();
-      const int64_t send_mono = clock_.MonotonicNs();
-      targets_[i].connection->GetInfo(
-          kProbeTimeoutMs * kNanosPerMilli,
-          [this, i, send_wall, send_mono](absl::StatusOr<GetInfoResponse> response) {
-            const int64_t rtt = clock_.MonotonicNs() - send_mono;
-            pending_.Complete([&] {
-              TargetState& target = targets_[i];
-              if (response.ok()) {
-                target.result.is_sidecar = true;
-                target.reported_name = response->host_name();
-                target.samples.push_back({send_wall, rtt, response->wall_time_ns()});
-                return;
-              }
-              target.probing = false;
-              if (!absl::IsUnimplemented(response.status())) {
-                // Down or unreachable; its Profile call will say so, and be retried.
-                target.down = true;
-                target.result.message = Describe(response.status());
-              }
-              // UNIMPLEMENTED: a TF/JAX profiler server; offset 0, uncertainty unknown.
-            });
-          });
+      AskTime(i, [](TargetState& target, const absl::StatusOr<GetInfoResponse>& response,
+                    const ClockSample& sample) {
+        if (response.ok()) {
+          target.result.is_sidecar = true;
+          target.reported_name = response->host_name();
+          target.samples.push_back(sample);
+          return;
+        }
+        target.probing = false;
+        if (!absl::IsUnimplemented(response.status())) {
+          // Down or unreachable; its Profile call will say so, and be retried.
+          target.down = true;
+          target.result.message = Describe(response.status());
+        }
+        // UNIMPLEMENTED: a TF/JAX profiler server; offset 0, uncertainty unknown.
+      });
     }
     if (!warmed) {
       for (size_t i : warm) targets_[i].connection->Warm();
@@ -305,6 +304,21 @@ void Run::ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_
   if (!warmed) {
     for (size_t i : warm) targets_[i].connection->Warm();
   }
+}
+
+void Run::AskTime(
+    size_t i,
+    std::function<void(TargetState&, const absl::StatusOr<GetInfoResponse>&, const ClockSample&)>
+        record) {
+  const int64_t send_wall = clock_.WallNs();
+  const int64_t send_mono = clock_.MonotonicNs();
+  targets_[i].connection->GetInfo(
+      kProbeTimeoutMs * kNanosPerMilli, [this, i, send_wall, send_mono, record = std::move(record)](
+                                            absl::StatusOr<GetInfoResponse> response) {
+        const int64_t rtt = clock_.MonotonicNs() - send_mono;
+        const ClockSample sample{send_wall, rtt, response.ok() ? response->wall_time_ns() : 0};
+        pending_.Complete([&] { record(targets_[i], response, sample); });
+      });
 }
 
 void Run::SetClock(TargetState& target, const ClockEstimate& estimate) {
@@ -524,18 +538,10 @@ void Run::QuerySessions(const std::vector<size_t>& subset) {
   pending_.Add(static_cast<int>(checks.size()));
   for (size_t i : checks) {
     targets_[i].clock_checked = true;
-    const int64_t send_wall = clock_.WallNs();
-    const int64_t send_mono = clock_.MonotonicNs();
-    targets_[i].connection->GetInfo(
-        kProbeTimeoutMs * kNanosPerMilli,
-        [this, i, send_wall, send_mono](absl::StatusOr<GetInfoResponse> response) {
-          const int64_t rtt = clock_.MonotonicNs() - send_mono;
-          pending_.Complete([&] {
-            if (response.ok()) {
-              targets_[i].check_sample = ClockSample{send_wall, rtt, response->wall_time_ns()};
-            }
-          });
-        });
+    AskTime(i, [](TargetState& target, const absl::StatusOr<GetInfoResponse>& response,
+                  const ClockSample& sample) {
+      if (response.ok()) target.check_sample = sample;
+    });
   }
   AskSessions(sidecars, [&](size_t i, const absl::StatusOr<GetSessionResponse>& response) {
     TargetResult& result = targets_[i].result;
@@ -907,6 +913,27 @@ absl::StatusOr<RunResult> Run::Execute() {
 }
 
 }  // namespace
+
+std::vector<const TargetResult*> LatestStarts(const RunResult& result, size_t limit) {
+  std::vector<const TargetResult*> late;
+  for (const TargetResult& target : result.targets) {
+    if (target.outcome == Outcome::kOk && target.start_known &&
+        std::llabs(target.start_error_ns) > kLateStartNs) {
+      late.push_back(&target);
+    }
+  }
+  const auto farther = [](const TargetResult* a, const TargetResult* b) {
+    return std::llabs(a->start_error_ns) > std::llabs(b->start_error_ns);
+  };
+  if (late.size() > limit) {
+    std::partial_sort(late.begin(), late.begin() + static_cast<std::ptrdiff_t>(limit), late.end(),
+                      farther);
+    late.resize(limit);
+  } else {
+    std::sort(late.begin(), late.end(), farther);
+  }
+  return late;
+}
 
 std::string_view OutcomeName(Outcome outcome) {
   switch (outcome) {

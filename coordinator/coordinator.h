@@ -217,6 +217,14 @@ struct RunResult {
 // 100 ms while waiting, with the current state of every target.
 using ProgressFn = std::function<void(const RunResult& state, int64_t now_ns)>;
 
+// A target that started farther than this from T0 (either way) needs attention: the operator's
+// status and `clusterprof capture`'s summary list it.
+inline constexpr int64_t kLateStartNs = 1'000'000;
+
+// The targets with data whose known start was farther than kLateStartNs from T0, farthest
+// first, at most `limit`.
+std::vector<const TargetResult*> LatestStarts(const RunResult& result, size_t limit);
+
 // Runs one capture. Fails (UNAVAILABLE, with upstream's message) when no target returned data;
 // the RunResult is then still reported through `progress` and written to the manifest. Bad
 // options are INVALID_ARGUMENT; a cancelled capture is CANCELLED. Every deadline and pause is

@@ -62,8 +62,6 @@ inline constexpr size_t kMaxStatusBytes = 256 * 1024;
 // the targets that need attention (failed, empty, skipped, late), this many at most, and counts
 // the rest in status.targetsNotListed. The run manifest in the logdir has every target.
 inline constexpr size_t kMaxListedTargets = 100;
-// A target started later (or earlier) than this past the start instant needs attention.
-inline constexpr int64_t kLateStartNs = 1'000'000;
 // status.analysis.hosts: every host up to this many, else the stragglers and the latest hosts.
 inline constexpr size_t kMaxListedHosts = 20;
 // A target's message in the status is cut to this many bytes (the manifest has all of it).

@@ -66,10 +66,6 @@ api::TargetStatus SkippedStatus(const std::string& skipped) {
   return entry;
 }
 
-bool StartedLate(const coordinator::TargetResult& target) {
-  return target.start_known && std::llabs(target.start_error_ns) > api::kLateStartNs;
-}
-
 // What went wrong, without the details that differ between targets: the gRPC code name of
 // "UNAVAILABLE: failed to connect ...", or the whole message when it has no code.
 std::string FailureKind(const std::string& message) {
@@ -201,24 +197,8 @@ std::vector<api::TargetStatus> ListedTargets(const coordinator::RunResult& resul
     if (listed.size() == api::kMaxListedTargets) break;
     listed.push_back(SkippedStatus(skipped));
   }
-  std::vector<const coordinator::TargetResult*> late;
-  for (const coordinator::TargetResult& target : result.targets) {
-    if (target.outcome == coordinator::Outcome::kOk && StartedLate(target)) {
-      late.push_back(&target);
-    }
-  }
-  const size_t room = api::kMaxListedTargets - listed.size();
-  const auto farther = [](const coordinator::TargetResult* a, const coordinator::TargetResult* b) {
-    return std::llabs(a->start_error_ns) > std::llabs(b->start_error_ns);
-  };
-  if (late.size() > room) {
-    std::partial_sort(late.begin(), late.begin() + static_cast<std::ptrdiff_t>(room), late.end(),
-                      farther);
-    late.resize(room);
-  } else {
-    std::sort(late.begin(), late.end(), farther);
-  }
-  for (const coordinator::TargetResult* target : late) {
+  for (const coordinator::TargetResult* target :
+       coordinator::LatestStarts(result, api::kMaxListedTargets - listed.size())) {
     listed.push_back(TargetStatusFor(*target, node_of(*target)));
   }
   *not_listed = static_cast<int32_t>(total - listed.size());

@@ -53,8 +53,8 @@ api::TargetStatus TargetStatusFor(const coordinator::TargetResult& result, std::
 // The targets a finished run's status lists (api::kMaxListedTargets, docs/operator.md "Status at
 // scale"): every target, then the skipped pods, when they all fit; else only those that need
 // attention, in this order: failed, empty, skipped, and those that started more than
-// api::kLateStartNs from the start instant (farthest first), up to the cap. `not_listed` counts
-// the others.
+// coordinator::kLateStartNs from the start instant (farthest first), up to the cap. `not_listed`
+// counts the others.
 std::vector<api::TargetStatus> ListedTargets(const coordinator::RunResult& result,
                                              const TargetResolution& plan, int32_t* not_listed);
 

@@ -137,6 +137,21 @@ class ProfileJobControllerTest : public ::testing::Test {
     return created.ok() ? *created : value();
   }
 
+  // The status an earlier operator leaves behind while capturing run `run` from `t0`.
+  static api::ProfileJobStatus Capturing(const std::string& run, int64_t t0) {
+    api::ProfileJobStatus status;
+    status.phase = api::JobPhase::kCapturing;
+    status.run_name = run;
+    status.start_time_ns = t0;
+    status.start_time = api::FormatTime(t0);
+    status.attempt = 1;
+    return status;
+  }
+  void WriteStatus(value job, const api::ProfileJobStatus& status) {
+    job["status"] = api::ProfileJobStatusToJson(status);
+    ASSERT_TRUE(api_.UpdateStatus(api::ProfileJobs(), kNs, job).ok());
+  }
+
   value WaitForJob(const std::string& name,
                    const std::function<bool(const std::optional<value>&)>& predicate) {
     absl::StatusOr<std::optional<value>> job =
@@ -343,16 +358,9 @@ TEST_F(ProfileJobControllerTest, AJobFoundCapturingIsResumedAndReadBackNotCaptur
   ASSERT_TRUE(coordinator::Capture(earlier, clock_).ok());
   const int64_t t0 = servers_.ProfileRequests("10.0.0.1:8466").at(0).opts().start_timestamp_ns();
 
-  value job = CreateJob("job", JobSpec());
-  api::ProfileJobStatus status;
-  status.phase = api::JobPhase::kCapturing;
-  status.run_name = "r1";
-  status.start_time_ns = t0;
-  status.start_time = api::FormatTime(t0);
-  status.attempt = 1;
+  api::ProfileJobStatus status = Capturing("r1", t0);
   status.targets = {api::TargetStatus{.name = "worker-0", .address = "10.0.0.1:8466"}};
-  job["status"] = api::ProfileJobStatusToJson(status);
-  ASSERT_TRUE(api_.UpdateStatus(api::ProfileJobs(), kNs, job).ok());
+  WriteStatus(CreateJob("job", JobSpec()), status);
 
   StartController();
   const value finished = WaitForFinish("job");
@@ -387,17 +395,10 @@ TEST_F(ProfileJobControllerTest, ALargeJobResumesFromTheSidecarsSessionsNotFromA
   const int64_t t0 =
       servers_.ProfileRequests(first_half[0].address).at(0).opts().start_timestamp_ns();
 
-  value job = CreateJob("big", JobSpec());
-  api::ProfileJobStatus status;
-  status.phase = api::JobPhase::kCapturing;
-  status.run_name = "r1";
-  status.start_time_ns = t0;
-  status.start_time = api::FormatTime(t0);
-  status.attempt = 1;
+  api::ProfileJobStatus status = Capturing("r1", t0);
   status.targets_not_listed = kPods;
   status.summary = api::JobSummary{.targets = kPods};
-  job["status"] = api::ProfileJobStatusToJson(status);
-  ASSERT_TRUE(api_.UpdateStatus(api::ProfileJobs(), kNs, job).ok());
+  WriteStatus(CreateJob("big", JobSpec()), status);
 
   StartController();
   const value finished = WaitForFinish("big");
