@@ -50,6 +50,7 @@
 #include "common/base/mutex.h"
 #include "common/base/strings.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/profile_options.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::bench {
@@ -244,6 +245,13 @@ class ProfilerService final : public tensorflow::ProfilerService::CallbackServic
     const std::string id = opts.session_id().empty() ? request->session_id() : opts.session_id();
     recorder_->Arrived(port, id, session);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    // As a clusterprof sidecar does: a request asked to outlive its client is announced as
+    // taken, and the capture goes on if the client then lets the call go.
+    if (auto it = opts.advanced_configuration().find(proto::kOutliveClientKey);
+        it != opts.advanced_configuration().end() && it->second.bool_value()) {
+      context->AddInitialMetadata(proto::kAcceptedHeader, id);
+      reactor->StartSendInitialMetadata();
+    }
     // The requested start is on the node's clock.
     timer_->At(session.requested_start_ns - offset,
                [this, reactor, response, port, id, offset, duration_ms = session.duration_ms] {
@@ -295,8 +303,13 @@ class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackServ
       return reactor;
     }
     response->set_session_id(request->session_id());
+    const int64_t offset = nodes_->OffsetNs(PortOf(context));
     if (session->achieved_start_ns == 0) {
       response->set_state(clusterprof::v1alpha1::SESSION_STATE_WAITING);
+    } else if (clock_->WallNs() + offset <
+               session->achieved_start_ns + session->duration_ms * kNanosPerMilli) {
+      response->set_state(clusterprof::v1alpha1::SESSION_STATE_CAPTURING);
+      response->set_start_time_ns(session->achieved_start_ns);
     } else {
       response->set_state(clusterprof::v1alpha1::SESSION_STATE_DONE);
       response->set_start_time_ns(session->achieved_start_ns);

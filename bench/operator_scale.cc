@@ -83,7 +83,10 @@ struct Options {
   // The coordinator alone, in a child process as `clusterprof capture` runs it (no Kubernetes).
   bool coordinator = false;
   // Per-node clock probing in the coordinator part: "on", "off", or "both" (off, then on).
-  std::string per_node = "both";
+  std::string per_node = "on";
+  // Released calls in the coordinator part (outlive_client: each call let go once the sidecar
+  // took it, sessions read back a window at a time): "on", "off", or "both" (off, then on).
+  std::string release = "both";
   int targets = 1000;
   int sidecar_processes = 4;
   int pods_per_node = 8;
@@ -582,7 +585,7 @@ int Fail(const absl::Status& status) {
 //   created <ns>  t0 <ns>  threads <max>  files <max>  hwm_kib <VmHWM>
 //   target <start_error_ns> <start_known> <offset_applied> <probed_via_node> <own_clock_warning>
 int CoordinatorChild(const std::string& targets_file, const std::string& result_file,
-                     const std::string& logdir, bool per_node, int64_t duration_ms,
+                     const std::string& logdir, bool per_node, bool release, int64_t duration_ms,
                      int64_t delay_ms) {
   // As the operator's main() does (the CLI leaves glibc's arenas alone).
   ApplyProcessSettings({.malloc_arenas = 2});
@@ -595,7 +598,8 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
   absl::StatusOr<storage::Logdir> parsed = storage::ParseLogdir(logdir);
   if (!parsed.ok()) return Fail(parsed.status());
   options.logdir = *parsed;
-  options.run = per_node ? "per_node" : "per_target";
+  options.run = StrCat(per_node ? "per_node" : "per_target", release ? "_released" : "_held");
+  options.outlive_client = release;
   options.duration_ms = duration_ms;
   options.delay_ms = delay_ms;
   options.num_tracing_attempts = 1;
@@ -649,12 +653,22 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
 absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options,
                                                           const std::string& self,
                                                           const std::string& dir) {
-  std::vector<bool> modes;
-  if (options.per_node != "on") modes.push_back(false);
-  if (options.per_node != "off") modes.push_back(true);
+  std::vector<std::pair<bool, bool>> modes;  // per node, released
+  for (bool per_node : {false, true}) {
+    if ((per_node && options.per_node == "off") || (!per_node && options.per_node == "on")) {
+      continue;
+    }
+    for (bool release : {false, true}) {
+      if ((release && options.release == "off") || (!release && options.release == "on")) {
+        continue;
+      }
+      modes.emplace_back(per_node, release);
+    }
+  }
   std::vector<FanoutFigures> all;
-  for (bool per_node : modes) {
-    const std::string tag = per_node ? "per-node" : "per-target";
+  for (const auto& [per_node, release] : modes) {
+    const std::string tag =
+        StrCat(per_node ? "per-node" : "per-target", release ? "-released" : "-held");
     absl::StatusOr<std::vector<SidecarProcess>> started = StartSidecars(options, dir, tag);
     if (!started.ok()) return started.status();
     std::vector<SidecarProcess> sidecars = *std::move(started);
@@ -674,8 +688,9 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
                  tag.c_str());
     Subprocess child(
         {self, "--coordinator-child", targets_file, "--child-result", result_file, "--child-logdir",
-         StrCat(dir, "/logs-", tag), "--child-per-node", per_node ? "1" : "0", "--duration-ms",
-         std::to_string(options.duration_ms), "--delay-ms", std::to_string(options.delay_ms)},
+         StrCat(dir, "/logs-", tag), "--child-per-node", per_node ? "1" : "0", "--child-release",
+         release ? "1" : "0", "--duration-ms", std::to_string(options.duration_ms), "--delay-ms",
+         std::to_string(options.delay_ms)},
         {}, StrCat(dir, "/coordinator-", tag, ".log"));
     const std::optional<int> code = child.Wait(std::chrono::seconds(300));
     if (!code.has_value() || *code != 0) {
@@ -685,7 +700,8 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
     }
     FanoutFigures figures;
     figures.targets = options.targets;
-    figures.label = StrCat("coordinator, clock probes ", tag);
+    figures.label = StrCat("coordinator, clock probes ", per_node ? "per node" : "per target",
+                           release ? ", calls released" : ", calls held");
     std::istringstream in(testing::ReadFileOrDie(result_file));
     int64_t created_ns = 0;
     int succeeded = 0;
@@ -1077,6 +1093,11 @@ int main(int argc, char** argv) {
                  "coordinator part: clock probes per node on, off, or both (off, then on)")
       ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
+  app.add_option("--release", options.release,
+                 "coordinator part: release each Profile call once its sidecar took it and read "
+                 "the sessions back (as the operator does), on, off, or both (off, then on)")
+      ->check(CLI::IsMember({"on", "off", "both"}))
+      ->capture_default_str();
   app.add_option("--sidecar-processes", options.sidecar_processes,
                  "fake_sidecars processes that serve them")
       ->check(CLI::PositiveNumber)
@@ -1120,15 +1141,17 @@ int main(int argc, char** argv) {
   std::string child_result;
   std::string child_logdir;
   int child_per_node = 1;
+  int child_release = 0;
   app.add_option("--coordinator-child", child_targets)->group("");
   app.add_option("--child-result", child_result)->group("");
   app.add_option("--child-logdir", child_logdir)->group("");
   app.add_option("--child-per-node", child_per_node)->group("");
+  app.add_option("--child-release", child_release)->group("");
   CLI11_PARSE(app, argc, argv);
   if (!child_targets.empty()) {
     return clusterprof::bench::CoordinatorChild(child_targets, child_result, child_logdir,
-                                                child_per_node != 0, options.duration_ms,
-                                                options.delay_ms);
+                                                child_per_node != 0, child_release != 0,
+                                                options.duration_ms, options.delay_ms);
   }
   for (const std::string& entry : operator_env) {
     const size_t eq = entry.find('=');

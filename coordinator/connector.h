@@ -30,8 +30,12 @@ class ProfilerConnection {
   virtual void GetInfo(int64_t timeout_ns, Done<v1alpha1::GetInfoResponse> done) = 0;
   virtual void GetSession(const std::string& session_id, int64_t timeout_ns,
                           Done<v1alpha1::GetSessionResponse> done) = 0;
+  // `accepted` (may be empty) runs, before `done`, when a clusterprof sidecar asked to outlive
+  // its client (advanced_configuration "clusterprof_outlive_client") says it has taken the
+  // request: its session records to the planned end without this call, which the caller may
+  // then cancel, reading the results with GetSession. TF/JAX servers never say so.
   virtual void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
-                       Done<tensorflow::ProfileResponse> done) = 0;
+                       Done<tensorflow::ProfileResponse> done, std::function<void()> accepted) = 0;
   // Ends the calls in flight, and any made later, with CANCELLED. Their `done` still runs.
   virtual void CancelCalls() = 0;
   // Starts connecting now, without a call, so that the first call does not wait for the

@@ -50,6 +50,13 @@ using clusterprof::v1alpha1::GetSessionResponse;
 
 constexpr int64_t kProbeTimeoutMs = 2000;
 constexpr int64_t kSessionQueryTimeoutMs = 5000;
+// Released calls (CaptureOptions::outlive_client): at most this many targets at once have a
+// Profile call open (connecting, waiting for the sidecar to take it, or being let go), or a read
+// of their session. Each holds a connection (about 50 KiB of gRPC state): with the clock probes'
+// two targets a node, this bounds the coordinator's memory whatever the number of targets.
+constexpr size_t kOpenWindow = 512;
+// A released target's session that is not finished yet is read again after this pause.
+constexpr int64_t kSessionPollNs = 200'000'000;
 // Sending one Profile request (serializing, queueing on its channel): about 0.1 ms measured at
 // 1,000 targets on a 2-vCPU VM; counted twice for slower machines.
 constexpr int64_t kSendNsPerTarget = 200'000;
@@ -70,6 +77,8 @@ int64_t AppliedOffset(const TargetResult& result) {
 // One target's connection and the state of its current call.
 struct TargetState {
   TargetResult result;
+  // Made when first needed (Run::Conn); with released calls, closed once the target's request
+  // is taken and again once its session is read.
   std::unique_ptr<ProfilerConnection> connection;
   std::string reported_name;
   std::vector<ClockSample> samples;
@@ -87,6 +96,15 @@ struct TargetState {
   // Given its node's offset: one clock sample of its own, taken after the capture to check it.
   bool clock_checked = false;
   std::optional<ClockSample> check_sample;
+  // Released calls: the sidecar took the request (Profile's `accepted`) and captures without
+  // the call; the target's results come from its session (Run::Collect).
+  bool released = false;
+  // Released calls: this attempt's Profile call is counted in the open window (until its
+  // callback has run, the connection then closing); calls still open on the target (a session read,
+  // and a clock check); and whether the last session read found it finished.
+  bool in_window = false;
+  int calls_open = 0;
+  bool settled = false;
 };
 
 // The offset interval [offset - uncertainty, offset + uncertainty] holds the true offset (the
@@ -134,6 +152,7 @@ class Pending {
     }
   }
   Mutex& mu() { return mu_; }
+  int count() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return count_; }
 
  private:
   Mutex mu_;
@@ -153,6 +172,12 @@ class Run {
 
  private:
   void Connect();
+  // Target i's connection, made now if it has none. The coordinating thread only.
+  ProfilerConnection& Conn(size_t i);
+  // Closes target i's connection (its calls are answered). The coordinating thread only.
+  void Close(size_t i);
+  // Ends every call in flight, and those made later (the cancel token's callback).
+  void CancelAll();
   bool cancelled() const { return options_.cancel != nullptr && options_.cancel->cancelled(); }
   // Checks the open-file limit against the targets (a connection each), raising the soft limit
   // when it is too low, and says so when even the hard limit is.
@@ -182,11 +207,27 @@ class Run {
   // capture.
   std::vector<size_t> Recover(const std::vector<size_t>& subset);
   void Attempt(const std::vector<size_t>& subset);
+  // The request for target i in this attempt.
+  tensorflow::ProfileRequest MakeRequest(size_t i) const;
+  // Sends target i its Profile request (counted in pending_); `windowed`: released calls.
+  void SendProfile(size_t i, int64_t deadline_ns, bool windowed);
+  // Attempt with released calls: requests go out with at most kOpenWindow targets waiting for
+  // acceptance, and each accepted call is let go, its connection closed.
+  void AttemptReleased(const std::vector<size_t>& subset);
+  // Reads back the sessions of the released targets of `subset` once they end, kOpenWindow at a
+  // time, re-reading those not finished yet until the deadline.
+  void Collect(const std::vector<size_t>& subset);
+  // Records target i's session read in Collect (under pending_.mu()); sets `settled` when the
+  // target needs no more reads.
+  void ApplyCollected(size_t i, const absl::StatusOr<GetSessionResponse>& response,
+                      int64_t deadline_ns);
   void QuerySessions(const std::vector<size_t>& subset);
   // Records a session's results in `target` (under pending_.mu()).
   void ApplySession(const GetSessionResponse& session, TargetState& target);
   static void ApplyUploads(const GetSessionResponse& session, TargetResult& result);
   void Report();
+  // Report, at most once a kProgressInterval (a loop that wakes often at 10,000 targets).
+  void ReportEvery();
   RunResult Snapshot();
   // Checks the options and sets the run's layout up; an INVALID_ARGUMENT names what is wrong.
   absl::Status Prepare(int64_t created_ns);
@@ -215,7 +256,22 @@ class Run {
   Clock& clock_;
   const ProgressFn& progress_;
   std::unique_ptr<ProfilerConnector> own_connector_;
+  ProfilerConnector* connector_ = nullptr;
+  // Calls are let go once a sidecar has taken the request, and sessions read back
+  // (outlive_client: the sidecars capture without their client).
+  const bool release_calls_ = options_.outlive_client;
+  // Guards making and closing connections against the cancel token's callback, which cancels
+  // the calls of every connection there is.
+  Mutex connections_mu_;
+  bool connections_cancelled_ ABSL_GUARDED_BY(connections_mu_) = false;
   Pending pending_;
+  // Released calls, under pending_.mu(): targets in the open window, targets whose request was
+  // taken (their call to cancel), and targets whose calls are all answered (their connection to
+  // close).
+  size_t in_window_ = 0;
+  int64_t last_report_mono_ns_ = 0;
+  std::vector<size_t> accepted_;
+  std::vector<size_t> closable_;
   // Written by callbacks under pending_.mu(); read by the coordinating thread under it, or
   // with no call in flight.
   std::vector<TargetState> targets_;
@@ -227,11 +283,12 @@ class Run {
 };
 
 void Run::Connect() {
-  ProfilerConnector* connector = options_.connector;
-  if (connector == nullptr) {
+  connector_ = options_.connector;
+  if (connector_ == nullptr) {
     own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token);
-    connector = own_connector_.get();
+    connector_ = own_connector_.get();
   }
+  targets_.reserve(options_.targets.size());
   for (const Target& target : options_.targets) {
     TargetState state;
     std::string_view address = target.address;
@@ -239,16 +296,57 @@ void Run::Connect() {
     state.result.address = std::string(address);
     state.result.host_name = target.host_name;
     state.result.node = target.node;
-    state.connection = connector->Connect(state.result.address);
     targets_.push_back(std::move(state));
+  }
+}
+
+ProfilerConnection& Run::Conn(size_t i) {
+  TargetState& target = targets_[i];
+  if (target.connection == nullptr) {
+    std::unique_ptr<ProfilerConnection> connection = connector_->Connect(target.result.address);
+    MutexLock lock(&connections_mu_);
+    if (connections_cancelled_) connection->CancelCalls();
+    target.connection = std::move(connection);
+  }
+  return *target.connection;
+}
+
+void Run::Close(size_t i) {
+  std::unique_ptr<ProfilerConnection> closing;
+  {
+    MutexLock lock(&connections_mu_);
+    closing = std::move(targets_[i].connection);
+  }
+  // Waits for its calls' callbacks, which take pending_.mu(): not held here.
+}
+
+void Run::CancelAll() {
+  MutexLock lock(&connections_mu_);
+  connections_cancelled_ = true;
+  for (TargetState& target : targets_) {
+    if (target.connection != nullptr) target.connection->CancelCalls();
   }
 }
 
 void Run::CheckFileLimit() const {
   // A connection per target, and what the process holds besides (the API server's connections,
-  // logs, the storage's files): about this much room.
+  // logs, the storage's files): about this much room. Released calls: the probes' connections
+  // (two a node, or the target's own) and the open window.
   constexpr rlim_t kOtherFiles = 256;
-  const rlim_t needed = static_cast<rlim_t>(targets_.size()) + kOtherFiles;
+  size_t connections = options_.targets.size();
+  if (release_calls_) {
+    std::map<std::string_view, size_t> nodes;
+    size_t probed = 0;
+    for (const Target& target : options_.targets) {
+      if (options_.clock_probe_per_node && !target.node.empty() && !target.host_name.empty()) {
+        if (++nodes[target.node] <= 2) ++probed;
+      } else {
+        ++probed;
+      }
+    }
+    connections = std::min(connections, probed + kOpenWindow);
+  }
+  const rlim_t needed = static_cast<rlim_t>(connections) + kOtherFiles;
   struct rlimit files {};
   if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= needed) return;
   const rlim_t was = files.rlim_cur;
@@ -261,10 +359,10 @@ void Run::CheckFileLimit() const {
   }
   if (files.rlim_cur < needed) {
     spdlog::warn(
-        "the open-file limit is {} (hard limit {}), too low for {} targets (a connection each, "
-        "about {} files in all): targets past it fail with \"Too many open files\". Raise the "
-        "hard limit (ulimit -Hn, or the container runtime's LimitNOFILE)",
-        files.rlim_cur, files.rlim_max, options_.targets.size(), needed);
+        "the open-file limit is {} (hard limit {}), too low for {} targets ({} connections at "
+        "once, about {} files in all): targets past it fail with \"Too many open files\". Raise "
+        "the hard limit (ulimit -Hn, or the container runtime's LimitNOFILE)",
+        files.rlim_cur, files.rlim_max, options_.targets.size(), connections, needed);
   }
 }
 
@@ -296,13 +394,13 @@ void Run::ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_
       });
     }
     if (!warmed) {
-      for (size_t i : warm) targets_[i].connection->Warm();
+      for (size_t i : warm) Conn(i).Warm();
       warmed = true;
     }
     pending_.Wait([this] { Report(); });
   }
   if (!warmed) {
-    for (size_t i : warm) targets_[i].connection->Warm();
+    for (size_t i : warm) Conn(i).Warm();
   }
 }
 
@@ -312,7 +410,7 @@ void Run::AskTime(
         record) {
   const int64_t send_wall = clock_.WallNs();
   const int64_t send_mono = clock_.MonotonicNs();
-  targets_[i].connection->GetInfo(
+  Conn(i).GetInfo(
       kProbeTimeoutMs * kNanosPerMilli, [this, i, send_wall, send_mono, record = std::move(record)](
                                             absl::StatusOr<GetInfoResponse> response) {
         const int64_t rtt = clock_.MonotonicNs() - send_mono;
@@ -346,9 +444,11 @@ void Run::ProbeClocks() {
       probe.push_back(i);
     }
   }
-  // Their connections are made while the first probes are answered.
+  // Their connections are made while the first probes are answered (with released calls, as
+  // their requests go out, a window at a time).
   std::vector<size_t> warm;
   for (const auto& [node, members] : nodes) {
+    if (release_calls_) break;
     for (size_t k = 2; k < members.size(); ++k) warm.push_back(members[k]);
   }
   ProbeRounds(probe, warm);
@@ -418,15 +518,46 @@ void Run::ChooseHostNames() {
 void Run::AskSessions(
     const std::vector<size_t>& targets,
     const std::function<void(size_t, const absl::StatusOr<GetSessionResponse>&)>& record) {
-  pending_.Add(static_cast<int>(targets.size()));
-  for (size_t i : targets) {
-    targets_[i].connection->GetSession(
-        layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
-        [this, i, &record](absl::StatusOr<GetSessionResponse> response) {
-          pending_.Complete([&] { record(i, response); });
-        });
+  if (!release_calls_) {
+    pending_.Add(static_cast<int>(targets.size()));
+    for (size_t i : targets) {
+      Conn(i).GetSession(layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+                         [this, i, &record](absl::StatusOr<GetSessionResponse> response) {
+                           pending_.Complete([&] { record(i, response); });
+                         });
+    }
+    pending_.Wait(nullptr);
+    return;
   }
-  pending_.Wait(nullptr);
+  // Released calls: kOpenWindow at a time, each connection closed once answered (a resumed
+  // run of 10,000 targets reads them all here).
+  size_t next = 0;
+  size_t open = 0;
+  while (next < targets.size() || open > 0) {
+    for (; next < targets.size() && open < kOpenWindow; ++next, ++open) {
+      const size_t i = targets[next];
+      pending_.Add(1);
+      Conn(i).GetSession(layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+                         [this, i, &record](absl::StatusOr<GetSessionResponse> response) {
+                           pending_.Complete([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                             record(i, response);
+                             closable_.push_back(i);
+                           });
+                         });
+    }
+    std::vector<size_t> answered;
+    {
+      MutexLock lock(&pending_.mu());
+      pending_.mu().AwaitWithTimeout(
+          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !closable_.empty(); },
+          kProgressInterval);
+      answered.swap(closable_);
+    }
+    for (size_t i : answered) {
+      --open;
+      Close(i);
+    }
+  }
 }
 
 std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
@@ -469,60 +600,297 @@ std::vector<size_t> Run::Recover(const std::vector<size_t>& subset) {
   return rest;
 }
 
-void Run::Attempt(const std::vector<size_t>& subset) {
-  const int64_t deadline_ns = t0_ns_ + (options_.duration_ms + options_.grace_ms) * kNanosPerMilli;
-  pending_.Add(static_cast<int>(subset.size()));
-  for (size_t i : subset) {
-    TargetState& target = targets_[i];
-    TargetResult& result = target.result;
+tensorflow::ProfileRequest Run::MakeRequest(size_t i) const {
+  const TargetResult& result = targets_[i].result;
+  tensorflow::ProfileRequest request;
+  request.set_duration_ms(options_.duration_ms);
+  request.set_repository_root(layout_->RepositoryRoot());
+  request.set_session_id(layout_->run());
+  request.set_host_name(result.address);
+  tensorflow::ProfileOptions* opts = request.mutable_opts();
+  *opts = options_.profile;
+  opts->set_version(1);  // 0 would make the server ignore every option below
+  opts->set_duration_ms(options_.duration_ms);
+  opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
+  opts->set_session_id(layout_->run());
+  if (options_.outlive_client) {
+    (*opts->mutable_advanced_configuration())[proto::kOutliveClientKey].set_bool_value(true);
+  }
+  if (result.host_name != result.address) {
+    opts->set_override_hostname(result.host_name);
+    (*opts->mutable_advanced_configuration())[proto::kOverrideHostnameKey].set_string_value(
+        result.host_name);
+  }
+  return request;
+}
+
+void Run::SendProfile(size_t i, int64_t deadline_ns, bool windowed) {
+  TargetState& target = targets_[i];
+  TargetResult& result = target.result;
+  {
+    MutexLock lock(&pending_.mu());
     ++result.attempts;
     result.outcome = Outcome::kPending;
     result.phase = Phase::kWaiting;
+    target.released = false;
+    target.settled = false;
+    target.retryable = false;
     // A joined session keeps the T0 it was started for (set by Recover).
     if (target.t0_ns == 0) target.t0_ns = t0_ns_;
     result.requested_start_ns = target.t0_ns + AppliedOffset(result);
-
-    tensorflow::ProfileRequest request_proto;
-    tensorflow::ProfileRequest* request = &request_proto;
-    request->set_duration_ms(options_.duration_ms);
-    request->set_repository_root(layout_->RepositoryRoot());
-    request->set_session_id(layout_->run());
-    request->set_host_name(result.address);
-    tensorflow::ProfileOptions* opts = request->mutable_opts();
-    *opts = options_.profile;
-    opts->set_version(1);  // 0 would make the server ignore every option below
-    opts->set_duration_ms(options_.duration_ms);
-    opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
-    opts->set_session_id(layout_->run());
-    if (options_.outlive_client) {
-      (*opts->mutable_advanced_configuration())[proto::kOutliveClientKey].set_bool_value(true);
-    }
-    if (result.host_name != result.address) {
-      opts->set_override_hostname(result.host_name);
-      (*opts->mutable_advanced_configuration())[proto::kOverrideHostnameKey].set_string_value(
-          result.host_name);
-    }
-    target.connection->Profile(
-        request_proto, deadline_ns - clock_.WallNs(),
-        [this, i](absl::StatusOr<tensorflow::ProfileResponse> response) {
-          pending_.Complete([&] {
-            TargetResult& result = targets_[i].result;
-            result.phase = Phase::kCollecting;  // kDone once its session status is in
-            targets_[i].retryable = !response.ok() && IsRetryable(response.status());
-            if (response.ok()) {
-              result.outcome = response->empty_trace() ? Outcome::kEmpty : Outcome::kOk;
-              result.message.clear();
-            } else {
-              result.outcome = Outcome::kFailed;
-              result.message = Describe(response.status());
-            }
-          });
-        });
+    target.in_window = windowed;
+    if (windowed) ++in_window_;
   }
+  pending_.Add(1);
+  std::function<void()> accepted;
+  if (windowed) {
+    accepted = [this, i] {
+      MutexLock lock(&pending_.mu());
+      targets_[i].released = true;
+      accepted_.push_back(i);
+    };
+  }
+  Conn(i).Profile(
+      MakeRequest(i), deadline_ns - clock_.WallNs(),
+      [this, i, windowed](absl::StatusOr<tensorflow::ProfileResponse> response) {
+        pending_.Complete([&] {
+          TargetState& target = targets_[i];
+          if (target.in_window) {
+            target.in_window = false;
+            --in_window_;
+          }
+          if (windowed) closable_.push_back(i);
+          // Let go once taken: the session, read back later, has the results.
+          if (target.released) return;
+          TargetResult& result = target.result;
+          result.phase = Phase::kCollecting;  // kDone once its session status is in
+          target.retryable = !response.ok() && IsRetryable(response.status());
+          if (response.ok()) {
+            result.outcome = response->empty_trace() ? Outcome::kEmpty : Outcome::kOk;
+            result.message.clear();
+          } else {
+            result.outcome = Outcome::kFailed;
+            result.message = Describe(response.status());
+          }
+        });
+      },
+      std::move(accepted));
+}
+
+void Run::Attempt(const std::vector<size_t>& subset) {
+  if (release_calls_) {
+    AttemptReleased(subset);
+    return;
+  }
+  const int64_t deadline_ns = t0_ns_ + (options_.duration_ms + options_.grace_ms) * kNanosPerMilli;
+  for (size_t i : subset) SendProfile(i, deadline_ns, /*windowed=*/false);
   pending_.Wait([this] { Report(); });
 }
 
-void Run::QuerySessions(const std::vector<size_t>& subset) {
+void Run::AttemptReleased(const std::vector<size_t>& subset) {
+  const int64_t deadline_ns = t0_ns_ + (options_.duration_ms + options_.grace_ms) * kNanosPerMilli;
+  // The window bounds memory, never lateness: this close to T0 every request left goes out.
+  const int64_t open_all_ns = t0_ns_ - options_.fan_out_lead_ms * kNanosPerMilli / 2;
+  size_t next = 0;
+  while (true) {
+    std::vector<size_t> to_cancel;
+    std::vector<size_t> to_close;
+    size_t room = 0;
+    bool finished = false;
+    {
+      MutexLock lock(&pending_.mu());
+      const bool sending = next < subset.size() && !cancelled();
+      const auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return !accepted_.empty() || !closable_.empty() ||
+               (sending && (in_window_ < kOpenWindow || clock_.WallNs() >= open_all_ns)) ||
+               (!sending && pending_.count() == 0);
+      };
+      pending_.mu().AwaitWithTimeout(ready, kProgressInterval);
+      to_cancel.swap(accepted_);
+      to_close.swap(closable_);
+      if (sending) {
+        room = clock_.WallNs() >= open_all_ns ? subset.size() - next
+                                              : kOpenWindow - std::min(kOpenWindow, in_window_);
+      }
+      finished = !sending && pending_.count() == 0;
+    }
+    // Accepted: the call is let go (the sidecar records without it); its connection closes
+    // once the call's callback has run.
+    for (size_t i : to_cancel) {
+      if (targets_[i].connection != nullptr) targets_[i].connection->CancelCalls();
+    }
+    for (size_t i : to_close) Close(i);
+    if (finished) break;
+    // A server known not to be a clusterprof sidecar never says it took the request: its call
+    // is held to the end, outside the window.
+    for (; next < subset.size() && !cancelled(); ++next) {
+      const bool sidecar = targets_[subset[next]].result.is_sidecar;
+      if (sidecar && room == 0) break;
+      if (sidecar) --room;
+      SendProfile(subset[next], deadline_ns, /*windowed=*/sidecar);
+    }
+    ReportEvery();
+  }
+}
+
+void Run::ApplyCollected(size_t i, const absl::StatusOr<GetSessionResponse>& response,
+                         int64_t deadline_ns) {
+  TargetState& target = targets_[i];
+  TargetResult& result = target.result;
+  const auto fail = [&](const absl::Status& status) {
+    result.outcome = Outcome::kFailed;
+    result.message = Describe(status);
+    target.retryable = IsRetryable(status);
+    target.settled = true;
+  };
+  if (!response.ok()) {
+    if (absl::IsNotFound(response.status())) {
+      // It took the request and has no session now: it restarted and lost it.
+      fail(absl::UnavailableError(
+          StrCat("the sidecar took the request, then lost session ", layout_->run(),
+                 " (it restarted during the capture?): ", response.status().message())));
+    } else if (clock_.WallNs() >= deadline_ns) {
+      fail(response.status());
+    }
+    return;  // not reachable now: read again until the deadline
+  }
+  switch (response->state()) {
+    case clusterprof::v1alpha1::SESSION_STATE_DONE:
+      result.outcome = response->empty_trace() ? Outcome::kEmpty : Outcome::kOk;
+      result.message.clear();
+      target.settled = true;
+      ApplySession(*response, target);
+      // As its Profile call would have ended: a file whose upload failed for good is not where
+      // the run will be read.
+      for (const auto& file : response->files()) {
+        if (file.upload_state() != clusterprof::v1alpha1::UPLOAD_STATE_FAILED) continue;
+        result.outcome = Outcome::kFailed;
+        result.message = Describe(absl::InternalError(StrCat(
+            "the capture was recorded, but uploading ", file.uri(), " failed: ", file.error())));
+        break;
+      }
+      return;
+    case clusterprof::v1alpha1::SESSION_STATE_FAILED: {
+      const auto code = response->error_code() != 0
+                            ? static_cast<absl::StatusCode>(response->error_code())
+                            : absl::StatusCode::kInternal;
+      fail(absl::Status(code, response->error()));
+      ApplyUploads(*response, result);
+      return;
+    }
+    default:
+      // Still waiting, capturing or collecting: read again, until the deadline.
+      if (clock_.WallNs() >= deadline_ns) {
+        fail(absl::DeadlineExceededError(
+            StrCat("the session did not finish within the grace period (state ",
+                   clusterprof::v1alpha1::SessionState_Name(response->state()), ")")));
+      }
+      return;
+  }
+}
+
+void Run::Collect(const std::vector<size_t>& subset) {
+  std::vector<size_t> released;
+  int64_t end_ns = 0;
+  for (size_t i : subset) {
+    if (!targets_[i].released) continue;
+    released.push_back(i);
+    end_ns = std::max(end_ns, targets_[i].t0_ns + options_.duration_ms * kNanosPerMilli);
+  }
+  if (released.empty()) return;
+  const int64_t deadline_ns = end_ns + options_.grace_ms * kNanosPerMilli;
+  // The sessions end at their planned end; reading them earlier finds them running.
+  const int64_t now_wall = clock_.WallNs();
+  const int64_t first_read_mono = clock_.MonotonicNs() + std::max<int64_t>(0, end_ns - now_wall);
+  // Released targets, in order of when they are to be read next (monotonic ns).
+  std::multimap<int64_t, size_t> queue;
+  for (size_t i : released) queue.emplace(first_read_mono, i);
+  size_t open = 0;
+  while (!queue.empty() || open > 0) {
+    if (cancelled()) {
+      // Every call in flight is being cancelled; wait for their callbacks.
+      pending_.Wait(nullptr);
+      for (size_t i : released) {
+        if (targets_[i].connection != nullptr) Close(i);
+      }
+      return;
+    }
+    // Send what is due, within the window.
+    const int64_t now = clock_.MonotonicNs();
+    while (!queue.empty() && queue.begin()->first <= now && open < kOpenWindow) {
+      const size_t i = queue.begin()->second;
+      queue.erase(queue.begin());
+      TargetState& target = targets_[i];
+      // Given its node's offset: asked the time once, on this connection (see QuerySessions).
+      const bool check = !target.result.clock_probed_via.empty() && !target.clock_checked;
+      {
+        MutexLock lock(&pending_.mu());
+        target.calls_open = check ? 2 : 1;
+      }
+      ++open;
+      pending_.Add(target.calls_open);
+      // Under pending_.mu(), from a call's callback.
+      const auto answered = [this, i]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        if (--targets_[i].calls_open == 0) closable_.push_back(i);
+      };
+      if (check) {
+        target.clock_checked = true;
+        AskTime(i, [answered](TargetState& target, const absl::StatusOr<GetInfoResponse>& response,
+                              const ClockSample& sample) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          if (response.ok()) target.check_sample = sample;
+          answered();
+        });
+      }
+      Conn(i).GetSession(
+          layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+          [this, i, deadline_ns, answered](absl::StatusOr<GetSessionResponse> response) {
+            pending_.Complete([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+              ApplyCollected(i, response, deadline_ns);
+              answered();
+            });
+          });
+    }
+    // Wait for answers, or until the next read is due.
+    std::vector<size_t> done;
+    {
+      MutexLock lock(&pending_.mu());
+      if (open > 0) {
+        pending_.mu().AwaitWithTimeout(
+            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !closable_.empty(); },
+            kProgressInterval);
+      }
+      done.swap(closable_);
+    }
+    for (size_t i : done) {
+      --open;
+      if (targets_[i].settled) {
+        // Finished: its connection goes; a target read again keeps it.
+        Close(i);
+      } else {
+        queue.emplace(clock_.MonotonicNs() + kSessionPollNs, i);
+      }
+    }
+    if (open == 0 && !queue.empty() && queue.begin()->first > clock_.MonotonicNs()) {
+      if (options_.cancel == nullptr) {
+        clock_.SleepUntilMonotonicNs(queue.begin()->first);
+      } else {
+        clock_.SleepUntilMonotonicNsUnless(queue.begin()->first, options_.cancel->flag());
+      }
+    }
+    ReportEvery();
+  }
+  for (size_t i : released) {
+    CheckNodeClock(targets_[i]);
+    targets_[i].result.phase = Phase::kDone;
+  }
+}
+
+void Run::QuerySessions(const std::vector<size_t>& all) {
+  // Released targets were read back by Collect.
+  std::vector<size_t> subset;
+  for (size_t i : all) {
+    if (!targets_[i].released) subset.push_back(i);
+  }
   std::vector<size_t> sidecars;
   for (size_t i : subset) {
     // Failed ones too: a capture whose upload failed is a failed Profile call with files.
@@ -705,6 +1073,13 @@ void Run::Report() {
   progress_(snapshot, now);
 }
 
+void Run::ReportEvery() {
+  const int64_t now = clock_.MonotonicNs();
+  if (now - last_report_mono_ns_ < std::chrono::nanoseconds(kProgressInterval).count()) return;
+  last_report_mono_ns_ = now;
+  Report();
+}
+
 absl::Status Run::Prepare(int64_t created_ns) {
   if (options_.targets.empty()) {
     return absl::InvalidArgumentError("no targets: give at least one host:port");
@@ -862,7 +1237,7 @@ absl::StatusOr<RunResult> Run::Execute() {
   CancelToken::Registration on_cancel;
   if (options_.cancel != nullptr) {
     on_cancel = options_.cancel->OnCancel([this] {
-      for (TargetState& target : targets_) target.connection->CancelCalls();
+      CancelAll();
       clock_.Wake();
     });
   }
@@ -895,6 +1270,7 @@ absl::StatusOr<RunResult> Run::Execute() {
       if (attempt > first || targets_[i].t0_ns != options_.start_at_ns) targets_[i].t0_ns = 0;
     }
     Attempt(subset);
+    Collect(subset);
     QuerySessions(subset);
     Report();
     subset = ToRetry(subset);

@@ -13,6 +13,7 @@
 #include "common/base/strings.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/profile_options.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::coordinator {
@@ -66,10 +67,10 @@ class GrpcConnection final : public ProfilerConnection {
 
   void GetInfo(int64_t timeout_ns, Done<v1alpha1::GetInfoResponse> done) override {
     Call<v1alpha1::GetInfoRequest, v1alpha1::GetInfoResponse>(
-        v1alpha1::GetInfoRequest(), timeout_ns, std::move(done),
+        v1alpha1::GetInfoRequest(), timeout_ns, std::move(done), nullptr,
         [this](grpc::ClientContext* context, const v1alpha1::GetInfoRequest* request,
-               v1alpha1::GetInfoResponse* response, std::function<void(grpc::Status)> reactor) {
-          sidecar_->async()->GetInfo(context, request, response, std::move(reactor));
+               v1alpha1::GetInfoResponse* response, grpc::ClientUnaryReactor* reactor) {
+          sidecar_->async()->GetInfo(context, request, response, reactor);
         });
   }
 
@@ -78,20 +79,20 @@ class GrpcConnection final : public ProfilerConnection {
     v1alpha1::GetSessionRequest request;
     request.set_session_id(session_id);
     Call<v1alpha1::GetSessionRequest, v1alpha1::GetSessionResponse>(
-        request, timeout_ns, std::move(done),
+        request, timeout_ns, std::move(done), nullptr,
         [this](grpc::ClientContext* context, const v1alpha1::GetSessionRequest* request,
-               v1alpha1::GetSessionResponse* response, std::function<void(grpc::Status)> reactor) {
-          sidecar_->async()->GetSession(context, request, response, std::move(reactor));
+               v1alpha1::GetSessionResponse* response, grpc::ClientUnaryReactor* reactor) {
+          sidecar_->async()->GetSession(context, request, response, reactor);
         });
   }
 
   void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
-               Done<tensorflow::ProfileResponse> done) override {
+               Done<tensorflow::ProfileResponse> done, std::function<void()> accepted) override {
     Call<tensorflow::ProfileRequest, tensorflow::ProfileResponse>(
-        request, timeout_ns, std::move(done),
+        request, timeout_ns, std::move(done), std::move(accepted),
         [this](grpc::ClientContext* context, const tensorflow::ProfileRequest* request,
-               tensorflow::ProfileResponse* response, std::function<void(grpc::Status)> reactor) {
-          profiler_->async()->Profile(context, request, response, std::move(reactor));
+               tensorflow::ProfileResponse* response, grpc::ClientUnaryReactor* reactor) {
+          profiler_->async()->Profile(context, request, response, reactor);
         });
   }
 
@@ -128,42 +129,77 @@ class GrpcConnection final : public ProfilerConnection {
     GrpcConnection* const connection_;
   };
 
-  template <typename Request, typename Response, typename Start>
-  void Call(const Request& request, int64_t timeout_ns, Done<Response> done, Start start) {
-    struct State {
-      explicit State(GrpcConnection* connection) : tracker(connection) {}
-      // First, so that it is destroyed last, after the context.
-      CallTracker tracker;
-      grpc::ClientContext context;
-      Request request;
-      Response response;
-    };
-    auto state = std::make_shared<State>(this);
-    state->request = request;
-    if (!auth_token_.empty()) {
-      state->context.AddMetadata("authorization", "Bearer " + auth_token_);
+  // One call: its context, messages and reactions, alive from the call's start until OnDone.
+  template <typename Request, typename Response>
+  class UnaryCall final : public grpc::ClientUnaryReactor {
+   public:
+    UnaryCall(GrpcConnection* connection, Done<Response> on_done, std::function<void()> accepted)
+        : tracker_(connection),
+          connection_(connection),
+          done(std::move(on_done)),
+          accepted_(std::move(accepted)) {}
+
+    // First, so that it is destroyed last, after the context.
+    CallTracker tracker_;
+    GrpcConnection* const connection_;
+    grpc::ClientContext context;
+    Request request;
+    Response response;
+    Done<Response> done;
+    // Held by the call itself until OnDone, and by CancelCalls' copies of its context.
+    std::shared_ptr<UnaryCall> self;
+
+   private:
+    void OnReadInitialMetadataDone(bool ok) override {
+      if (!ok || !accepted_) return;
+      const auto& metadata = context.GetServerInitialMetadata();
+      if (metadata.find(proto::kAcceptedHeader) != metadata.end()) accepted_();
     }
-    state->context.set_deadline(GrpcTimeout(timeout_ns));
+
+    void OnDone(const grpc::Status& status) override {
+      if (status.ok()) {
+        done(std::move(response));
+      } else {
+        done(FromGrpcStatus(status));
+      }
+      {
+        MutexLock lock(&connection_->mu_);
+        connection_->live_.erase(&context);
+      }
+      // The last use of this call: it goes here, or with CancelCalls' copy of its context.
+      std::shared_ptr<UnaryCall> keep = std::move(self);
+    }
+
+    std::function<void()> accepted_;
+  };
+
+  template <typename Request, typename Response, typename Start>
+  void Call(const Request& request, int64_t timeout_ns, Done<Response> done,
+            std::function<void()> accepted, Start start) {
+    auto call =
+        std::make_shared<UnaryCall<Request, Response>>(this, std::move(done), std::move(accepted));
+    call->request = request;
+    if (!auth_token_.empty()) {
+      call->context.AddMetadata("authorization", "Bearer " + auth_token_);
+    }
+    call->context.set_deadline(GrpcTimeout(timeout_ns));
+    bool refused;
     {
       MutexLock lock(&mu_);
-      if (cancelled_) {
-        done(absl::CancelledError("the capture was cancelled"));
-        return;
+      refused = cancelled_;
+      if (!refused) {
+        live_.emplace(&call->context, std::shared_ptr<grpc::ClientContext>(call, &call->context));
       }
-      live_.emplace(&state->context, std::shared_ptr<grpc::ClientContext>(state, &state->context));
     }
-    start(&state->context, &state->request, &state->response,
-          [this, state, done = std::move(done)](grpc::Status status) mutable {
-            if (status.ok()) {
-              done(std::move(state->response));
-            } else {
-              done(FromGrpcStatus(status));
-            }
-            grpc::ClientContext* key = &state->context;
-            MutexLock lock(&mu_);
-            live_.erase(key);
-            // The state goes with this lambda, or with CancelCalls' copy of its context.
-          });
+    if (refused) {
+      // Never started: nothing else holds the call, which goes with this scope.
+      call->done(absl::CancelledError("the capture was cancelled"));
+      return;
+    }
+    call->self = call;
+    UnaryCall<Request, Response>* raw = call.get();
+    start(&raw->context, &raw->request, &raw->response, raw);
+    raw->StartCall();
   }
 
   const std::string auth_token_;

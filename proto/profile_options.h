@@ -16,6 +16,11 @@ namespace clusterprof::proto {
 // name for the files.
 inline constexpr char kOutliveClientKey[] = "clusterprof_outlive_client";
 inline constexpr char kOverrideHostnameKey[] = "override_hostname";
+// The initial metadata a clusterprof sidecar sends on a Profile call asked to outlive its client,
+// once it has taken the request (its session exists and will capture to the planned end without
+// the call): its value is the session id. A coordinator may then let the call go and read the
+// results with Sidecar.GetSession (docs/protocol.md).
+inline constexpr char kAcceptedHeader[] = "clusterprof-accepted";
 // The names the cross-host analysis looks for (docs/analysis.md), as regular expressions: step
 // markers (default: events with a step_num stat), collectives and input waits (defaults cover
 // NCCL, XLA and common data loaders). A sidecar digests its capture with them.

@@ -7,6 +7,7 @@
 #include "common/base/grpc_status.h"
 #include "common/base/mutex.h"
 #include "common/base/strings.h"
+#include "proto/profile_options.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::sidecar {
@@ -84,6 +85,16 @@ class ProfileCall final : public grpc::ServerUnaryReactor {
       cancelled = state_->cancelled;
     }
     if (cancelled) session->Detach(client);
+  }
+
+  // Tells a client that asked the capture to outlive it that the request is taken: the session
+  // exists and records to its planned end whether or not the call stays (kAcceptedHeader).
+  void Announce(const std::string& session_id) {
+    MutexLock lock(&state_->mu);
+    // Initial metadata must go before Finish, which follows `finished`.
+    if (state_->finished) return;
+    state_->context->AddInitialMetadata(proto::kAcceptedHeader, session_id);
+    StartSendInitialMetadata();
   }
 
  private:
@@ -182,12 +193,15 @@ grpc::ServerUnaryReactor* ProfilerServiceImpl::Profile(grpc::CallbackServerConte
   absl::Status status = parsed.status();
   if (status.ok()) {
     std::shared_ptr<ProfileCall::State> state = call->state();
+    const bool announce = parsed->outlive_client;
+    const std::string session_id = parsed->session_id;
     auto started = sessions_.StartOrJoin(std::move(*parsed),
                                          [state](const absl::StatusOr<CaptureResult>& result) {
                                            ProfileCall::Complete(state, result);
                                          });
     if (started.ok()) {
       call->Joined(started->first, started->second);
+      if (announce) call->Announce(session_id);
       return call;
     }
     status = started.status();

@@ -348,7 +348,10 @@ void CaptureSession::Finish(absl::StatusOr<CaptureResult> result) {
     MutexLock lock(&mu_);
     status_.set_state(result.ok() ? clusterprof::v1alpha1::SESSION_STATE_DONE
                                   : clusterprof::v1alpha1::SESSION_STATE_FAILED);
-    if (!result.ok()) status_.set_error(std::string(result.status().message()));
+    if (!result.ok()) {
+      status_.set_error(std::string(result.status().message()));
+      status_.set_error_code(static_cast<int32_t>(result.status().code()));
+    }
     result_ = std::move(result);
     clients.swap(clients_);
   }

@@ -451,6 +451,115 @@ TEST_F(FakeCaptureTest, CancellingDuringTheBackoffEndsTheSleep) {
   EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u);
 }
 
+// Released calls (outlive_client): a sidecar that says it took the request is let go of, and
+// its session read back once it ends.
+class ReleasedCallTest : public FakeCaptureTest {
+ protected:
+  ReleasedCallTest() { options_.outlive_client = true; }
+  void AddSidecar(const std::string& address, FakeProfilers::Script script = {}) {
+    script.host_name = address.substr(0, address.find(':'));
+    script.announce_accept = true;
+    servers_.Add(address, std::move(script));
+    options_.targets.push_back({address, ""});
+  }
+};
+
+TEST_F(ReleasedCallTest, ATakenRequestIsLetGoAndItsResultsAreReadFromTheSessionAfterItsEnd) {
+  AddSidecar("a:1", {.clock_offset_ns = 3 * kNanosPerMilli});
+  AddSidecar("b:1");
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  for (const char* address : {"a:1", "b:1"}) {
+    const TargetResult& target = Find(*result, address);
+    EXPECT_EQ(target.outcome, Outcome::kOk) << address << ": " << target.message;
+    EXPECT_EQ(target.attempts, 1);
+    EXPECT_EQ(target.events, 100u) << "read from the session";
+    EXPECT_TRUE(target.start_known);
+    EXPECT_EQ(target.start_error_ns, 0);
+    EXPECT_EQ(target.phase, Phase::kDone);
+    EXPECT_THAT(target.files, ElementsAre(HasSubstr("/plugins/profile/run1/")));
+  }
+  // The fake's session reads WAITING until its planned end: a result means it was read after.
+  EXPECT_GE(servers_.GetSessionCalls("a:1"), 1);
+  EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u);
+  EXPECT_EQ(Find(*result, "a:1").clock_offset_ns, 3 * kNanosPerMilli);
+}
+
+TEST_F(ReleasedCallTest, AServerThatNeverSaysItTookTheRequestKeepsItsCall) {
+  AddSidecar("a:1");
+  servers_.Add("tf:1", {.is_sidecar = false});
+  options_.targets.push_back({"tf:1", ""});
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(Find(*result, "tf:1").outcome, Outcome::kOk);
+  EXPECT_THAT(Find(*result, "tf:1").digest_note, HasSubstr("TF/JAX"));
+}
+
+TEST_F(ReleasedCallTest, ASidecarThatLostTheSessionIsCapturedAgain) {
+  AddSidecar("a:1");
+  AddSidecar("b:1", {.restarts_during_capture = true});
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(Find(*result, "a:1").attempts, 1);
+  EXPECT_EQ(Find(*result, "b:1").attempts, 2)
+      << "the lost session is retried, as a dropped call: " << Find(*result, "b:1").message;
+  EXPECT_EQ(servers_.ProfileRequests("b:1").size(), 2u);
+}
+
+TEST_F(ReleasedCallTest, AFailedSessionFailsItsTargetWithItsCodeAndIsNotRetried) {
+  AddSidecar("a:1");
+  AddSidecar("b:1", {.session_failure = absl::AbortedError("the sidecar shut down")});
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  const TargetResult& b = Find(*result, "b:1");
+  EXPECT_EQ(b.outcome, Outcome::kFailed);
+  EXPECT_EQ(b.message, "ABORTED: the sidecar shut down");
+  EXPECT_EQ(b.attempts, 1);
+  EXPECT_EQ(result->succeeded, 1);
+}
+
+TEST_F(ReleasedCallTest, CancellingWhileTheSessionsRunReturnsCancelled) {
+  AddSidecar("a:1");
+  CancelToken cancel;
+  options_.cancel = &cancel;
+  std::thread canceller([&] {
+    clock_.WaitForSleepers(1);  // waiting for the session's end; the simulated clock stands
+    cancel.Cancel();
+  });
+  absl::StatusOr<RunResult> result = Capture(options_, clock_);
+  canceller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(servers_.ProfileRequests("a:1").size(), 1u);
+}
+
+TEST_F(ReleasedCallTest, ConnectionsOpenAtOnceStayBoundedWhateverTheTargets) {
+  // 1,500 pods on 15 nodes: the probes keep two connections a node, the window 512 more.
+  for (int i = 0; i < 1500; ++i) {
+    const std::string address = StrCat("p", i, ":1");
+    servers_.Add(address, {.host_name = StrCat("p", i), .announce_accept = true});
+    options_.targets.push_back({address, StrCat("p", i), StrCat("node-", i / 100)});
+  }
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 1500);
+  EXPECT_LE(servers_.MaxConnections(), 15 * 2 + 512);
+  EXPECT_GT(servers_.MaxConnections(), 0);
+
+  // A restarted coordinator resuming the run reads every session back, a window at a time.
+  options_.resume = true;
+  options_.start_at_ns = result->t0_ns;
+  options_.attempts_used = 1;
+  absl::StatusOr<RunResult> resumed = CaptureAdvancing();
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(resumed->succeeded, 1500);
+  EXPECT_TRUE(resumed->targets[1499].recovered);
+  EXPECT_EQ(servers_.ProfileRequests("p1499:1").size(), 1u) << "not captured again";
+  EXPECT_LE(servers_.MaxConnections(), 15 * 2 + 512);
+}
+
 // Per-node clock probes. The fake answers at once (round trip 0): every estimate is exact, so
 // two estimates of one clock agree exactly and two clocks that differ disagree.
 class NodeClockTest : public FakeCaptureTest {

@@ -10,6 +10,7 @@
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/profile_options.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::coordinator {
@@ -83,7 +84,7 @@ TEST_F(GrpcConnectorTest, ATimeoutEndsTheCallWithDeadlineExceeded) {
   GrpcConnector connector;
   std::unique_ptr<ProfilerConnection> connection = connector.Connect(address_);
   Answer<tensorflow::ProfileResponse> answer;
-  connection->Profile(tensorflow::ProfileRequest(), 200'000'000, answer.Callback());
+  connection->Profile(tensorflow::ProfileRequest(), 200'000'000, answer.Callback(), nullptr);
   answer.done.WaitForNotification();
   EXPECT_EQ(answer.value.status().code(), absl::StatusCode::kDeadlineExceeded);
 }
@@ -92,7 +93,7 @@ TEST_F(GrpcConnectorTest, CancelCallsEndsCallsInFlightAndLaterOnes) {
   GrpcConnector connector("s3cret");
   std::unique_ptr<ProfilerConnection> connection = connector.Connect(address_);
   Answer<tensorflow::ProfileResponse> answer;
-  connection->Profile(tensorflow::ProfileRequest(), 600'000'000'000, answer.Callback());
+  connection->Profile(tensorflow::ProfileRequest(), 600'000'000'000, answer.Callback(), nullptr);
   service_.WaitForStarted(1);
   EXPECT_EQ(service_.authorization(), "Bearer s3cret");
   connection->CancelCalls();
@@ -116,6 +117,77 @@ TEST_F(GrpcConnectorTest, AServerWithoutTheSidecarServiceIsUnimplemented) {
   connection->GetSession("run", 5'000'000'000, session.Callback());
   session.done.WaitForNotification();
   EXPECT_EQ(session.value.status().code(), absl::StatusCode::kUnimplemented);
+}
+
+// Says it took the request (initial metadata `clusterprof-accepted`), then holds the call until
+// the client lets it go.
+class AnnouncingProfiler final : public tensorflow::ProfilerService::CallbackService {
+ public:
+  grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
+                                    const tensorflow::ProfileRequest* request,
+                                    tensorflow::ProfileResponse*) override {
+    class Reactor final : public grpc::ServerUnaryReactor {
+     public:
+      void OnCancel() override { Finish(grpc::Status::CANCELLED); }
+      void OnDone() override { delete this; }
+    };
+    auto* reactor = new Reactor();
+    if (request->session_id() == "announce") {
+      context->AddInitialMetadata(proto::kAcceptedHeader, request->session_id());
+      reactor->StartSendInitialMetadata();
+    }
+    return reactor;
+  }
+};
+
+TEST(GrpcConnectorAcceptedTest, TheAcceptedCallbackRunsBeforeDoneOnlyWhenTheServerSaysSo) {
+  AnnouncingProfiler service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  GrpcConnector connector;
+  std::unique_ptr<ProfilerConnection> connection =
+      connector.Connect("127.0.0.1:" + std::to_string(port));
+
+  Notification accepted;
+  Notification done;
+  std::atomic<bool> accepted_before_done{false};
+  tensorflow::ProfileRequest request;
+  request.set_session_id("announce");
+  connection->Profile(
+      request, 60'000'000'000,
+      [&](absl::StatusOr<tensorflow::ProfileResponse> response) {
+        EXPECT_EQ(response.status().code(), absl::StatusCode::kCancelled);
+        done.Notify();
+      },
+      [&] {
+        accepted_before_done = !done.HasBeenNotified();
+        accepted.Notify();
+      });
+  accepted.WaitForNotification();
+  EXPECT_TRUE(accepted_before_done);
+  connection->CancelCalls();  // let it go
+  done.WaitForNotification();
+
+  // A server that does not say so (a TF/JAX server): the call is held to its end.
+  std::unique_ptr<ProfilerConnection> other =
+      connector.Connect("127.0.0.1:" + std::to_string(port));
+  std::atomic<bool> said{false};
+  Notification other_done;
+  request.set_session_id("quiet");
+  other->Profile(
+      request, 300'000'000,
+      [&](absl::StatusOr<tensorflow::ProfileResponse> response) {
+        EXPECT_EQ(response.status().code(), absl::StatusCode::kDeadlineExceeded);
+        other_done.Notify();
+      },
+      [&] { said = true; });
+  other_done.WaitForNotification();
+  EXPECT_FALSE(said);
+  server->Shutdown();
 }
 
 // Answers with `bytes` of payload: GetSession in a warning, Profile in the XSpace's hostnames.
@@ -165,10 +237,13 @@ TEST(GrpcConnectorLimitsTest, AHugeSidecarAnswerIsRefusedAHugeXSpaceIsNot) {
 
   Notification profile_done;
   absl::StatusOr<tensorflow::ProfileResponse> profile;
-  connection->Profile(tensorflow::ProfileRequest(), 60'000'000'000, [&](auto response) {
-    profile = std::move(response);
-    profile_done.Notify();
-  });
+  connection->Profile(
+      tensorflow::ProfileRequest(), 60'000'000'000,
+      [&](auto response) {
+        profile = std::move(response);
+        profile_done.Notify();
+      },
+      nullptr);
   profile_done.WaitForNotification();
   ASSERT_TRUE(profile.ok()) << profile.status();
   EXPECT_EQ(profile->xspace().hostnames(0).size(), size_t{80} << 20);

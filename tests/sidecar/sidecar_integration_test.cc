@@ -191,6 +191,37 @@ TEST_F(SidecarIntegrationTest, CapturesAcrossFourSidecars) {
             StrCat(logs_, "/plugins/profile/four_hosts/clusterprof_run.json"));
 }
 
+// As the operator captures (outlive_client): each sidecar says it took the request, the
+// coordinator lets the call go and closes the connection, the sidecars record the whole window
+// without a client, and the results are read back from their sessions.
+TEST_F(SidecarIntegrationTest, ReleasedCallsStillGiveEveryHostsFullCapture) {
+  auto hosts = StartHosts(3);
+  coordinator::CaptureOptions options = Options(hosts);
+  options.run = "released";
+  options.outlive_client = true;
+  options.duration_ms = 800;
+  auto result = coordinator::Capture(options, clock_);
+  ASSERT_TRUE(result.ok()) << result.status() << "\n" << hosts[0]->Log();
+  EXPECT_EQ(result->succeeded, 3);
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    const coordinator::TargetResult& target = result->targets[i];
+    SCOPED_TRACE(target.host_name);
+    EXPECT_EQ(target.outcome, Outcome::kOk) << target.message;
+    EXPECT_EQ(target.attempts, 1);
+    EXPECT_TRUE(target.start_known);
+    EXPECT_GT(target.events, 0u) << "read from the session";
+    ASSERT_EQ(target.files.size(), 2u);
+    EXPECT_TRUE(testing::FileExists(target.files[0]));
+    EXPECT_NE(target.digest, nullptr) << target.digest_note;
+    // The call was let go before the capture: the sidecar went on alone.
+    EXPECT_THAT(hosts[i]->Log(), HasSubstr("every client went away; capturing to the planned end"));
+    auto session = WaitForSession(*hosts[i], "released");
+    EXPECT_GE(session.stop_time_ns() - session.start_time_ns(), 750 * kNanosPerMilli)
+        << "the whole window, not cut short when the call went";
+  }
+  EXPECT_TRUE(testing::FileExists(StrCat(logs_, "/plugins/profile/released/clusterprof_run.json")));
+}
+
 TEST_F(SidecarIntegrationTest, ADownSidecarIsReportedAndTheOthersSucceed) {
   auto hosts = StartHosts(2);
   coordinator::CaptureOptions options = Options(hosts);

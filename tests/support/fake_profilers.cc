@@ -1,16 +1,21 @@
 #include "tests/support/fake_profilers.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/base/check.h"
 #include "common/base/strings.h"
+#include "proto/profile_options.h"
 
 namespace clusterprof::testing {
 
 class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
  public:
   Connection(FakeProfilers* owner, std::string address)
-      : owner_(owner), address_(std::move(address)) {}
+      : owner_(owner), address_(std::move(address)) {
+    MutexLock lock(&owner_->mu_);
+    owner_->max_connections_ = std::max(owner_->max_connections_, ++owner_->connections_);
+  }
   ~Connection() override { owner_->Forget(this); }
 
   void GetInfo(int64_t timeout_ns, coordinator::Done<v1alpha1::GetInfoResponse> done) override {
@@ -42,6 +47,34 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
       if (server != nullptr) ++server->get_session_calls;
       if (absl::Status refused = Refusal(server, /*sidecar_call=*/true); !refused.ok()) {
         answer = refused;
+      } else if (auto running = server->running.find(session_id);
+                 running != server->running.end()) {
+        const tensorflow::ProfileRequest& request = running->second;
+        const int64_t end = static_cast<int64_t>(request.opts().start_timestamp_ns()) +
+                            static_cast<int64_t>(request.opts().duration_ms()) * kNanosPerMilli;
+        if (server->script.restarts_during_capture) {
+          server->script.restarts_during_capture = false;
+          server->running.clear();
+          server->sessions.clear();
+          answer = absl::NotFoundError(StrCat("no session ", session_id));
+        } else if (owner_->clock_->WallNs() + server->script.clock_offset_ns < end) {
+          v1alpha1::GetSessionResponse response;
+          response.set_session_id(session_id);
+          response.set_state(v1alpha1::SESSION_STATE_WAITING);
+          answer = std::move(response);
+        } else {
+          if (server->script.session_failure.has_value()) {
+            v1alpha1::GetSessionResponse& response = server->sessions[session_id];
+            response.set_session_id(session_id);
+            response.set_state(v1alpha1::SESSION_STATE_FAILED);
+            response.set_error(std::string(server->script.session_failure->message()));
+            response.set_error_code(static_cast<int32_t>(server->script.session_failure->code()));
+          } else {
+            (void)owner_->FinishProfile(address_, request);
+          }
+          server->running.erase(running);
+          answer = server->sessions[session_id];
+        }
       } else if (auto it = server->sessions.find(session_id); it == server->sessions.end()) {
         answer = absl::NotFoundError(StrCat("no session ", session_id));
       } else {
@@ -52,8 +85,10 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
   }
 
   void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
-               coordinator::Done<tensorflow::ProfileResponse> done) override {
+               coordinator::Done<tensorflow::ProfileResponse> done,
+               std::function<void()> accepted) override {
     absl::StatusOr<tensorflow::ProfileResponse> answer;
+    bool announced = false;
     {
       MutexLock lock(&owner_->mu_);
       Server* server = Find();
@@ -64,12 +99,20 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
         answer = server->script.profile_errors.front();
         server->script.profile_errors.pop_front();
         if (answer.ok()) answer = owner_->FinishProfile(address_, request);
+      } else if (server->script.is_sidecar && server->script.announce_accept && Outlives(request)) {
+        server->running[request.opts().session_id()] = request;
+        owner_->held_.push_back({this, address_, request, std::move(done)});
+        announced = true;
       } else if (server->script.hold_profile) {
         owner_->held_.push_back({this, address_, request, std::move(done)});
         return;
       } else {
         answer = owner_->FinishProfile(address_, request);
       }
+    }
+    if (announced) {
+      if (accepted) accepted();
+      return;
     }
     done(std::move(answer));
   }
@@ -86,6 +129,11 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
   Server* Find() ABSL_EXCLUSIVE_LOCKS_REQUIRED(owner_->mu_) {
     auto it = owner_->servers_.find(address_);
     return it == owner_->servers_.end() ? nullptr : &it->second;
+  }
+
+  static bool Outlives(const tensorflow::ProfileRequest& request) {
+    auto it = request.opts().advanced_configuration().find(proto::kOutliveClientKey);
+    return it != request.opts().advanced_configuration().end() && it->second.bool_value();
   }
 
   absl::Status Refusal(const Server* server, bool sidecar_call)
@@ -158,11 +206,19 @@ absl::StatusOr<tensorflow::ProfileResponse> FakeProfilers::FinishProfile(
   return response;
 }
 
+void FakeProfilers::ForgetSessions(const std::string& address) {
+  MutexLock lock(&mu_);
+  Server& server = servers_[address];
+  server.sessions.clear();
+  server.running.clear();
+}
+
 void FakeProfilers::Release() {
   std::vector<std::pair<Held, absl::StatusOr<tensorflow::ProfileResponse>>> answers;
   {
     MutexLock lock(&mu_);
     for (Held& held : held_) {
+      servers_[held.address].running.erase(held.request.opts().session_id());
       absl::StatusOr<tensorflow::ProfileResponse> answer =
           FinishProfile(held.address, held.request);
       answers.emplace_back(std::move(held), std::move(answer));
@@ -196,6 +252,7 @@ void FakeProfilers::CancelHeld(Connection* connection) {
 
 void FakeProfilers::Forget(Connection* connection) {
   MutexLock lock(&mu_);
+  --connections_;
   for (const Held& held : held_) {
     CLUSTERPROF_CHECK(held.connection != connection)
         << "a held Profile call was neither released nor cancelled";
@@ -219,6 +276,11 @@ int FakeProfilers::GetSessionCalls(const std::string& address) const {
   MutexLock lock(&mu_);
   auto it = servers_.find(address);
   return it == servers_.end() ? 0 : it->second.get_session_calls;
+}
+
+int FakeProfilers::MaxConnections() const {
+  MutexLock lock(&mu_);
+  return max_connections_;
 }
 
 std::unique_ptr<coordinator::ProfilerConnection> FakeProfilers::Connect(

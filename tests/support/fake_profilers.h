@@ -40,6 +40,14 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
     bool empty_trace = false;
     // Profile calls are held until CancelCalls (then CANCELLED) or Release().
     bool hold_profile = false;
+    // Sidecars: a request asked to outlive its client is announced as accepted (the connection's
+    // `accepted` runs) and held; its session reads WAITING until the server's clock passes its
+    // planned end, then finishes (as `session_failure` says, else as a capture), whether or not
+    // the call is still there.
+    bool announce_accept = false;
+    std::optional<absl::Status> session_failure;
+    // The sidecar restarts during its next accepted capture: the session is gone when read.
+    bool restarts_during_capture = false;
     // Sidecars: what a finished session reports.
     uint64_t events = 100;
     uint64_t bytes = 4096;
@@ -57,6 +65,9 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   // Changes a server's script while connected (a sidecar that restarts, a network cut).
   void Update(const std::string& address, const std::function<void(Script&)>& change);
 
+  // The sidecar at `address` restarts: every session it knew is forgotten.
+  void ForgetSessions(const std::string& address);
+
   // Answers every held Profile call (as finished captures).
   void Release();
   // Blocks until `count` Profile calls are held.
@@ -66,6 +77,8 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   std::vector<tensorflow::ProfileRequest> ProfileRequests(const std::string& address) const;
   int GetInfoCalls(const std::string& address) const;
   int GetSessionCalls(const std::string& address) const;
+  // The most connections that were open at once.
+  int MaxConnections() const;
 
   std::unique_ptr<coordinator::ProfilerConnection> Connect(const std::string& address) override;
 
@@ -75,6 +88,8 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
     Script script;
     std::vector<tensorflow::ProfileRequest> profiles;
     std::map<std::string, v1alpha1::GetSessionResponse> sessions;
+    // Accepted sessions (announce_accept) until their planned end, by session id.
+    std::map<std::string, tensorflow::ProfileRequest> running;
     int get_info_calls = 0;
     int get_session_calls = 0;
   };
@@ -96,6 +111,8 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   mutable Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
+  int connections_ ABSL_GUARDED_BY(mu_) = 0;
+  int max_connections_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace clusterprof::testing
