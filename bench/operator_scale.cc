@@ -87,6 +87,8 @@ struct Options {
   // Released calls in the coordinator part (outlive_client: each call let go once the sidecar
   // took it, sessions read back a window at a time): "on", "off", or "both" (off, then on).
   std::string release = "both";
+  // Fail unless every target was captured, each once (a functional run in ctest).
+  bool require_all = false;
   int targets = 1000;
   int sidecar_processes = 4;
   int pods_per_node = 8;
@@ -589,7 +591,7 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
                      int64_t delay_ms) {
   // As the operator's main() does (the CLI leaves glibc's arenas alone).
   ApplyProcessSettings({.malloc_arenas = 2});
-  spdlog::set_level(spdlog::level::warn);
+  spdlog::set_level(spdlog::level::info);
   coordinator::CaptureOptions options;
   std::istringstream in(testing::ReadFileOrDie(targets_file));
   for (coordinator::Target target; in >> target.address >> target.host_name >> target.node;) {
@@ -738,6 +740,11 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
     if (figures.profiles != options.targets) {
       return absl::InternalError(StrCat("the sidecars received ", figures.profiles,
                                         " Profile requests for ", options.targets, " targets"));
+    }
+    if (options.require_all && succeeded != options.targets) {
+      return absl::InternalError(StrCat(figures.label, ": ", succeeded, " of ", options.targets,
+                                        " targets captured; the coordinator's log: ", dir,
+                                        "/coordinator-", tag, ".log"));
     }
     all.push_back(std::move(figures));
   }
@@ -1098,6 +1105,8 @@ int main(int argc, char** argv) {
                  "the sessions back (as the operator does), on, off, or both (off, then on)")
       ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
+  app.add_flag("--require-all", options.require_all,
+               "coordinator part: fail unless every target was captured (a functional check)");
   app.add_option("--sidecar-processes", options.sidecar_processes,
                  "fake_sidecars processes that serve them")
       ->check(CLI::PositiveNumber)
