@@ -286,6 +286,7 @@ class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackServ
     response->set_monotonic_time_ns(clock_->MonotonicNs());
     response->set_version("fake");
     response->set_host_name(StrCat("fake-sidecar-", port));
+    response->set_announces_accepted(true);
     recorder_->Info(port, wall);
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(grpc::Status::OK);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -55,6 +56,8 @@ constexpr int64_t kSessionQueryTimeoutMs = 5000;
 // of their session. Each holds a connection (about 50 KiB of gRPC state): with the clock probes'
 // two targets a node, this bounds the coordinator's memory whatever the number of targets.
 constexpr size_t kOpenWindow = 512;
+// A windowed call not taken within this long leaves the window and is held.
+constexpr int64_t kAcceptWaitNs = 1'000'000'000;
 // A released target's session that is not finished yet is read again after this pause.
 constexpr int64_t kSessionPollNs = 200'000'000;
 // Sending one Profile request (serializing, queueing on its channel): about 0.1 ms measured at
@@ -108,6 +111,10 @@ struct TargetState {
   bool in_window = false;
   int calls_open = 0;
   bool settled = false;
+  // Released calls: the sidecar says when it took a request (GetInfo's announces_accepted, its
+  // own or its node's probed sidecar's); one that does not has its call held.
+  bool announces = false;
+  int64_t sent_mono_ns = 0;
 };
 
 // The offset interval [offset - uncertainty, offset + uncertainty] holds the true offset (the
@@ -392,6 +399,7 @@ void Run::ProbeRounds(const std::vector<size_t>& subset, const std::vector<size_
         if (measure && response.ok()) answered_ns.push_back(clock_.MonotonicNs() - round_start_ns);
         if (response.ok()) {
           target.result.is_sidecar = true;
+          target.announces = response->announces_accepted();
           target.reported_name = response->host_name();
           target.samples.push_back(sample);
           return;
@@ -506,6 +514,7 @@ void Run::ProbeClocks() {
       if (k >= 2) {
         target.probing = false;
         target.result.is_sidecar = true;  // until it says otherwise (GetSession)
+        target.announces = targets_[probed[0].first].announces;  // one image on the node
         target.result.clock_probed_via = via;
       }
     }
@@ -659,6 +668,7 @@ void Run::SendProfile(size_t i, int64_t deadline_ns, bool windowed) {
     if (target.t0_ns == 0) target.t0_ns = t0_ns_;
     result.requested_start_ns = target.t0_ns + AppliedOffset(result);
     target.in_window = windowed;
+    target.sent_mono_ns = clock_.MonotonicNs();
     if (windowed) ++in_window_;
   }
   pending_.Add(1);
@@ -711,6 +721,10 @@ void Run::AttemptReleased(const std::vector<size_t>& subset) {
   const int64_t deadline_ns = t0_ns_ + (options_.duration_ms + options_.grace_ms) * kNanosPerMilli;
   // The window bounds memory, never lateness: this close to T0 every request left goes out.
   const int64_t open_all_ns = t0_ns_ - options_.fan_out_lead_ms * kNanosPerMilli / 2;
+  // Windowed calls in the order sent: one not taken within kAcceptWaitNs leaves the window and
+  // is held (a sidecar that should have said so and did not).
+  std::deque<size_t> sent;
+  int held_unannounced = 0;
   size_t next = 0;
   while (true) {
     std::vector<size_t> to_cancel;
@@ -728,6 +742,17 @@ void Run::AttemptReleased(const std::vector<size_t>& subset) {
       pending_.mu().AwaitWithTimeout(ready, kProgressInterval);
       to_cancel.swap(accepted_);
       to_close.swap(closable_);
+      const int64_t now = clock_.MonotonicNs();
+      while (!sent.empty()) {
+        TargetState& target = targets_[sent.front()];
+        if (target.in_window && target.sent_mono_ns + kAcceptWaitNs > now) break;
+        if (target.in_window) {
+          target.in_window = false;
+          --in_window_;
+          ++held_unannounced;
+        }
+        sent.pop_front();
+      }
       if (sending) {
         room = clock_.WallNs() >= open_all_ns ? subset.size() - next
                                               : kOpenWindow - std::min(kOpenWindow, in_window_);
@@ -741,15 +766,25 @@ void Run::AttemptReleased(const std::vector<size_t>& subset) {
     }
     for (size_t i : to_close) Close(i);
     if (finished) break;
-    // A server known not to be a clusterprof sidecar never says it took the request: its call
-    // is held to the end, outside the window.
+    // A server that does not say when it took the request (TF/JAX, or a sidecar of before
+    // that) has its call held to the end, outside the window.
     for (; next < subset.size() && !cancelled(); ++next) {
-      const bool sidecar = targets_[subset[next]].result.is_sidecar;
-      if (sidecar && room == 0) break;
-      if (sidecar) --room;
-      SendProfile(subset[next], deadline_ns, /*windowed=*/sidecar);
+      const size_t i = subset[next];
+      const bool windowed = targets_[i].result.is_sidecar && targets_[i].announces;
+      if (windowed && room == 0) break;
+      if (windowed) {
+        --room;
+        sent.push_back(i);
+      }
+      SendProfile(i, deadline_ns, windowed);
     }
     ReportEvery();
+  }
+  if (held_unannounced > 0) {
+    spdlog::warn(
+        "{} target(s) did not say within {} ms that they took their request: their calls are "
+        "held to the end of the capture",
+        held_unannounced, kAcceptWaitNs / kNanosPerMilli);
   }
 }
 

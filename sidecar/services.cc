@@ -248,6 +248,7 @@ grpc::ServerUnaryReactor* SidecarServiceImpl::GetInfo(
     info->set_reason(status.reason);
   }
   response->set_active_session_id(sessions_.ActiveSessionId());
+  response->set_announces_accepted(true);
   return FinishedReactor(context, grpc::Status::OK);
 }
 

@@ -497,6 +497,23 @@ TEST_F(ReleasedCallTest, AServerThatNeverSaysItTookTheRequestKeepsItsCall) {
   EXPECT_THAT(Find(*result, "tf:1").digest_note, HasSubstr("TF/JAX"));
 }
 
+TEST_F(ReleasedCallTest, ASidecarOfBeforeTheAnnouncementKeepsItsCallAndIsReadAfterIt) {
+  AddSidecar("a:1");
+  // It answers GetInfo without announces_accepted, and never says it took a request.
+  servers_.Add("old:1", {.host_name = "old", .hold_profile = true});
+  options_.targets.push_back({"old:1", ""});
+  std::thread releaser([&] {
+    servers_.WaitForHeld("old:1");
+    servers_.Release();
+  });
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  releaser.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_EQ(Find(*result, "old:1").outcome, Outcome::kOk);
+  EXPECT_EQ(Find(*result, "old:1").events, 100u) << "its session read after its call ended";
+}
+
 TEST_F(ReleasedCallTest, ASidecarThatLostTheSessionIsCapturedAgain) {
   AddSidecar("a:1");
   AddSidecar("b:1", {.restarts_during_capture = true});

@@ -546,6 +546,66 @@ spec:
             wait_until("wide pods gone", lambda: not pods(NS, "app=e2e-wide"), timeout=180,
                        interval=1)
 
+    def test_04c_start_instant_with_every_core_busy(self):
+        """Two workload pods that each keep a core busy (both cores of the node): the sidecars
+        wake late in the normal class (SCHED_FIFO is refused in this node's container cgroups),
+        and the captures' data still starts at T0, from the flight recorder. Figures, not
+        thresholds: the start error and the wake-up error of every host, from the manifest."""
+        apply("""
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: busy}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: e2e-busy}}
+  template:
+    metadata: {labels: {app: e2e-busy}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        args: ["/usr/bin/train_loop", "--busy-percent", "100", "--step-ms", "20"]
+        resources: {requests: {cpu: 10m}}
+""" % WORKLOAD_IMAGE, NS)
+        try:
+            wait_until("2 busy pods Ready",
+                       lambda: len([p for p in pods(NS, "app=e2e-busy") if ready(p)]) == 2,
+                       timeout=180, interval=1)
+            time.sleep(3)  # the busy loops and the sidecars' recorders settle
+            errors = {"start": [], "wake": []}
+            for i in range(3):
+                name = "e2e-busy-%d" % i
+                apply(profile_job(name, duration_ms=500, delay_ms=1000, selector="e2e-busy"), NS)
+                status = wait_job_done(name, timeout=120)["status"]
+                self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+                manifest_object = "tb/plugins/profile/%s/clusterprof_run.json" % status["runName"]
+                url = "http://%s/storage/v1/b/%s/o/%s?alt=media" % (
+                    self.gcs_host, BUCKET, manifest_object.replace("/", "%2F"))
+                manifest = json.loads(self.in_node(
+                    "python3", "-c",
+                    "import sys, urllib.request; "
+                    "sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())",
+                    url).stdout)
+                for target in manifest["targets"]:
+                    self.assertEqual(target["outcome"], "ok", target)
+                    errors["start"].append(abs(target.get("start_error_ns") or 0))
+                    errors["wake"].append(abs(target.get("wake_error_ns") or 0))
+            for kind, values in errors.items():
+                values.sort()
+                figures["busy_%s_error_us" % kind] = {
+                    "p50": round(values[len(values) // 2] / 1000, 1),
+                    "max": round(values[-1] / 1000, 1), "n": len(values)}
+            log("busy node (2 pods x 1 busy core, 3 captures): start error p50/max %s us, "
+                "wake-up error p50/max %s us" % (
+                    "/".join(str(figures["busy_start_error_us"][k]) for k in ("p50", "max")),
+                    "/".join(str(figures["busy_wake_error_us"][k]) for k in ("p50", "max"))))
+        finally:
+            kubectl("delete", "deployment", "busy", "-n", NS, "--wait=false", check=False)
+            wait_until("busy pods gone", lambda: not pods(NS, "app=e2e-busy"), timeout=180,
+                       interval=1)
+
     # --- 4. a ProfileSchedule ----------------------------------------------------------------
 
     def test_05_schedule_and_security(self):

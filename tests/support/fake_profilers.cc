@@ -30,6 +30,7 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
         v1alpha1::GetInfoResponse response;
         response.set_version("0.1.0");
         response.set_host_name(server->script.host_name);
+        response.set_announces_accepted(server->script.announce_accept);
         response.set_wall_time_ns(owner_->clock_->WallNs() + server->script.clock_offset_ns);
         response.set_monotonic_time_ns(owner_->clock_->MonotonicNs());
         answer = std::move(response);
@@ -232,6 +233,14 @@ void FakeProfilers::WaitForHeld(int count) {
   MutexLock lock(&mu_);
   mu_.Await([&]()
                 ABSL_NO_THREAD_SAFETY_ANALYSIS { return static_cast<int>(held_.size()) >= count; });
+}
+
+void FakeProfilers::WaitForHeld(const std::string& address) {
+  MutexLock lock(&mu_);
+  mu_.Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return std::any_of(held_.begin(), held_.end(),
+                       [&](const Held& held) { return held.address == address; });
+  });
 }
 
 void FakeProfilers::CancelHeld(Connection* connection) {

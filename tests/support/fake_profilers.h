@@ -72,6 +72,8 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   void Release();
   // Blocks until `count` Profile calls are held.
   void WaitForHeld(int count);
+  // Blocks until a Profile call to `address` is held.
+  void WaitForHeld(const std::string& address);
 
   // What each server was asked, in order.
   std::vector<tensorflow::ProfileRequest> ProfileRequests(const std::string& address) const;
