@@ -25,6 +25,7 @@
 // metrics never counting the jobs), 77 when the control plane's binaries are not installed. It
 // checks no timing: the figures are for people.
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -342,6 +343,11 @@ struct FanoutFigures {
   // every 100 ms.
   int64_t max_threads = 0;
   int64_t max_files = 0;
+  // The coordinator's own CPU time (user + system) until T0, and for the whole capture
+  // (coordinator part): what of the machine's two vCPUs it took, the rest being the simulated
+  // sidecars'. -1: not measured.
+  int64_t cpu_to_t0_ms = -1;
+  int64_t cpu_ms = -1;
   std::string label;
   // The job's JSON when it finished, and the operator's API requests (count, mean seconds).
   size_t job_bytes = 0;
@@ -621,8 +627,16 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
   RealClock clock;
   const int64_t created_ns = clock.WallNs();
   int64_t last_sample_ns = 0;
+  const auto cpu_ms = [] {
+    struct rusage usage {};
+    getrusage(RUSAGE_SELF, &usage);
+    return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000 +
+           (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+  };
+  int64_t cpu_to_t0_ms = -1;
   absl::StatusOr<coordinator::RunResult> result =
       coordinator::Capture(options, clock, [&](const coordinator::RunResult& state, int64_t now) {
+        if (cpu_to_t0_ms < 0 && state.t0_ns > 0 && now >= state.t0_ns) cpu_to_t0_ms = cpu_ms();
         if (now - last_sample_ns < 100 * kNanosPerMilli) return;
         last_sample_ns = now;
         sample();
@@ -635,7 +649,8 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
   if (!result.ok()) return Fail(result.status());
   std::string out =
       StrCat("created ", created_ns, "\nt0 ", result->t0_ns, "\nthreads ", max_threads, "\nfiles ",
-             max_files, "\nhwm_kib ", ProcStatusKib(getpid(), "VmHWM"), "\n");
+             max_files, "\nhwm_kib ", ProcStatusKib(getpid(), "VmHWM"), "\ncpu_to_t0_ms ",
+             cpu_to_t0_ms, "\ncpu_ms ", cpu_ms(), "\n");
   for (const coordinator::TargetResult& target : result->targets) {
     bool own_clock = false;
     for (const std::string& warning : target.warnings) {
@@ -718,6 +733,10 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
         in >> figures.max_files;
       } else if (kind == "hwm_kib") {
         in >> figures.operator_hwm_kib;
+      } else if (kind == "cpu_to_t0_ms") {
+        in >> figures.cpu_to_t0_ms;
+      } else if (kind == "cpu_ms") {
+        in >> figures.cpu_ms;
       } else if (kind == "target") {
         int ok = 0, known = 0, applied = 0, via = 0, own = 0;
         int64_t error = 0;
@@ -942,6 +961,10 @@ void PrintFanout(const FanoutFigures& f, const Options& options) {
   std::printf("  %-58s %9d\n", "of them found to keep a clock of their own", f.own_clock_found);
   std::printf("  %-58s %9lld / %lld\n", "threads / open files at most (coordinator)",
               static_cast<long long>(f.max_threads), static_cast<long long>(f.max_files));
+  if (f.cpu_ms >= 0) {
+    std::printf("  %-58s %9lld / %lld ms\n", "coordinator CPU (user + system) until T0 / in all",
+                static_cast<long long>(f.cpu_to_t0_ms), static_cast<long long>(f.cpu_ms));
+  }
   std::printf("  %-58s %9.1f MiB\n", "VmHWM (peak) of the operator or coordinator",
               f.operator_hwm_kib / 1024.0);
   std::printf("  %-58s %9zu B\n", "the finished ProfileJob's JSON", f.job_bytes);

@@ -25,7 +25,7 @@ RUN set -eux; \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
       libcpprest-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev prometheus-cpp-dev \
       libcivetweb-dev \
-      zlib1g-dev libssl-dev libisal-dev; \
+      zlib1g-dev libssl-dev libisal-dev libjemalloc-dev; \
     rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -63,14 +63,14 @@ LABEL org.opencontainers.image.title="clusterprof-operator" \
 # libgrpc++1.51 brings libgrpc29, libprotobuf32, libabsl20220623, libc-ares2 and libre2-9;
 # libcpprest2.10 brings libbrotli1 and libssl3. ca-certificates: HTTPS to Cloud Storage (run
 # manifests on gs:// logdirs) and to API servers reached through a kubeconfig. tzdata:
-# ProfileSchedule time zones.
+# ProfileSchedule time zones. libjemalloc2: the operator's allocator.
 # The admission webhook's HTTPS (Boost.Beast) links libssl3; civetweb serves /healthz, /readyz
 # and /metrics over plain HTTP and needs no TLS.
 RUN set -eux; \
     apt-get update -q; \
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       libgrpc++1.51 libprotobuf32 libabsl20220623 libcpprest2.10 libyaml-cpp0.7 libspdlog1.10 \
-      libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libisal2 libssl3 zlib1g \
+      libfmt9 libprometheus-cpp-core1.0 libcivetweb1 libisal2 libssl3 zlib1g libjemalloc2 \
       ca-certificates tzdata; \
     apt-get clean; \
     rm -rf /var/lib/apt/lists/*; \

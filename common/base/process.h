@@ -7,7 +7,8 @@ namespace clusterprof {
 struct ProcessSettings {
   // Caps glibc's malloc arenas (0 leaves glibc's default of 8 per core). A process with many
   // threads that each parse large responses otherwise keeps freed memory in one arena per
-  // thread: the operator's resident size over 10,000 pods halves with 2 (bench/RESULTS.md).
+  // thread: the operator's resident size over 10,000 pods halved with 2 (bench/RESULTS.md).
+  // No effect in a process linked with jemalloc (the operator now is), which bounds its own.
   int malloc_arenas = 0;
 };
 
