@@ -45,7 +45,7 @@ RUN set -eux; \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
       libcpprest-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev prometheus-cpp-dev \
       libcivetweb-dev \
-      zlib1g-dev libssl-dev libisal-dev; \
+      zlib1g-dev libssl-dev libisal-dev libjemalloc-dev; \
     rm -rf /var/lib/apt/lists/*
 
 COPY --from=cuda /cuda /opt/cuda

@@ -25,7 +25,7 @@ RUN set -eux; \
       libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
       libcpprest-dev libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev prometheus-cpp-dev \
       libcivetweb-dev \
-      zlib1g-dev libssl-dev libisal-dev python3; \
+      zlib1g-dev libssl-dev libisal-dev libjemalloc-dev python3; \
     rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
