@@ -189,6 +189,11 @@ class Run {
   // Ends every call in flight, and those made later (the cancel token's callback).
   void CancelAll();
   bool cancelled() const { return options_.cancel != nullptr && options_.cancel->cancelled(); }
+  // Sleeps until `wake_ns` on the monotonic clock; false when cancelled first.
+  bool SleepUntilMonotonic(int64_t wake_ns);
+  // Released calls: the targets whose calls have all been answered (closable_), taken; waits up
+  // to kProgressInterval for one first when `wait`.
+  std::vector<size_t> TakeClosable(bool wait);
   // Checks the open-file limit against the targets (a connection each), raising the soft limit
   // when it is too low, and says so when even the hard limit is.
   void CheckFileLimit() const;
@@ -574,15 +579,7 @@ void Run::AskSessions(
                            });
                          });
     }
-    std::vector<size_t> answered;
-    {
-      MutexLock lock(&pending_.mu());
-      pending_.mu().AwaitWithTimeout(
-          [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !closable_.empty(); },
-          kProgressInterval);
-      answered.swap(closable_);
-    }
-    for (size_t i : answered) {
+    for (size_t i : TakeClosable(/*wait=*/true)) {
       --open;
       Close(i);
     }
@@ -865,9 +862,7 @@ void Run::Collect(const std::vector<size_t>& subset) {
     if (cancelled()) {
       // Every call in flight is being cancelled; wait for their callbacks.
       pending_.Wait(nullptr);
-      for (size_t i : released) {
-        if (targets_[i].connection != nullptr) Close(i);
-      }
+      for (size_t i : released) Close(i);
       return;
     }
     // Send what is due, within the window.
@@ -906,17 +901,7 @@ void Run::Collect(const std::vector<size_t>& subset) {
           });
     }
     // Wait for answers, or until the next read is due.
-    std::vector<size_t> done;
-    {
-      MutexLock lock(&pending_.mu());
-      if (open > 0) {
-        pending_.mu().AwaitWithTimeout(
-            [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !closable_.empty(); },
-            kProgressInterval);
-      }
-      done.swap(closable_);
-    }
-    for (size_t i : done) {
+    for (size_t i : TakeClosable(/*wait=*/open > 0)) {
       --open;
       if (targets_[i].settled) {
         // Finished: its connection goes; a target read again keeps it.
@@ -926,11 +911,7 @@ void Run::Collect(const std::vector<size_t>& subset) {
       }
     }
     if (open == 0 && !queue.empty() && queue.begin()->first > clock_.MonotonicNs()) {
-      if (options_.cancel == nullptr) {
-        clock_.SleepUntilMonotonicNs(queue.begin()->first);
-      } else {
-        clock_.SleepUntilMonotonicNsUnless(queue.begin()->first, options_.cancel->flag());
-      }
+      SleepUntilMonotonic(queue.begin()->first);  // a cancel is seen at the loop's top
     }
     ReportEvery();
   }
@@ -1171,13 +1152,27 @@ absl::Status Run::PauseBeforeRetry(Backoff& backoff, int attempt, int last, size
   const int64_t pause_ns = backoff.NextDelayNs();
   spdlog::info("retrying {} target(s) in {} ms, attempt {} of {}", targets,
                pause_ns / kNanosPerMilli, attempt, last);
-  const int64_t wake_ns = clock_.MonotonicNs() + pause_ns;
+  if (!SleepUntilMonotonic(clock_.MonotonicNs() + pause_ns)) return Cancelled();
+  return absl::OkStatus();
+}
+
+bool Run::SleepUntilMonotonic(int64_t wake_ns) {
   if (options_.cancel == nullptr) {
     clock_.SleepUntilMonotonicNs(wake_ns);
-  } else if (!clock_.SleepUntilMonotonicNsUnless(wake_ns, options_.cancel->flag())) {
-    return Cancelled();
+    return true;
   }
-  return absl::OkStatus();
+  return clock_.SleepUntilMonotonicNsUnless(wake_ns, options_.cancel->flag());
+}
+
+std::vector<size_t> Run::TakeClosable(bool wait) {
+  std::vector<size_t> taken;
+  MutexLock lock(&pending_.mu());
+  if (wait) {
+    pending_.mu().AwaitWithTimeout(
+        [this]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !closable_.empty(); }, kProgressInterval);
+  }
+  taken.swap(closable_);
+  return taken;
 }
 
 absl::Status Run::PickStart(int attempt, bool first_attempt, const std::vector<size_t>& subset) {

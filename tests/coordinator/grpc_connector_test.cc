@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
 #include "common/base/mutex.h"
@@ -15,6 +16,20 @@
 
 namespace clusterprof::coordinator {
 namespace {
+
+// A gRPC server of `services` on a free loopback port (null when it did not start); `address`
+// gets its host:port. `max_send_bytes` >= 0 replaces gRPC's limit on its answers.
+std::unique_ptr<grpc::Server> StartServer(const std::vector<grpc::Service*>& services,
+                                          std::string* address, int max_send_bytes = -1) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  for (grpc::Service* service : services) builder.RegisterService(service);
+  if (max_send_bytes >= 0) builder.SetMaxSendMessageSize(max_send_bytes);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
 
 // Profile waits until the client gives up (deadline or cancel); it records the authorization
 // metadata it saw.
@@ -52,13 +67,8 @@ class HangingProfiler final : public tensorflow::ProfilerService::Service {
 class GrpcConnectorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
+    server_ = StartServer({&service_}, &address_);
     ASSERT_NE(server_, nullptr);
-    address_ = "127.0.0.1:" + std::to_string(port);
   }
   void TearDown() override { server_->Shutdown(); }
 
@@ -142,15 +152,11 @@ class AnnouncingProfiler final : public tensorflow::ProfilerService::CallbackSer
 
 TEST(GrpcConnectorAcceptedTest, TheAcceptedCallbackRunsBeforeDoneOnlyWhenTheServerSaysSo) {
   AnnouncingProfiler service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartServer({&service}, &address);
   ASSERT_NE(server, nullptr);
   GrpcConnector connector;
-  std::unique_ptr<ProfilerConnection> connection =
-      connector.Connect("127.0.0.1:" + std::to_string(port));
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address);
 
   Notification accepted;
   Notification done;
@@ -173,8 +179,7 @@ TEST(GrpcConnectorAcceptedTest, TheAcceptedCallbackRunsBeforeDoneOnlyWhenTheServ
   done.WaitForNotification();
 
   // A server that does not say so (a TF/JAX server): the call is held to its end.
-  std::unique_ptr<ProfilerConnection> other =
-      connector.Connect("127.0.0.1:" + std::to_string(port));
+  std::unique_ptr<ProfilerConnection> other = connector.Connect(address);
   std::atomic<bool> said{false};
   Notification other_done;
   request.set_session_id("quiet");
@@ -214,17 +219,14 @@ class HugeAnswers final : public v1alpha1::Sidecar::Service,
 // before it is held. A TF/JAX server's Profile answer, the whole XSpace, is not.
 TEST(GrpcConnectorLimitsTest, AHugeSidecarAnswerIsRefusedAHugeXSpaceIsNot) {
   HugeAnswers service(80 << 20);
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(static_cast<v1alpha1::Sidecar::Service*>(&service));
-  builder.RegisterService(static_cast<tensorflow::ProfilerService::Service*>(&service));
-  builder.SetMaxSendMessageSize(INT32_MAX);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  std::string address;
+  std::unique_ptr<grpc::Server> server =
+      StartServer({static_cast<v1alpha1::Sidecar::Service*>(&service),
+                   static_cast<tensorflow::ProfilerService::Service*>(&service)},
+                  &address, INT32_MAX);
   ASSERT_NE(server, nullptr);
   GrpcConnector connector;
-  std::unique_ptr<ProfilerConnection> connection =
-      connector.Connect("127.0.0.1:" + std::to_string(port));
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address);
 
   Notification session_done;
   absl::StatusOr<v1alpha1::GetSessionResponse> session;
