@@ -162,6 +162,45 @@ def wait_job_done(name, timeout=120, namespace=NS):
     return wait_until("ProfileJob %s to finish" % name, done, timeout=timeout, interval=0.05)
 
 
+def trainer_deployment(name, app, replicas, busy_percent, step_ms, requests, grace_s=1,
+                       annotations=""):
+    """A Deployment of `replicas` train_loop pods labelled app=<app> (injected with a sidecar in
+    NS); `requests` and `annotations` are YAML flow mappings ("{cpu: 10m}")."""
+    return """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  replicas: %d
+  selector: {matchLabels: {app: %s}}
+  template:
+    metadata: {labels: {app: %s}%s}
+    spec:
+      terminationGracePeriodSeconds: %d
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        args: ["/usr/bin/train_loop", "--busy-percent", "%d", "--step-ms", "%d"]
+        resources: {requests: %s}
+""" % (name, replicas, app, app, ", annotations: %s" % annotations if annotations else "",
+       grace_s, WORKLOAD_IMAGE, busy_percent, step_ms, requests)
+
+
+def wait_pods_ready(app, count, timeout=180, interval=0.2):
+    """The pods labelled app=<app>, once `count` of them are Ready."""
+    return wait_until("%d %s pods Ready" % (count, app),
+                      lambda: len([p for p in pods(NS, "app=" + app) if ready(p)]) == count
+                      and pods(NS, "app=" + app), timeout=timeout, interval=interval)
+
+
+def remove_deployment(name, app):
+    """Deletes a Deployment and waits until its pods are gone (the next steps run on a quiet
+    node)."""
+    kubectl("delete", "deployment", name, "-n", NS, "--wait=false", check=False)
+    wait_until("%s pods gone" % app, lambda: not pods(NS, "app=" + app), timeout=180, interval=1)
+
+
 def profile_job(name, duration_ms=2000, delay_ms=1000, logdir=LOGDIR, selector="e2e-trainer",
                 extra=""):
     return """
@@ -351,27 +390,9 @@ class NodeE2E(unittest.TestCase):
     def test_02_injected_deployment(self):
         wait_until("serviceaccount/default in %s" % NS,
                    lambda: kubectl("get", "serviceaccount", "default", "-n", NS).returncode == 0)
-        apply("""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: trainer}
-spec:
-  replicas: 3
-  selector: {matchLabels: {app: e2e-trainer}}
-  template:
-    metadata: {labels: {app: e2e-trainer}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: trainer
-        image: %s
-        imagePullPolicy: Never
-        args: ["/usr/bin/train_loop", "--busy-percent", "5", "--step-ms", "50"]
-        resources: {requests: {cpu: 10m}}
-""" % WORKLOAD_IMAGE, NS)
-        running = wait_until("3 trainer pods Ready",
-                             lambda: len([p for p in pods(NS, "app=e2e-trainer") if ready(p)])
-                             == 3 and pods(NS, "app=e2e-trainer"), timeout=180)
+        apply(trainer_deployment("trainer", "e2e-trainer", 3, busy_percent=5, step_ms=50,
+                                 requests="{cpu: 10m}", grace_s=5), NS)
+        running = wait_pods_ready("e2e-trainer", 3)
         for pod in running:
             name = pod["metadata"]["name"]
             containers = [c["name"] for c in pod["spec"]["containers"]]
@@ -487,33 +508,14 @@ spec:
         """Beyond toy sizes: 30 injected pods on this node (requests small enough to fit two
         cores), one ProfileJob over all of them, Succeeded 30/30."""
         replicas = int(os.environ.get("CLUSTERPROF_E2E_WIDE_PODS", "30"))
-        apply("""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: wide}
-spec:
-  replicas: %d
-  selector: {matchLabels: {app: e2e-wide}}
-  template:
-    metadata:
-      labels: {app: e2e-wide}
-      annotations:
-        clusterprof.io/sidecar-cpu-request: 5m
-        clusterprof.io/sidecar-memory-request: 16Mi
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: trainer
-        image: %s
-        imagePullPolicy: Never
-        args: ["/usr/bin/train_loop", "--busy-percent", "1", "--step-ms", "100"]
-        resources: {requests: {cpu: 1m, memory: 8Mi}}
-""" % (replicas, WORKLOAD_IMAGE), NS)
+        apply(trainer_deployment(
+            "wide", "e2e-wide", replicas, busy_percent=1, step_ms=100,
+            requests="{cpu: 1m, memory: 8Mi}",
+            annotations="{clusterprof.io/sidecar-cpu-request: 5m, "
+                        "clusterprof.io/sidecar-memory-request: 16Mi}"), NS)
         start = time.monotonic()
         try:
-            wait_until("%d wide pods Ready" % replicas,
-                       lambda: len([p for p in pods(NS, "app=e2e-wide") if ready(p)])
-                       == replicas, timeout=420, interval=1)
+            wait_pods_ready("e2e-wide", replicas, timeout=420, interval=1)
             figures["wide_pods_ready_s"] = round(time.monotonic() - start, 1)
             start = time.monotonic()
             apply(profile_job("e2e-wide", selector="e2e-wide"), NS)
@@ -541,38 +543,17 @@ spec:
                     figures["wide_profilejob_apply_to_succeeded_s"],
                     figures["wide_object_bytes"]))
         finally:
-            # The steps after this one run on a quiet node.
-            kubectl("delete", "deployment", "wide", "-n", NS, "--wait=false", check=False)
-            wait_until("wide pods gone", lambda: not pods(NS, "app=e2e-wide"), timeout=180,
-                       interval=1)
+            remove_deployment("wide", "e2e-wide")
 
     def test_04c_start_instant_with_every_core_busy(self):
         """Two workload pods that each keep a core busy (both cores of the node): the sidecars
         wake late in the normal class (SCHED_FIFO is refused in this node's container cgroups),
         and the captures' data still starts at T0, from the flight recorder. Figures, not
         thresholds: the start error and the wake-up error of every host, from the manifest."""
-        apply("""
-apiVersion: apps/v1
-kind: Deployment
-metadata: {name: busy}
-spec:
-  replicas: 2
-  selector: {matchLabels: {app: e2e-busy}}
-  template:
-    metadata: {labels: {app: e2e-busy}}
-    spec:
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: trainer
-        image: %s
-        imagePullPolicy: Never
-        args: ["/usr/bin/train_loop", "--busy-percent", "100", "--step-ms", "20"]
-        resources: {requests: {cpu: 10m}}
-""" % WORKLOAD_IMAGE, NS)
+        apply(trainer_deployment("busy", "e2e-busy", 2, busy_percent=100, step_ms=20,
+                                 requests="{cpu: 10m}"), NS)
         try:
-            wait_until("2 busy pods Ready",
-                       lambda: len([p for p in pods(NS, "app=e2e-busy") if ready(p)]) == 2,
-                       timeout=180, interval=1)
+            wait_pods_ready("e2e-busy", 2, interval=1)
             time.sleep(3)  # the busy loops and the sidecars' recorders settle
             errors = {"start": [], "wake": []}
             for i in range(3):
@@ -602,9 +583,7 @@ spec:
                     "/".join(str(figures["busy_start_error_us"][k]) for k in ("p50", "max")),
                     "/".join(str(figures["busy_wake_error_us"][k]) for k in ("p50", "max"))))
         finally:
-            kubectl("delete", "deployment", "busy", "-n", NS, "--wait=false", check=False)
-            wait_until("busy pods gone", lambda: not pods(NS, "app=e2e-busy"), timeout=180,
-                       interval=1)
+            remove_deployment("busy", "e2e-busy")
 
     # --- 4. a ProfileSchedule ----------------------------------------------------------------
 
