@@ -17,9 +17,11 @@
 #include "absl/strings/escaping.h"
 #include "common/base/check.h"
 #include "common/base/env.h"
+#include "common/base/json_escape.h"
 #include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
+#include "operator/kube/exec_credential.h"
 
 namespace clusterprof::kube {
 
@@ -191,6 +193,21 @@ struct ClusterEntry {
   Field proxy_url;
   Field insecure_skip_tls_verify;  // "true" or empty
   bool disable_compression = false;
+  // The JSON of the extension named client.authentication.k8s.io/exec; empty: none.
+  std::string exec_extension_json;
+};
+
+// A user's `exec` block as written; checked when a context selects the user.
+struct ExecEntry {
+  bool present = false;
+  std::string where;  // "kubeconfig /x/config: users[0].user.exec (line 4, column 7)"
+  Field command;      // resolved against the file's directory when it holds a '/'
+  std::vector<std::string> args;
+  std::vector<std::pair<std::string, std::string>> env;
+  Field api_version;
+  Field install_hint;
+  bool provide_cluster_info = false;
+  Field interactive_mode;
 };
 
 struct UserEntry {
@@ -204,7 +221,7 @@ struct UserEntry {
   Field key_file;
   Field username;
   Field password;
-  Field exec;           // the command; "(no command)" when it has none
+  ExecEntry exec;
   Field auth_provider;  // the provider's name; "(no name)" when it has none
   Impersonation impersonate;
 };
@@ -266,6 +283,89 @@ std::string ResolveAgainst(std::string_view file, const std::string& reference) 
   const std::filesystem::path dir = std::filesystem::path(file).parent_path();
   if (dir.empty()) return reference;
   return (dir / reference).string();
+}
+
+// Whether `text` is a number as JSON writes one.
+bool IsJsonNumber(std::string_view text) {
+  size_t i = 0;
+  const auto digits = [&] {
+    const size_t start = i;
+    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
+    return i > start;
+  };
+  if (i < text.size() && text[i] == '-') ++i;
+  if (i < text.size() && text[i] == '0') {
+    ++i;
+  } else if (!digits()) {
+    return false;
+  }
+  if (i < text.size() && text[i] == '.') {
+    ++i;
+    if (!digits()) return false;
+  }
+  if (i < text.size() && (text[i] == 'e' || text[i] == 'E')) {
+    ++i;
+    if (i < text.size() && (text[i] == '+' || text[i] == '-')) ++i;
+    if (!digits()) return false;
+  }
+  return i == text.size();
+}
+
+// Appends `node` as JSON: a quoted scalar is a string; a plain one null, true, false or a
+// number when it reads as one (as sigs.k8s.io/yaml converts), else a string.
+void AppendYamlAsJson(const YAML::Node& node, std::string* out) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      out->push_back('{');
+      bool first = true;
+      for (const auto& pair : node) {
+        if (!first) out->push_back(',');
+        first = false;
+        out->push_back('"');
+        AppendJsonEscaped(pair.first.IsScalar() ? pair.first.Scalar() : "", out);
+        out->append("\":");
+        AppendYamlAsJson(pair.second, out);
+      }
+      out->push_back('}');
+      return;
+    }
+    case YAML::NodeType::Sequence: {
+      out->push_back('[');
+      for (size_t i = 0; i < node.size(); ++i) {
+        if (i > 0) out->push_back(',');
+        AppendYamlAsJson(node[i], out);
+      }
+      out->push_back(']');
+      return;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string& text = node.Scalar();
+      if (node.Tag() != "!") {
+        if (text == "~" || text == "null" || text == "Null" || text == "NULL") {
+          out->append("null");
+          return;
+        }
+        if (text == "true" || text == "True" || text == "TRUE") {
+          out->append("true");
+          return;
+        }
+        if (text == "false" || text == "False" || text == "FALSE") {
+          out->append("false");
+          return;
+        }
+        if (IsJsonNumber(text)) {
+          out->append(text);
+          return;
+        }
+      }
+      out->push_back('"');
+      AppendJsonEscaped(text, out);
+      out->push_back('"');
+      return;
+    }
+    default:
+      out->append("null");
+  }
 }
 
 // Decodes one file's YAML (already parsed) into entries. Not thread-safe; one per file.
@@ -467,6 +567,7 @@ class FileDecoder {
       entry->insecure_skip_tls_verify = {
           "true", Where(Join(at, "insecure-skip-tls-verify"), node["insecure-skip-tls-verify"])};
     }
+    CLUSTERPROF_RETURN_IF_ERROR(DecodeExtensions(node, at, entry));
     return GetBool(node, "disable-compression", at, &entry->disable_compression);
   }
 
@@ -503,12 +604,7 @@ class FileDecoder {
 
     const YAML::Node exec = node["exec"];
     if (exec.IsDefined() && !exec.IsNull()) {
-      const std::string exec_at = Join(at, "exec");
-      if (!exec.IsMap()) return Error(exec_at, exec, "must be a mapping");
-      CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(exec, exec_at));
-      Field command;
-      CLUSTERPROF_RETURN_IF_ERROR(GetString(exec, "command", exec_at, &command));
-      entry->exec = {command.set() ? command.value : "(no command)", Where(exec_at, exec)};
+      CLUSTERPROF_RETURN_IF_ERROR(DecodeExec(exec, Join(at, "exec"), &entry->exec));
     }
     const YAML::Node provider = node["auth-provider"];
     if (provider.IsDefined() && !provider.IsNull()) {
@@ -518,6 +614,68 @@ class FileDecoder {
       Field name;
       CLUSTERPROF_RETURN_IF_ERROR(GetString(provider, "name", provider_at, &name));
       entry->auth_provider = {name.set() ? name.value : "(no name)", Where(provider_at, provider)};
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DecodeExec(const YAML::Node& exec, const std::string& at, ExecEntry* entry) {
+    if (!exec.IsMap()) return Error(at, exec, "must be a mapping");
+    CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(exec, at));
+    entry->present = true;
+    entry->where = Where(at, exec);
+    CLUSTERPROF_RETURN_IF_ERROR(GetString(exec, "command", at, &entry->command));
+    // As clientcmd: only a command with a '/' is a file reference; a bare name is for PATH.
+    if (entry->command.value.find('/') != std::string::npos) {
+      entry->command.value = ResolveAgainst(path_, entry->command.value);
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(GetStringList(exec["args"], Join(at, "args"), &entry->args));
+    const YAML::Node env = exec["env"];
+    if (env.IsDefined() && !env.IsNull()) {
+      const std::string env_at = Join(at, "env");
+      if (!env.IsSequence()) return Error(env_at, env, "must be a list of {name: ..., value: ...}");
+      for (size_t i = 0; i < env.size(); ++i) {
+        const std::string item_at = StrCat(env_at, "[", i, "]");
+        const YAML::Node item = env[i];
+        if (!item.IsMap()) return Error(item_at, item, "must be a mapping with name and value");
+        CLUSTERPROF_RETURN_IF_ERROR(CheckUniqueKeys(item, item_at));
+        Field name;
+        Field value;
+        CLUSTERPROF_RETURN_IF_ERROR(GetString(item, "name", item_at, &name));
+        CLUSTERPROF_RETURN_IF_ERROR(GetString(item, "value", item_at, &value));
+        if (!name.set() || name.value.find('=') != std::string::npos) {
+          return Error(item_at, item, "needs a name (without '=') for the variable");
+        }
+        entry->env.emplace_back(name.value, value.value);
+      }
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(GetString(exec, "apiVersion", at, &entry->api_version));
+    CLUSTERPROF_RETURN_IF_ERROR(GetString(exec, "installHint", at, &entry->install_hint));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        GetBool(exec, "provideClusterInfo", at, &entry->provide_cluster_info));
+    return GetString(exec, "interactiveMode", at, &entry->interactive_mode);
+  }
+
+  // The cluster's `extensions` (a list of {name, extension}): the one an exec plugin gets as
+  // spec.cluster.config, as JSON.
+  absl::Status DecodeExtensions(const YAML::Node& node, const std::string& at,
+                                ClusterEntry* entry) const {
+    const YAML::Node extensions = node["extensions"];
+    if (!extensions.IsDefined() || extensions.IsNull()) return absl::OkStatus();
+    const std::string list_at = Join(at, "extensions");
+    if (!extensions.IsSequence()) {
+      return Error(list_at, extensions, "must be a list of {name: ..., extension: ...}");
+    }
+    for (size_t i = 0; i < extensions.size(); ++i) {
+      const std::string item_at = StrCat(list_at, "[", i, "]");
+      const YAML::Node item = extensions[i];
+      if (!item.IsMap()) return Error(item_at, item, "must be a mapping with name and extension");
+      Field name;
+      CLUSTERPROF_RETURN_IF_ERROR(GetString(item, "name", item_at, &name));
+      if (name.value != kExecClusterExtension) continue;
+      const YAML::Node extension = item["extension"];
+      if (extension.IsDefined() && !extension.IsNull()) {
+        AppendYamlAsJson(extension, &entry->exec_extension_json);
+      }
     }
     return absl::OkStatus();
   }
@@ -664,8 +822,88 @@ absl::StatusOr<std::string> NormalizeServer(const Field& server) {
   return url;
 }
 
+// Parses interactiveMode; empty is IfAvailable, which only v1beta1 allows (as client-go).
+absl::StatusOr<ExecInteractiveMode> InteractiveModeOf(const ExecEntry& exec, std::string_view who) {
+  const Field& mode = exec.interactive_mode;
+  if (mode.value == "Never") return ExecInteractiveMode::kNever;
+  if (mode.value == "IfAvailable") return ExecInteractiveMode::kIfAvailable;
+  if (mode.value == "Always") return ExecInteractiveMode::kAlways;
+  if (!mode.set()) {
+    if (exec.api_version.value == kExecApiV1Beta1) return ExecInteractiveMode::kIfAvailable;
+    return absl::InvalidArgumentError(
+        StrCat(exec.where, ": ", who, " has an exec block of apiVersion ", kExecApiV1,
+               " without interactiveMode, which that version requires; set interactiveMode: "
+               "Never (or IfAvailable, or Always for a plugin that prompts the user)"));
+  }
+  return absl::InvalidArgumentError(
+      StrCat(mode.where, ": ", Quoted(mode.value),
+             " is not an interactiveMode; use Never, IfAvailable or Always"));
+}
+
+// The checked ExecConfig of `user`'s exec block, for the cluster `rest` describes.
+absl::StatusOr<ExecConfig> ExecConfigOf(const ExecEntry& exec, const ClusterEntry& cluster,
+                                        const RestConfig& rest, std::string_view who) {
+  if (!exec.command.set()) {
+    return absl::InvalidArgumentError(
+        StrCat(exec.where, ": ", who,
+               " has an exec block without a command (the credential plugin to run)"));
+  }
+  const Field& version = exec.api_version;
+  if (!version.set()) {
+    return absl::InvalidArgumentError(
+        StrCat(exec.where, ": ", who, " has an exec block without apiVersion; set it to ",
+               kExecApiV1, " (or ", kExecApiV1Beta1, " for plugins that predate it)"));
+  }
+  if (version.value != kExecApiV1 && version.value != kExecApiV1Beta1) {
+    const bool alpha = version.value == "client.authentication.k8s.io/v1alpha1";
+    return absl::InvalidArgumentError(StrCat(
+        version.where, ": ", Quoted(version.value),
+        alpha ? " is no longer supported (Kubernetes 1.24 removed it)"
+              : " is not an exec credential apiVersion",
+        "; use ", kExecApiV1, " or ", kExecApiV1Beta1, " (and a plugin version that speaks it)"));
+  }
+  ExecConfig config;
+  config.command = exec.command.value;
+  config.args = exec.args;
+  config.env = exec.env;
+  config.api_version = version.value;
+  config.install_hint = exec.install_hint.value;
+  CLUSTERPROF_ASSIGN_OR_RETURN(config.interactive_mode, InteractiveModeOf(exec, who));
+  if (exec.provide_cluster_info) {
+    ExecClusterInfo info;
+    info.server = rest.server;
+    info.tls_server_name = rest.tls_server_name;
+    info.insecure_skip_tls_verify = rest.insecure_skip_tls_verify;
+    info.ca_pem = rest.ca_pem;
+    info.disable_compression = rest.disable_compression;
+    info.config_json = cluster.exec_extension_json;
+    config.cluster = std::move(info);
+  }
+  config.description =
+      StrCat(exec.where, ": exec plugin ", Quoted(exec.command.value), " of ", who);
+  return config;
+}
+
+// What to install instead of a legacy auth-provider, which client-go no longer has either.
+std::string AuthProviderAdvice(std::string_view provider) {
+  if (provider == "gcp") {
+    return "Install gke-gcloud-auth-plugin (`gcloud components install gke-gcloud-auth-plugin`) "
+           "and run `gcloud container clusters get-credentials CLUSTER`, which rewrites the "
+           "user to run it as an exec plugin";
+  }
+  if (provider == "azure") {
+    return "Install kubelogin (`az aks install-cli`) and run `kubelogin convert-kubeconfig -l "
+           "azurecli`, which rewrites the user to run it as an exec plugin";
+  }
+  if (provider == "oidc") {
+    return "Use an OIDC exec plugin instead, such as kubelogin (int128/kubelogin: "
+           "`kubectl oidc-login setup`), configured as the user's exec block";
+  }
+  return "Replace it with the exec credential plugin your cluster's provider documents";
+}
+
 absl::StatusOr<RestConfig> BuildConfig(const Kubeconfig& config, std::string_view context_flag,
-                                       Clock* clock) {
+                                       Clock* clock, const ExecOptions& exec_options) {
   CLUSTERPROF_CHECK(clock != nullptr);
   const std::string files = JoinPaths(config.files);
   const std::set<std::string> context_names = NamesOf(config.contexts);
@@ -747,19 +985,21 @@ absl::StatusOr<RestConfig> BuildConfig(const Kubeconfig& config, std::string_vie
   const std::string who =
       StrCat("user ", Quoted(context.user), " (context ", Quoted(context_name), ")");
   constexpr std::string_view kInstead =
-      "Use a kubeconfig whose user has a token (for example a service-account token from "
-      "`kubectl create token`), a tokenFile or a client certificate, or run clusterprof in the "
-      "cluster with a service account.";
-  if (user->exec.set()) {
-    return absl::UnimplementedError(StrCat(
-        user->exec.where, ": ", who, " gets its credentials from the exec plugin ",
-        Quoted(user->exec.value), ", and clusterprof does not run credential plugins. ", kInstead));
-  }
+      "Use a kubeconfig whose user has an exec credential plugin, a token (for example a "
+      "service-account token from `kubectl create token`), a tokenFile or a client certificate, "
+      "or run clusterprof in the cluster with a service account.";
   if (user->auth_provider.set()) {
+    if (user->exec.present) {
+      return absl::InvalidArgumentError(
+          StrCat(user->auth_provider.where, ": ", who,
+                 " has both an auth-provider and an exec block; keep only the exec block"));
+    }
     return absl::UnimplementedError(
         StrCat(user->auth_provider.where, ": ", who,
                " gets its credentials from the auth-provider ", Quoted(user->auth_provider.value),
-               ", and clusterprof does not support auth-providers. ", kInstead));
+               ", which clusterprof does not support (client-go itself removed the gcp and azure "
+               "providers in Kubernetes 1.26). ",
+               AuthProviderAdvice(user->auth_provider.value), ". ", kInstead));
   }
   if (user->username.set() || user->password.set()) {
     const Field& field = user->username.set() ? user->username : user->password;
@@ -796,6 +1036,18 @@ absl::StatusOr<RestConfig> BuildConfig(const Kubeconfig& config, std::string_vie
     }
   }
   rest.impersonate = user->impersonate;
+  // As client-go: a token or client certificate written in the kubeconfig wins, and the plugin
+  // is not run at all.
+  if (user->exec.present && rest.token == nullptr && rest.client_cert_pem.empty()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(ExecConfig exec, ExecConfigOf(user->exec, cluster, rest, who));
+    auto source = std::make_shared<ExecTokenSource>(std::move(exec), exec_options, clock);
+    // Run it now: a missing or failing plugin is reported at load, and client certificates
+    // (which the TLS setup needs before any request) come only from this run.
+    CLUSTERPROF_ASSIGN_OR_RETURN(ExecCredential credential, source->Credential());
+    rest.client_cert_pem = std::move(credential.client_cert_pem);
+    rest.client_key_pem = std::move(credential.client_key_pem);
+    if (!credential.token.empty()) rest.token = std::move(source);
+  }
   return rest;
 }
 
@@ -873,10 +1125,11 @@ absl::StatusOr<RestConfig> LoadInClusterConfig(const Environment& env, const InC
 }
 
 absl::StatusOr<RestConfig> LoadKubeconfigFromString(std::string_view yaml, std::string_view path,
-                                                    std::string_view context, Clock* clock) {
+                                                    std::string_view context, Clock* clock,
+                                                    const ExecOptions& exec) {
   Kubeconfig config;
   CLUSTERPROF_RETURN_IF_ERROR(DecodeKubeconfig(yaml, std::string(path), &config));
-  return BuildConfig(config, context, clock);
+  return BuildConfig(config, context, clock, exec);
 }
 
 absl::StatusOr<RestConfig> LoadKubeconfig(const KubeconfigOptions& options, const Environment& env,
@@ -925,7 +1178,7 @@ absl::StatusOr<RestConfig> LoadKubeconfig(const KubeconfigOptions& options, cons
     return absl::NotFoundError(
         StrCat("no kubeconfig: none of the files in KUBECONFIG exist (", JoinPaths(missing), ")"));
   }
-  return BuildConfig(merged, options.context, clock);
+  return BuildConfig(merged, options.context, clock, options.exec);
 }
 
 absl::StatusOr<RestConfig> LoadDefaultConfig(const KubeconfigOptions& options,

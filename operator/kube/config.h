@@ -94,13 +94,21 @@ struct Impersonation {
 };
 
 // How to reach and authenticate to one API server. Plain data, except `token`, which is shared
-// and thread-safe; a token source from a file holds the Clock the loader was given, so that
-// Clock must outlive the config.
+// and thread-safe; a token source from a file or an exec plugin holds the Clock the loader was
+// given, so that Clock must outlive the config.
+//
+// Exec credential plugins (gke-gcloud-auth-plugin, `aws eks get-token`, kubelogin) run as
+// client-go runs them (operator/kube/exec_credential.h): once when the config is loaded, and
+// again when their token expires or the server answers 401. Their client certificates are
+// taken from the run at load and not renewed; a process that outlives them loads its config
+// again. A token or client certificate written in the kubeconfig wins over the user's exec
+// block, which then does not run (as in client-go).
 //
 // Not supported, each an error when the selected context needs it (never silently ignored):
-// exec credential plugins and auth-providers (clusterprof runs no plugins), basic auth
-// (kube-apiserver removed it in 1.19) and the cluster's `proxy-url` (the REST client connects
-// directly; HTTPS_PROXY and friends are the REST client's business, not the kubeconfig's).
+// auth-providers (the legacy gcp and azure providers, which client-go removed too, and oidc;
+// the error names the exec plugin that replaces each), basic auth (kube-apiserver removed it in
+// 1.19) and the cluster's `proxy-url` (the REST client connects directly; HTTPS_PROXY and
+// friends are the REST client's business, not the kubeconfig's).
 struct RestConfig {
   // "https://host:port", possibly with a path prefix (a proxying front end); no trailing slash.
   std::string server;
@@ -144,27 +152,44 @@ struct InClusterPaths {
 absl::StatusOr<RestConfig> LoadInClusterConfig(const Environment& env, const InClusterPaths& paths,
                                                Clock* clock);
 
+// How exec credential plugins run (operator/kube/exec_credential.h).
+struct ExecOptions {
+  // A non-interactive run that takes longer is killed and is an error (DeadlineExceeded).
+  int64_t timeout_ns = 60 * kNanosPerSecond;
+  // Where a bare command name is looked up (':'-separated); nullopt: this process's $PATH.
+  std::optional<std::string> search_path;
+  // Whether stdin is a terminal (interactiveMode IfAvailable and Always); null: isatty(0).
+  std::function<bool()> stdin_is_terminal;
+  // false: a user with an exec block is a FailedPrecondition error and nothing runs (for callers
+  // that load kubeconfigs they do not trust, such as the kubeconfig fuzzer).
+  bool allow = true;
+};
+
 struct KubeconfigOptions {
   // Explicit files (--kubeconfig): each must exist. Empty: $KUBECONFIG split on ':' (missing
   // files skipped, at least one must exist), else $HOME/.kube/config.
   std::vector<std::string> paths;
   // --context; empty: the merged current-context.
   std::string context;
+  ExecOptions exec;
 };
 
 // Loads and merges kubeconfig files as clientcmd does: files in order, and the first file to
 // set a value wins (the first definition of a cluster, user or context name; the first
 // current-context). Relative file references (certificate-authority, client-certificate,
 // client-key, tokenFile) resolve against the directory of the file that defined the entry.
-// A context that is not found lists the available ones; exec and auth-provider users are
-// Unimplemented errors that name the user, the context and the plugin.
+// A context that is not found lists the available ones. An exec user's plugin runs here
+// (options.exec), and its errors (ExecTokenSource, RunExecPlugin) name the user, the context,
+// the plugin and where the kubeconfig configures it; auth-provider users are Unimplemented
+// errors that name the provider and the exec plugin to use instead.
 absl::StatusOr<RestConfig> LoadKubeconfig(const KubeconfigOptions& options, const Environment& env,
                                           Clock* clock);
 
 // One kubeconfig given as text; `path` names it in errors and in the description, and relative
-// file references resolve against its directory. `context` as in KubeconfigOptions.
+// file references resolve against its directory. `context` and `exec` as in KubeconfigOptions.
 absl::StatusOr<RestConfig> LoadKubeconfigFromString(std::string_view yaml, std::string_view path,
-                                                    std::string_view context, Clock* clock);
+                                                    std::string_view context, Clock* clock,
+                                                    const ExecOptions& exec = {});
 
 // kubectl's order: kubeconfig when files are given explicitly (or a context is, which only a
 // kubeconfig has); else in-cluster when KUBERNETES_SERVICE_HOST is set and KUBECONFIG is not;
