@@ -16,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "common/base/clock.h"
 #include "common/base/strings.h"
+#include "cpprest/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/temp_dir.h"
@@ -49,15 +50,33 @@ std::string TokenOf(const RestConfig& config) {
 
 class KubeconfigTest : public ::testing::Test {
  protected:
+  KubeconfigTest() {
+    // Exec plugins are looked up in plugins_ only (empty unless a test writes one), so that a
+    // plugin installed on the machine never runs.
+    exec_.search_path = plugins_.path();
+    exec_.stdin_is_terminal = [] { return false; };
+  }
+
   absl::StatusOr<RestConfig> LoadFile(const std::string& path, std::string context = "") {
-    return LoadKubeconfig({.paths = {path}, .context = std::move(context)}, env_, &clock_);
+    return LoadKubeconfig({.paths = {path}, .context = std::move(context), .exec = exec_}, env_,
+                          &clock_);
   }
   absl::StatusOr<RestConfig> LoadText(std::string_view yaml, std::string_view context = "") {
-    return LoadKubeconfigFromString(yaml, "/configs/team.yaml", context, &clock_);
+    return LoadKubeconfigFromString(yaml, "/configs/team.yaml", context, &clock_, exec_);
+  }
+
+  // Writes an executable /bin/sh script named `name` into plugins_; returns its path.
+  std::string WritePlugin(std::string_view name, std::string_view body) {
+    const std::string path = plugins_.Join(name);
+    WriteFileOrDie(path, StrCat("#!/bin/sh\n", body));
+    EXPECT_EQ(chmod(path.c_str(), 0755), 0);
+    return path;
   }
 
   SimulatedClock clock_;
   MapEnvironment env_{{}};
+  TempDir plugins_;
+  ExecOptions exec_;
 };
 
 // A minimal valid kubeconfig with `user_body` as the user's fields (indented four spaces).
@@ -93,29 +112,194 @@ TEST_F(KubeconfigTest, KindClientCertificateData) {
                    ", context \"kind-kind\", cluster \"kind-kind\", user \"kind-kind\""));
 }
 
-TEST_F(KubeconfigTest, GkeExecPluginIsAnErrorNamingUserContextAndCommand) {
+// --- Exec credential plugins (the plugins themselves: exec_credential_test.cc) ---------------
+
+TEST_F(KubeconfigTest, GkeExecPluginGivesTheTokenAndTheClusterInfo) {
+  // A stand-in for gke-gcloud-auth-plugin, found on the search path as the real one is.
+  WritePlugin("gke-gcloud-auth-plugin",
+              StrCat("printf '%s' \"$KUBERNETES_EXEC_INFO\" > '", plugins_.Join("info.json"),
+                     "'\n"
+                     "printf '%s' '{\"kind\":\"ExecCredential\",\"apiVersion\":"
+                     "\"client.authentication.k8s.io/v1beta1\",\"spec\":{\"interactive\":false},"
+                     "\"status\":{\"expirationTimestamp\":\"2026-01-01T01:00:00Z\","
+                     "\"token\":\"ya29.gke-token\"}}'\n"));
+  absl::StatusOr<RestConfig> config = LoadFile(Fixture("gke.yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->server, "https://34.118.20.7");
+  EXPECT_EQ(TokenOf(*config), "ya29.gke-token");
+  EXPECT_EQ(config->client_cert_pem, "");
+  // provideClusterInfo: the plugin was told which cluster, with its CA.
+  const std::string info = ReadFileOrDie(plugins_.Join("info.json"));
+  EXPECT_THAT(info, AllOf(HasSubstr("\"apiVersion\":\"client.authentication.k8s.io/v1beta1\""),
+                          HasSubstr("\"server\":\"https://34.118.20.7\""),
+                          HasSubstr("\"certificate-authority-data\":\"LS0tLS1CRUdJTi"),
+                          HasSubstr("\"interactive\":false")));
+}
+
+TEST_F(KubeconfigTest, GkeExecPluginNotInstalledNamesUserContextAndInstallHint) {
   absl::StatusOr<RestConfig> config = LoadFile(Fixture("gke.yaml"));
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(
       Message(config.status()),
       AllOf(HasSubstr(Fixture("gke.yaml")), HasSubstr("users[0].user.exec (line 19, column 7)"),
             HasSubstr("user \"gke_acme-ml_us-central1_training\""),
             HasSubstr("context \"gke_acme-ml_us-central1_training\""),
-            HasSubstr("exec plugin \"gke-gcloud-auth-plugin\""), HasSubstr("kubectl create token"),
-            HasSubstr("run clusterprof in the cluster")));
+            HasSubstr("exec plugin \"gke-gcloud-auth-plugin\""), HasSubstr("not found on PATH"),
+            HasSubstr("Install gke-gcloud-auth-plugin for use with kubectl by following "
+                      "https://cloud.google.com/kubernetes-engine/docs/how-to/"
+                      "cluster-access-for-kubectl#install_plugin")));
 }
 
-TEST_F(KubeconfigTest, EksAwsGetTokenIsAnErrorNamingTheCommand) {
+TEST_F(KubeconfigTest, EksAwsGetTokenGetsItsArgumentsAndEnvironment) {
+  WritePlugin("aws",
+              "[ \"$*\" = '--region us-west-2 eks get-token --cluster-name training "
+              "--output json' ] || { echo \"unexpected arguments: $*\" >&2; exit 2; }\n"
+              "[ \"$AWS_PROFILE\" = ml ] || { echo 'no AWS_PROFILE' >&2; exit 3; }\n"
+              "printf '%s' '{\"kind\":\"ExecCredential\",\"apiVersion\":"
+              "\"client.authentication.k8s.io/v1beta1\",\"spec\":{},\"status\":{"
+              "\"expirationTimestamp\":\"2026-01-01T00:14:00Z\",\"token\":"
+              "\"k8s-aws-v1.aHR0cHM6Ly9zdHM\"}}'\n");
+  absl::StatusOr<RestConfig> config = LoadFile(Fixture("eks.yaml"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(TokenOf(*config), "k8s-aws-v1.aHR0cHM6Ly9zdHM");
+  EXPECT_EQ(config->namespace_, "ml");
+}
+
+TEST_F(KubeconfigTest, ExecPluginFailureNamesThePluginAndItsStderr) {
+  WritePlugin("aws",
+              "echo 'Unable to locate credentials. You can configure credentials by "
+              "running \"aws configure\".' >&2\nexit 253\n");
   absl::StatusOr<RestConfig> config = LoadFile(Fixture("eks.yaml"));
   ASSERT_FALSE(config.ok());
-  EXPECT_EQ(config.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(Message(config.status()),
               AllOf(HasSubstr("user \"arn:aws:eks:us-west-2:111122223333:cluster/training\""),
-                    HasSubstr("exec plugin \"aws\"")));
+                    HasSubstr("exec plugin \"aws\""), HasSubstr("exit code 253"),
+                    HasSubstr("Unable to locate credentials")));
 }
 
-TEST_F(KubeconfigTest, LegacyGcpAuthProviderIsAnErrorNamingTheProvider) {
+TEST_F(KubeconfigTest, ExecCommandWithASlashIsRelativeToTheKubeconfig) {
+  TempDir dir;
+  ASSERT_EQ(mkdir(dir.Join("bin").c_str(), 0755), 0);
+  WriteFileOrDie(dir.Join("bin/token-plugin"),
+                 "#!/bin/sh\nprintf '%s' '{\"kind\":\"ExecCredential\",\"apiVersion\":"
+                 "\"client.authentication.k8s.io/v1\",\"status\":{\"token\":\"relative\"}}'\n");
+  ASSERT_EQ(chmod(dir.Join("bin/token-plugin").c_str(), 0755), 0);
+  WriteFileOrDie(dir.Join("config"), WithUser("    exec:\n"
+                                              "      apiVersion: client.authentication.k8s.io/v1\n"
+                                              "      command: ./bin/token-plugin\n"
+                                              "      interactiveMode: Never\n"));
+  absl::StatusOr<RestConfig> config = LoadFile(dir.Join("config"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(TokenOf(*config), "relative");
+}
+
+TEST_F(KubeconfigTest, ExecClientCertificateFromThePlugin) {
+  const std::string cert = ReadFileOrDie(Fixture("certs/client.crt"));
+  const std::string key = ReadFileOrDie(Fixture("certs/client.key"));
+  WritePlugin("cert-plugin",
+              StrCat("cat <<'EOF'\n{\"kind\":\"ExecCredential\",\"apiVersion\":"
+                     "\"client.authentication.k8s.io/v1\",\"status\":{\"clientCertificateData\":",
+                     web::json::value::string(cert).serialize(), ",\"clientKeyData\":",
+                     web::json::value::string(key).serialize(), "}}\nEOF\n"));
+  absl::StatusOr<RestConfig> config =
+      LoadText(WithUser("    exec: {apiVersion: client.authentication.k8s.io/v1, command: "
+                        "cert-plugin, interactiveMode: Never}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->client_cert_pem, cert);
+  EXPECT_EQ(config->client_key_pem, key);
+  EXPECT_EQ(config->token, nullptr) << "the plugin gave no token";
+}
+
+TEST_F(KubeconfigTest, ATokenInTheKubeconfigWinsOverTheExecBlock) {
+  // As client-go: the plugin does not run at all (it is not even installed here).
+  absl::StatusOr<RestConfig> config =
+      LoadText(WithUser("    token: static\n"
+                        "    exec: {apiVersion: client.authentication.k8s.io/v1, command: "
+                        "not-installed, interactiveMode: Never}\n"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(TokenOf(*config), "static");
+}
+
+TEST_F(KubeconfigTest, ClusterExtensionReachesThePlugin) {
+  WritePlugin("ext-plugin",
+              StrCat("printf '%s' \"$KUBERNETES_EXEC_INFO\" > '", plugins_.Join("info.json"),
+                     "'\nprintf '%s' '{\"kind\":\"ExecCredential\",\"apiVersion\":"
+                     "\"client.authentication.k8s.io/v1\",\"status\":{\"token\":\"t\"}}'\n"));
+  absl::StatusOr<RestConfig> config = LoadText(
+      "clusters:\n"
+      "- name: c\n"
+      "  cluster:\n"
+      "    server: https://c.example.com\n"
+      "    extensions:\n"
+      "    - name: other\n"
+      "      extension: {ignored: true}\n"
+      "    - name: client.authentication.k8s.io/exec\n"
+      "      extension:\n"
+      "        audience: 'sts.example.com'\n"
+      "        retries: 3\n"
+      "        verbose: false\n"
+      "        version: '3'\n"
+      "        scopes: [a, \"b c\"]\n"
+      "users:\n"
+      "- name: u\n"
+      "  user:\n"
+      "    exec:\n"
+      "      apiVersion: client.authentication.k8s.io/v1\n"
+      "      command: ext-plugin\n"
+      "      interactiveMode: IfAvailable\n"
+      "      provideClusterInfo: true\n"
+      "contexts: [{name: ctx, context: {cluster: c, user: u}}]\n"
+      "current-context: ctx\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(ReadFileOrDie(plugins_.Join("info.json")),
+              HasSubstr("\"cluster\":{\"server\":\"https://c.example.com\",\"config\":{"
+                        "\"audience\":\"sts.example.com\",\"retries\":3,\"verbose\":false,"
+                        "\"version\":\"3\",\"scopes\":[\"a\",\"b c\"]}}"));
+}
+
+TEST_F(KubeconfigTest, ExecBlockMistakesNameTheField) {
+  struct Case {
+    std::string exec;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"{apiVersion: client.authentication.k8s.io/v1, interactiveMode: Never}",
+       "without a command"},
+      {"{command: p}", "without apiVersion; set it to client.authentication.k8s.io/v1"},
+      {"{command: p, apiVersion: client.authentication.k8s.io/v1alpha1}",
+       "no longer supported (Kubernetes 1.24 removed it)"},
+      {"{command: p, apiVersion: v1}", "\"v1\" is not an exec credential apiVersion"},
+      {"{command: p, apiVersion: client.authentication.k8s.io/v1}",
+       "without interactiveMode, which that version requires"},
+      {"{command: p, apiVersion: client.authentication.k8s.io/v1, interactiveMode: Sometimes}",
+       "users[0].user.exec.interactiveMode (line 8, column 86): \"Sometimes\" is not an "
+       "interactiveMode"},
+      {"{command: p, args: x}", "users[0].user.exec.args (line 8, column 30): must be a list"},
+      {"{command: p, env: [{value: x}]}", "users[0].user.exec.env[0]"},
+      {"{command: p, provideClusterInfo: maybe}", "provideClusterInfo"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<RestConfig> config = LoadText(WithUser(StrCat("    exec: ", c.exec, "\n")));
+    ASSERT_FALSE(config.ok()) << c.exec;
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument) << config.status();
+    EXPECT_THAT(Message(config.status()), HasSubstr(c.expected)) << c.exec;
+  }
+}
+
+TEST_F(KubeconfigTest, ExecTurnedOffIsAnErrorAndRunsNothing) {
+  WritePlugin("p", StrCat("touch '", plugins_.Join("ran"), "'\n"));
+  exec_.allow = false;
+  absl::StatusOr<RestConfig> config =
+      LoadText(WithUser("    exec: {apiVersion: client.authentication.k8s.io/v1, command: p, "
+                        "interactiveMode: Never}\n"));
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(testing::FileExists(plugins_.Join("ran")));
+}
+
+TEST_F(KubeconfigTest, LegacyGcpAuthProviderNamesTheExecPluginToInstall) {
   absl::StatusOr<RestConfig> config = LoadFile(Fixture("gcp-auth-provider.yaml"));
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().code(), absl::StatusCode::kUnimplemented);
@@ -123,7 +307,18 @@ TEST_F(KubeconfigTest, LegacyGcpAuthProviderIsAnErrorNamingTheProvider) {
               AllOf(HasSubstr("users[0].user.auth-provider"),
                     HasSubstr("user \"gke_acme-ml_us-central1-a_legacy\""),
                     HasSubstr("context \"gke_acme-ml_us-central1-a_legacy\""),
-                    HasSubstr("auth-provider \"gcp\"")));
+                    HasSubstr("auth-provider \"gcp\""), HasSubstr("Install gke-gcloud-auth-plugin"),
+                    HasSubstr("gcloud container clusters get-credentials")));
+}
+
+TEST_F(KubeconfigTest, AuthProviderAndExecTogetherIsAnError) {
+  absl::StatusOr<RestConfig> config =
+      LoadText(WithUser("    auth-provider: {name: gcp}\n"
+                        "    exec: {apiVersion: client.authentication.k8s.io/v1, command: p, "
+                        "interactiveMode: Never}\n"));
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Message(config.status()), HasSubstr("keep only the exec block"));
 }
 
 TEST_F(KubeconfigTest, ExecUserInAnotherContextDoesNotMatter) {

@@ -7,7 +7,8 @@
 // - the namespace and the description are not empty.
 // The first line may be "#context NAME", which selects a context as --context would.
 // The kubeconfig's path lies in a directory that does not exist, so relative file references
-// fail to resolve instead of reading the working directory.
+// fail to resolve instead of reading the working directory; exec credential plugins are turned
+// off, so that no input makes it start a program.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,9 +35,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     context = std::string(yaml.substr(9, end == yaml.npos ? yaml.npos : end - 9));
   }
   clusterprof::SimulatedClock clock;
+  clusterprof::kube::ExecOptions exec;
+  exec.allow = false;
   absl::StatusOr<clusterprof::kube::RestConfig> config =
       clusterprof::kube::LoadKubeconfigFromString(yaml, "/nonexistent-kubeconfig-fuzz/config",
-                                                  context, &clock);
+                                                  context, &clock, exec);
   if (!config.ok()) {
     Check(!config.status().message().empty());
     return 0;
