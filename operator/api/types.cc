@@ -84,6 +84,9 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
     CLUSTERPROF_RETURN_IF_ERROR(targets.Int("minReady", &out.min_ready));
     CLUSTERPROF_RETURN_IF_ERROR(
         Range(targets.Path("minReady"), out.min_ready, 0, std::numeric_limits<int32_t>::max()));
+    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("waitSeconds", &out.wait_seconds));
+    CLUSTERPROF_RETURN_IF_ERROR(
+        Range(targets.Path("waitSeconds"), out.wait_seconds, 0, kMaxWaitSeconds, "seconds"));
     CLUSTERPROF_RETURN_IF_ERROR(targets.Int("maxTargets", &out.max_targets));
     CLUSTERPROF_RETURN_IF_ERROR(
         Range(targets.Path("maxTargets"), out.max_targets, 1, kMaxMaxTargets, "targets"));

@@ -54,6 +54,10 @@ inline constexpr size_t kMaxAddresses = 1000;
 // counts. The status stays within kMaxStatusBytes at any count; this bounds what one operator
 // process dispatches and holds (bench/RESULTS.md, "One ProfileJob over 10,000 pods").
 inline constexpr int32_t kDefaultMaxTargets = 20'000;
+// spec.targets.waitSeconds: by default a job applied together with its workload waits two
+// minutes for the pods to come up (an image pull, a scale-up) before it gives up.
+inline constexpr int64_t kDefaultWaitSeconds = 120;
+inline constexpr int64_t kMaxWaitSeconds = 86'400;
 inline constexpr int32_t kMaxMaxTargets = 100'000;
 // What a ProfileJob's status may grow to, whatever its targets did (etcd takes 1.5 MiB per
 // object; the rest is the spec's and the metadata's).
@@ -80,6 +84,10 @@ struct ProfileJobSpec {
   int32_t min_ready = 1;
   // More ready pods than this and the job fails with TooManyTargets.
   int32_t max_targets = kDefaultMaxTargets;
+  // How long after its creation the job waits, Pending with the WaitingForTargets condition,
+  // for fewer than min_ready ready targets, or for matching pods still on their way, before it
+  // captures what is ready (or fails NotEnoughTargets). 0: no wait.
+  int64_t wait_seconds = kDefaultWaitSeconds;
   int64_t duration_ms = 2000;
   int64_t delay_ms = 1000;
   // How far before the start the trace reaches: the annotations the sidecars' flight recorders

@@ -19,6 +19,8 @@ namespace clusterprof::controllers {
 
 // Condition types of a ProfileJob.
 inline constexpr std::string_view kTargetsResolved = "TargetsResolved";
+// True while a Pending job waits for targets still on their way (spec.targets.waitSeconds).
+inline constexpr std::string_view kWaitingForTargets = "WaitingForTargets";
 inline constexpr std::string_view kComplete = "Complete";
 inline constexpr std::string_view kFailed = "Failed";
 

@@ -4,6 +4,7 @@
 #ifndef CLUSTERPROF_OPERATOR_CONTROLLERS_TARGETS_H_
 #define CLUSTERPROF_OPERATOR_CONTROLLERS_TARGETS_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -19,12 +20,30 @@ struct ResolvedTarget {
   std::string node;
 };
 
+// A matching pod that is not a target yet but is on its way to becoming one (not failed, not
+// crash-looping, not without a sidecar), and the step it waits on.
+struct StartingPod {
+  std::string name;
+  // "scheduling", "image pull", "containers starting", "readiness" or "pod IP".
+  std::string stage;
+  // metadata.creationTimestamp; 0 when unknown.
+  int64_t created_ns = 0;
+};
+
 struct TargetResolution {
   // Sorted by name; addresses after pods.
   std::vector<ResolvedTarget> targets;
   // Matching pods left out, each with why: "trainer-3: not Ready".
   std::vector<std::string> skipped;
+  // Those of `skipped` that may still become targets, in the same order.
+  std::vector<StartingPod> starting;
 };
+
+// What a job that waits for its targets says it waits on: "1 of 4 pod(s) ready; waiting on
+// scheduling (2: trainer-2, trainer-3), image pull (1: trainer-1)", plus the pods that will not
+// become targets ("not coming: trainer-9: no clusterprof sidecar ..."). Pods that do not
+// exist yet are counted only by `needed`.
+std::string DescribeWait(const TargetResolution& resolution, size_t needed);
 
 // Whether `pod` runs a clusterprof sidecar: a container or init container named
 // clusterprof-sidecar, a container port named "clusterprof", or the clusterprof.io/port

@@ -185,9 +185,19 @@ Decoder PodDecoder() {
       }
       if (const web::json::array* conditions = ArrayField(*status, "conditions")) {
         for (const web::json::value& condition : *conditions) {
-          if (condition.is_object() && condition.has_string_field("type") &&
-              condition.at("type").as_string() == "Ready" && condition.has_string_field("status")) {
-            pod->ready = condition.at("status").as_string() == "True";
+          if (!condition.is_object() || !condition.has_string_field("type") ||
+              !condition.has_string_field("status")) {
+            continue;
+          }
+          const std::string& type = condition.at("type").as_string();
+          const std::string& status = condition.at("status").as_string();
+          if (type == "Ready") pod->ready = status == "True";
+          if (type == "PodScheduled" && status == "False") {
+            std::string reason, message;
+            (void)ReadString(condition.as_object(), "reason", "", &reason);
+            (void)ReadString(condition.as_object(), "message", "", &message);
+            pod->unschedulable =
+                message.empty() ? (reason.empty() ? "unschedulable" : reason) : message;
           }
         }
       }
@@ -210,6 +220,7 @@ Decoder PodDecoder() {
           }
           pod->waiting.push_back(
               StrCat("container ", name, ": ", reason, message.empty() ? "" : ": ", message));
+          pod->waiting_reasons.push_back(reason);
         }
       }
     }

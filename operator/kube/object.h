@@ -104,6 +104,11 @@ class Pod : public Object {
   // "container trainer: ErrImageNeverPull: Container image \"...\" is not present with pull
   // policy of Never". Empty when none waits.
   std::vector<std::string> waiting;
+  // The reasons alone, in the same order ("ErrImagePull", "CrashLoopBackOff").
+  std::vector<std::string> waiting_reasons;
+  // Why the scheduler has not placed it: the message of condition PodScheduled=False
+  // ("0/3 nodes are available: 3 Insufficient nvidia.com/gpu."). Empty otherwise.
+  std::string unschedulable;
   std::vector<Container> containers;
   // spec.initContainers: where native sidecars (restartPolicy Always) are.
   std::vector<Container> init_containers;

@@ -604,6 +604,7 @@ void ExpectProfileJobSpec(const YAML::Node& spec) {
            {"targets.port", "int32", 1, 65535, none},
            {"targets.minReady", "int32", 0, none, 1},
            {"targets.maxTargets", "int32", 1, 100000, 20000},
+           {"targets.waitSeconds", "int64", 0, 86400, 120},
            {"durationMs", "int64", 1, 600000, 2000},
            {"delayMs", "int64", 0, 3600000, 1000},
            {"lookbackMs", "int64", 0, 3600000, 0},

@@ -585,6 +585,61 @@ spec:
         finally:
             remove_deployment("busy", "e2e-busy")
 
+    def test_04d_a_profilejob_applied_with_its_workload(self):
+        """`kubectl apply -f dir/` with a StatefulSet and a ProfileJob for its pods: the job
+        waits, Pending with WaitingForTargets, until both pods are Ready, then captures both."""
+        folder = tempfile.mkdtemp(prefix="clusterprof-apply-")
+        with open(os.path.join(folder, "trainer.yaml"), "w") as f:
+            f.write("""
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: together}
+spec:
+  replicas: 2
+  serviceName: together
+  podManagementPolicy: Parallel
+  selector: {matchLabels: {app: e2e-together}}
+  template:
+    metadata: {labels: {app: e2e-together}}
+    spec:
+      terminationGracePeriodSeconds: 1
+      containers:
+      - name: trainer
+        image: %s
+        imagePullPolicy: Never
+        args: ["/usr/bin/train_loop", "--busy-percent", "5", "--step-ms", "20"]
+        resources: {requests: {cpu: 10m}}
+""" % WORKLOAD_IMAGE)
+        with open(os.path.join(folder, "profilejob.yaml"), "w") as f:
+            f.write(profile_job("e2e-together", duration_ms=500, delay_ms=500,
+                                selector="e2e-together").replace(
+                "    selector: {matchLabels: {app: e2e-together}}",
+                "    selector: {matchLabels: {app: e2e-together}}\n    minReady: 2"))
+        try:
+            start = time.monotonic()
+            kubectl("apply", "-n", NS, "-f", folder + "/")
+            waited = wait_until("e2e-together to wait for its pods", lambda: [
+                c for c in (job("e2e-together") or {}).get("status", {}).get("conditions", [])
+                if c["type"] == "WaitingForTargets"], timeout=60, interval=0.1)
+            log("e2e-together while waiting: %s" % waited[0]["message"])
+            status = wait_job_done("e2e-together", timeout=180)["status"]
+            figures["apply_with_workload_to_succeeded_s"] = round(time.monotonic() - start, 2)
+            self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+            self.assertEqual(status["targetsSucceeded"], "2/2")
+            self.assertEqual(sorted(t["name"] for t in status["targets"]),
+                             ["together-0", "together-1"])
+            condition = [c for c in status["conditions"] if c["type"] == "WaitingForTargets"][0]
+            self.assertEqual((condition["status"], condition["reason"]),
+                             ("False", "TargetsReady"), condition)
+            log("e2e-together: %s, %.2f s from apply to Succeeded (%s)" % (
+                status["targetsSucceeded"], figures["apply_with_workload_to_succeeded_s"],
+                condition["message"]))
+        finally:
+            kubectl("delete", "-n", NS, "-f", folder + "/", "--wait=false", check=False)
+            wait_until("e2e-together pods gone", lambda: not pods(NS, "app=e2e-together"),
+                       timeout=180, interval=1)
+            shutil.rmtree(folder, ignore_errors=True)
+
     # --- 4. a ProfileSchedule ----------------------------------------------------------------
 
     def test_05_schedule_and_security(self):

@@ -467,11 +467,16 @@ TEST_F(OperatorE2eTest, NoMatchingPodsFailsWithAClearCondition) {
   auto op = StartOperator("a");
   value spec = JobSpec();
   spec["targets"]["selector"]["matchLabels"]["app"] = value::string("nobody");
+  // It waits a second for pods that may come (spec.targets.waitSeconds), then fails.
+  spec["targets"]["waitSeconds"] = value::number(1);
   ASSERT_TRUE(CreateJob("lonely", spec).ok());
   value job = WaitForFinish("lonely");
   ASSERT_EQ(Phase(job), "Failed");
-  const value& condition = job.at("status").at("conditions").at(0);
-  EXPECT_EQ(condition.at("type").as_string(), "Failed");
+  value condition;
+  for (const value& c : job.at("status").at("conditions").as_array()) {
+    if (c.at("type").as_string() == "Failed") condition = c;
+  }
+  ASSERT_TRUE(condition.is_object()) << job.serialize();
   EXPECT_EQ(condition.at("status").as_string(), "True");
   EXPECT_EQ(condition.at("reason").as_string(), "NotEnoughTargets");
   EXPECT_THAT(

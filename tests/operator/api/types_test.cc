@@ -32,6 +32,7 @@ TEST(ProfileJobSpecTest, DefaultsAreTheSchemas) {
   EXPECT_EQ(spec->port, 0);
   EXPECT_EQ(spec->min_ready, 1);
   EXPECT_EQ(spec->max_targets, 20000);
+  EXPECT_EQ(spec->wait_seconds, 120);
   EXPECT_EQ(spec->duration_ms, 2000);
   EXPECT_EQ(spec->delay_ms, 1000);
   EXPECT_EQ(spec->tracing_attempts, 3);
@@ -108,6 +109,9 @@ TEST(ProfileJobSpecTest, ErrorsNameTheFieldAndSayWhatIsAllowed) {
   EXPECT_THAT(Error(StrCat("{", R"("targets": {"addresses": ["a:1"], "maxTargets": 10, )",
                            R"("minReady": 11}, "logdir": "/tb"})")),
               HasSubstr("spec.targets.minReady: 11 is more than targets.maxTargets (10)"));
+  EXPECT_THAT(Error(StrCat("{", R"("targets": {"addresses": ["a:1"], "waitSeconds": -1})",
+                           R"(, "logdir": "/tb"})")),
+              HasSubstr("spec.targets.waitSeconds: must be between 0 and 86400 (seconds), got -1"));
   EXPECT_THAT(Error(R"({"targets": {}, "logdir": "/tb"})"),
               HasSubstr("spec.targets: needs a selector"));
   EXPECT_THAT(Error(R"({"logdir": "/tb"})"), HasSubstr("spec.targets: needs a selector"));

@@ -75,7 +75,7 @@ TEST(ClaimOfTest, ActiveAndQueuedJobsClaimOthersDoNot) {
 
   status.phase = api::JobPhase::kPending;
   EXPECT_FALSE(ClaimOf("a", "u", "", status).has_value()) << "Pending, not queued";
-  api::SetCondition(status.conditions, {"Queued", "True", "WaitingForTargets", "m", 1, ""},
+  api::SetCondition(status.conditions, {"Queued", "True", "TargetsBusy", "m", 1, ""},
                     "2026-01-01T00:00:00Z");
   claim = ClaimOf("a", "u", "", status);
   ASSERT_TRUE(claim.has_value());

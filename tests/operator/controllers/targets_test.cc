@@ -86,6 +86,59 @@ TEST(TargetsTest, ASkippedPodSaysWhatItsContainersWaitFor) {
                           "starting: phase Pending, not Running"));
 }
 
+TEST(TargetsTest, PodsOnTheirWayAreStartingWithTheStepTheyWaitOn) {
+  PodBuilder unscheduled("a-unscheduled"), pulling("b-pulling"), creating("c-creating"),
+      unready("d-unready"), crashing("e-crashing"), never("f-never"), plain("g-plain"),
+      done("h-done"), ready("i-ready");
+  unscheduled.pod->phase = "Pending";
+  unscheduled.pod->node_name.clear();
+  unscheduled.pod->unschedulable = "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.";
+  unscheduled.pod->metadata.creation_timestamp = "2026-11-28T10:00:00Z";
+  pulling.pod->phase = "Pending";
+  pulling.pod->waiting_reasons = {"ImagePullBackOff"};
+  creating.pod->phase = "Pending";
+  unready.pod->ready = false;
+  crashing.pod->ready = false;
+  crashing.pod->waiting_reasons = {"CrashLoopBackOff"};
+  never.pod->phase = "Pending";
+  never.pod->waiting_reasons = {"ErrImageNeverPull"};
+  plain.pod->ready = false;
+  plain.pod->containers.pop_back();  // no sidecar: it will not get one by waiting
+  done.pod->phase = "Succeeded";
+  const TargetResolution resolution =
+      ResolveTargets(Spec(), {unscheduled.pod, pulling.pod, creating.pod, unready.pod, crashing.pod,
+                              never.pod, plain.pod, done.pod, ready.pod});
+  ASSERT_EQ(resolution.targets.size(), 1u);
+  std::vector<std::pair<std::string, std::string>> starting;
+  for (const StartingPod& pod : resolution.starting) starting.emplace_back(pod.name, pod.stage);
+  EXPECT_THAT(starting,
+              ElementsAre(std::pair<std::string, std::string>{"a-unscheduled", "scheduling"},
+                          std::pair<std::string, std::string>{"b-pulling", "image pull"},
+                          std::pair<std::string, std::string>{"c-creating", "containers starting"},
+                          std::pair<std::string, std::string>{"d-unready", "readiness"}));
+  EXPECT_EQ(resolution.starting[0].created_ns, *api::ParseTime("2026-11-28T10:00:00Z"));
+  EXPECT_EQ(resolution.starting[1].created_ns, 0) << "no creationTimestamp: unknown";
+  EXPECT_EQ(resolution.skipped[0],
+            "a-unscheduled: phase Pending, not Running (not scheduled: 0/1 nodes are available: 1 "
+            "Insufficient nvidia.com/gpu.)");
+
+  EXPECT_EQ(DescribeWait(resolution, 4),
+            "1 target(s) ready, 4 needed; waiting on scheduling (1: a-unscheduled), image pull (1: "
+            "b-pulling), containers starting (1: c-creating), readiness (1: d-unready); not "
+            "coming: e-crashing: not Ready (and 3 more)");
+}
+
+TEST(TargetsTest, DescribeWaitNamesAFewPodsPerStep) {
+  std::vector<kube::ObjectPtr> pods;
+  for (int i = 0; i < 5; ++i) {
+    PodBuilder pod("w-" + std::to_string(i));
+    pod.pod->ready = false;
+    pods.push_back(pod.pod);
+  }
+  EXPECT_EQ(DescribeWait(ResolveTargets(Spec(), pods), 5),
+            "0 target(s) ready, 5 needed; waiting on readiness (5: w-0, w-1, w-2, ...)");
+}
+
 TEST(TargetsTest, PortPrecedenceAndSidecarDetection) {
   api::ProfileJobSpec spec = Spec();
   PodBuilder annotated("annotated");
