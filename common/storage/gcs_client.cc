@@ -184,6 +184,10 @@ struct Client::Impl {
       request.url = url;
       request.headers.emplace_back("User-Agent", options.user_agent);
       if (!authorization->empty()) request.headers.emplace_back("Authorization", *authorization);
+      // User credentials name the project their requests are billed to.
+      if (std::string project = options.credentials->QuotaProject(); !project.empty()) {
+        request.headers.emplace_back("x-goog-user-project", std::move(project));
+      }
       for (const auto& header : headers) request.headers.push_back(header);
       // Straight from the caller's buffer (valid until this returns): no copy of a chunk.
       request.body = body;

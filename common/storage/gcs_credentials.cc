@@ -5,6 +5,7 @@
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -37,6 +38,8 @@ namespace clusterprof::storage::gcs {
 namespace {
 
 constexpr char kJwtBearerGrant[] = "urn:ietf:params:oauth:grant-type:jwt-bearer";
+constexpr char kAdcFileName[] = "application_default_credentials.json";
+constexpr char kGcloudLogin[] = "gcloud auth application-default login";
 constexpr char kDefaultTokenUri[] = "https://oauth2.googleapis.com/token";
 // Google accepts assertions valid for at most an hour.
 constexpr int64_t kJwtLifetimeSeconds = 3600;
@@ -53,11 +56,12 @@ constexpr int64_t kRefreshRetryNs = 10 * kNanosPerSecond;
 constexpr std::streamsize kMaxKeyFileBytes = 1 << 20;
 
 constexpr char kNoCredentialsHelp[] =
-    "Provide credentials in one of three ways: set STORAGE_EMULATOR_HOST to use a GCS emulator "
-    "without credentials; set GOOGLE_APPLICATION_CREDENTIALS to the path of a service-account "
-    "JSON key file; or run on GCE or GKE with a service account (on GKE, Workload Identity: the "
-    "pod's Kubernetes service account bound to a Google service account), with GCE_METADATA_HOST "
-    "naming the metadata server when it is not at 169.254.169.254";
+    "Provide credentials in one of four ways: on a workstation, run `gcloud auth "
+    "application-default login`; set GOOGLE_APPLICATION_CREDENTIALS to the path of a "
+    "service-account JSON key file; run on GCE or GKE with a service account (on GKE, Workload "
+    "Identity: the pod's Kubernetes service account bound to a Google service account), with "
+    "GCE_METADATA_HOST naming the metadata server when it is not at 169.254.169.254; or set "
+    "STORAGE_EMULATOR_HOST to use a GCS emulator without credentials";
 
 std::string SecondsText(int64_t ns) {
   if (ns % kNanosPerSecond == 0) return StrCat(ns / kNanosPerSecond, " s");
@@ -439,8 +443,23 @@ struct ServiceAccountKey {
   std::string client_email;
   std::string private_key_id;
   std::string token_uri;
+  std::string quota_project_id;
   PkeyPtr private_key;
 };
+
+// A token_uri that cpprestsdk can send to; `source` and `field` name it in the error.
+absl::Status CheckTokenUri(std::string_view uri, std::string_view what) {
+  try {
+    const web::uri parsed{std::string(uri)};
+    if ((parsed.scheme() != "https" && parsed.scheme() != "http") || parsed.host().empty()) {
+      throw std::invalid_argument("not an http(s) URL");
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": field \"token_uri\" (\"", uri, "\") is not a URL: ", e.what()));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<ServiceAccountKey> ParseServiceAccountKey(std::string_view json,
                                                          std::string_view source) {
@@ -490,21 +509,15 @@ absl::StatusOr<ServiceAccountKey> ParseServiceAccountKey(std::string_view json,
   key.private_key_id = key_id.value_or("");
   CLUSTERPROF_ASSIGN_OR_RETURN(std::optional<std::string> token_uri, field("token_uri", false));
   key.token_uri = token_uri.has_value() && !token_uri->empty() ? *token_uri : kDefaultTokenUri;
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::optional<std::string> quota, field("quota_project_id", false));
+  key.quota_project_id = quota.value_or("");
   absl::StatusOr<PkeyPtr> private_key = LoadRsaPrivateKey(*pem);
   if (!private_key.ok()) {
     return absl::InvalidArgumentError(StrCat("the key file ", source, ": field \"private_key\" is ",
                                              private_key.status().message()));
   }
   key.private_key = std::move(*private_key);
-  try {
-    const web::uri uri(key.token_uri);
-    if ((uri.scheme() != "https" && uri.scheme() != "http") || uri.host().empty()) {
-      throw std::invalid_argument("not an http(s) URL");
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(StrCat("the key file ", source, ": field \"token_uri\" (\"",
-                                             key.token_uri, "\") is not a URL: ", e.what()));
-  }
+  CLUSTERPROF_RETURN_IF_ERROR(CheckTokenUri(key.token_uri, StrCat("the key file ", source)));
   return key;
 }
 
@@ -518,6 +531,7 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
         transport_(options) {}
 
   std::string Identity() override { return identity_; }
+  std::string QuotaProject() override { return key_.quota_project_id; }
 
  protected:
   absl::StatusOr<FetchedToken> FetchOnce() override {
@@ -581,6 +595,110 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
   }
 
   const ServiceAccountKey key_;
+  const std::string identity_;
+  const TransportRef transport_;
+};
+
+// --- User credentials (gcloud auth application-default login) --------------------------------
+
+struct AuthorizedUser {
+  std::string source;  // the file's path, or what stands for it
+  std::string client_id;
+  std::string client_secret;
+  std::string refresh_token;
+  std::string quota_project_id;
+  std::string token_uri;
+};
+
+absl::StatusOr<AuthorizedUser> ParseAuthorizedUser(const web::json::value& json,
+                                                   std::string_view source) {
+  const auto field = [&](const std::string& name, bool required) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::optional<std::string>> value = StringField(json, name);
+    if (!value.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("the credentials file ", source, ": field \"", name, "\" is not a string"));
+    }
+    if (required && (!value->has_value() || (*value)->empty())) {
+      return absl::InvalidArgumentError(StrCat(
+          "the credentials file ", source, " (type \"authorized_user\") has no field \"", name,
+          "\": it is not complete user credentials; run `", kGcloudLogin, "` to write them again"));
+    }
+    return value->value_or("");
+  };
+  AuthorizedUser user;
+  user.source = std::string(source);
+  CLUSTERPROF_ASSIGN_OR_RETURN(user.client_id, field("client_id", true));
+  CLUSTERPROF_ASSIGN_OR_RETURN(user.client_secret, field("client_secret", true));
+  CLUSTERPROF_ASSIGN_OR_RETURN(user.refresh_token, field("refresh_token", true));
+  CLUSTERPROF_ASSIGN_OR_RETURN(user.quota_project_id, field("quota_project_id", false));
+  CLUSTERPROF_ASSIGN_OR_RETURN(user.token_uri, field("token_uri", false));
+  if (user.token_uri.empty()) user.token_uri = kDefaultTokenUri;
+  CLUSTERPROF_RETURN_IF_ERROR(
+      CheckTokenUri(user.token_uri, StrCat("the credentials file ", source)));
+  return user;
+}
+
+// Exchanges a user's refresh token for access tokens (RFC 6749 section 6). The token carries
+// the scopes the user granted at login (cloud-platform, for gcloud's), so none is asked for.
+class AuthorizedUserCredentialsImpl final : public CachingCredentials {
+ public:
+  AuthorizedUserCredentialsImpl(AuthorizedUser user, const CredentialsOptions& options)
+      : CachingCredentials(options),
+        user_(std::move(user)),
+        identity_(StrCat("the user credentials in ", user_.source, " (", kGcloudLogin, ")")),
+        transport_(options) {}
+
+  std::string Identity() override { return identity_; }
+  std::string QuotaProject() override { return user_.quota_project_id; }
+
+ protected:
+  absl::StatusOr<FetchedToken> FetchOnce() override {
+    const std::string failed =
+        StrCat("cannot get an access token for ", identity_, " from ", user_.token_uri);
+    // request.body refers to this.
+    const std::string body =
+        StrCat("grant_type=refresh_token&client_id=", FormEncode(user_.client_id),
+               "&client_secret=", FormEncode(user_.client_secret),
+               "&refresh_token=", FormEncode(user_.refresh_token));
+    http::Request request;
+    request.method = "POST";
+    request.url = user_.token_uri;
+    request.headers.emplace_back("Accept", "application/json");
+    request.body = body;
+    request.content_type = "application/x-www-form-urlencoded";
+    CountTokenRequest();
+    absl::StatusOr<HttpReply> reply = Exchange(*transport_.transport, std::move(request),
+                                               user_.token_uri, options().request_timeout_ns);
+    if (!reply.ok()) return Annotate(reply.status(), failed);
+    if (reply->code != 200) {
+      std::string error;
+      const std::string described = DescribeOAuthError(*reply, &error);
+      std::string advice;
+      if (error == "invalid_grant") {
+        advice = StrCat(
+            ". The refresh token in ", user_.source,
+            " has expired or was revoked (a password change, `gcloud auth application-default "
+            "revoke`, or the organization's session length ends it): run `",
+            kGcloudLogin, "` to sign in again");
+      } else if (error == "invalid_client" || error == "unauthorized_client") {
+        advice = StrCat(". The OAuth client ", user_.client_id, " in ", user_.source,
+                        " is not accepted: run `", kGcloudLogin, "` to write the file again");
+      } else if (reply->code >= 500 || reply->code == 429) {
+        advice = ". The token endpoint is overloaded or failing; this is retried";
+      } else {
+        advice = StrCat(". Check ", user_.source, ", or run `", kGcloudLogin, "` again");
+      }
+      return absl::Status(
+          clusterprof::http::StatusCodeFor(reply->code, clusterprof::http::Api::kOAuth),
+          StrCat(failed, ": ", described, advice));
+    }
+    absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
+    if (!token.ok()) return Annotate(token.status(), failed);
+    return token;
+  }
+
+ private:
+  const AuthorizedUser user_;
   const std::string identity_;
   const TransportRef transport_;
 };
@@ -730,45 +848,141 @@ class MetadataServerCredentialsImpl final : public CachingCredentials {
   std::string email_ ABSL_GUARDED_BY(mu_);
 };
 
-absl::StatusOr<std::string> ReadKeyFile(std::string_view path) {
+// `what` names the file in errors: "service-account key file", "credentials file".
+absl::StatusOr<std::string> ReadKeyFile(std::string_view path,
+                                        std::string_view what = "service-account key file") {
   std::ifstream in{std::string(path), std::ios::binary};
-  if (!in) return ErrnoToStatus(errno, "cannot open the service-account key file", path);
+  if (!in) return ErrnoToStatus(errno, StrCat("cannot open the ", what), path);
   std::string data(static_cast<size_t>(kMaxKeyFileBytes) + 1, '\0');
   in.read(data.data(), static_cast<std::streamsize>(data.size()));
-  if (in.bad()) return ErrnoToStatus(errno, "cannot read the service-account key file", path);
+  if (in.bad()) return ErrnoToStatus(errno, StrCat("cannot read the ", what), path);
   if (in.gcount() > kMaxKeyFileBytes) {
-    return absl::InvalidArgumentError(StrCat("the key file ", path, " is over ", kMaxKeyFileBytes,
-                                             " bytes: it is not a service-account key"));
+    return absl::InvalidArgumentError(
+        StrCat("the ", what, " ", path, " is over ", kMaxKeyFileBytes, " bytes: it is not one"));
   }
   data.resize(static_cast<size_t>(in.gcount()));
   return data;
 }
 
+// `getenv` with set-but-empty variables read as unset.
+std::optional<std::string> NonEmptyEnv(const GetEnvFn& getenv, std::string_view name) {
+  std::optional<std::string> value = getenv ? getenv(name) : GetEnv(name);
+  if (value.has_value() && value->empty()) return std::nullopt;
+  return value;
+}
+
 }  // namespace
+
+std::string GcloudAdcFilePath(const GetEnvFn& getenv) {
+  if (std::optional<std::string> config = NonEmptyEnv(getenv, "CLOUDSDK_CONFIG")) {
+    return StrCat(*config, "/", kAdcFileName);
+  }
+  if (std::optional<std::string> home = NonEmptyEnv(getenv, "HOME")) {
+    return StrCat(*home, "/.config/gcloud/", kAdcFileName);
+  }
+  return "";
+}
 
 absl::StatusOr<std::unique_ptr<Credentials>> DefaultCredentials(const CredentialsOptions& options) {
   CLUSTERPROF_CHECK(options.clock != nullptr) << "CredentialsOptions.clock is required";
-  const GetEnvFn getenv = options.getenv ? options.getenv : GetEnvFn(GetEnv);
-  const auto env = [&](std::string_view name) -> std::optional<std::string> {
-    std::optional<std::string> value = getenv(name);
-    if (value.has_value() && value->empty()) return std::nullopt;
-    return value;
-  };
+  const auto env = [&](std::string_view name) { return NonEmptyEnv(options.getenv, name); };
   if (std::optional<std::string> emulator = env("STORAGE_EMULATOR_HOST")) {
     return AnonymousCredentials(StrCat("anonymous (STORAGE_EMULATOR_HOST=", *emulator, ")"));
   }
-  if (std::optional<std::string> key_file = env("GOOGLE_APPLICATION_CREDENTIALS")) {
-    absl::StatusOr<std::unique_ptr<Credentials>> credentials =
-        ServiceAccountKeyCredentials(*key_file, options);
+  if (std::optional<std::string> file = env("GOOGLE_APPLICATION_CREDENTIALS")) {
+    absl::StatusOr<std::unique_ptr<Credentials>> credentials = CredentialsFromFile(*file, options);
     if (!credentials.ok()) {
-      return Annotate(credentials.status(), StrCat("GOOGLE_APPLICATION_CREDENTIALS=", *key_file));
+      return Annotate(credentials.status(), StrCat("GOOGLE_APPLICATION_CREDENTIALS=", *file));
+    }
+    return credentials;
+  }
+  // gcloud's file, when it is there. A missing one is the usual case on a server, and so is a
+  // HOME the process may not enter (a container running as another user than its image's):
+  // neither is an error.
+  const std::string adc_file = GcloudAdcFilePath(options.getenv);
+  struct stat st;
+  if (!adc_file.empty() && (stat(adc_file.c_str(), &st) == 0 ||
+                            (errno != ENOENT && errno != ENOTDIR && errno != EACCES))) {
+    absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+        CredentialsFromFile(adc_file, options);
+    if (!credentials.ok()) {
+      return Annotate(credentials.status(),
+                      StrCat("the application-default credentials of `", kGcloudLogin, "`"));
     }
     return credentials;
   }
   auto metadata = std::make_unique<MetadataServerCredentialsImpl>(
       env("GCE_METADATA_HOST").value_or(kDefaultMetadataHost), options);
-  CLUSTERPROF_RETURN_IF_ERROR(metadata->Probe());
+  if (absl::Status status = metadata->Probe(); !status.ok()) {
+    if (absl::IsNotFound(status) && !adc_file.empty()) {
+      return absl::NotFoundError(StrCat(status.message(), " (and there is no ", adc_file, ")"));
+    }
+    return status;
+  }
   return metadata;
+}
+
+absl::StatusOr<std::unique_ptr<Credentials>> CredentialsFromFile(
+    std::string_view path, const CredentialsOptions& options) {
+  CLUSTERPROF_ASSIGN_OR_RETURN(std::string json, ReadKeyFile(path, "credentials file"));
+  return CredentialsFromJson(json, path, options);
+}
+
+absl::StatusOr<std::unique_ptr<Credentials>> CredentialsFromJson(
+    std::string_view json, std::string_view source_name, const CredentialsOptions& options) {
+  absl::StatusOr<web::json::value> parsed = ParseJson(json);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat("the credentials file ", source_name, " is not a JSON object",
+               parsed.ok() ? std::string() : StrCat(" (", parsed.status().message(), ")"),
+               ": expected a service-account key (`gcloud iam service-accounts keys create`) or "
+               "user credentials (`",
+               kGcloudLogin, "`)"));
+  }
+  absl::StatusOr<std::optional<std::string>> type = StringField(*parsed, "type");
+  const std::string type_name = type.ok() ? type->value_or("") : "";
+  if (type_name == "service_account") {
+    return ServiceAccountKeyCredentialsFromJson(json, source_name, options);
+  }
+  if (type_name == "authorized_user") {
+    return AuthorizedUserCredentialsFromJson(json, source_name, options);
+  }
+  if (type_name == "external_account" || type_name == "impersonated_service_account" ||
+      type_name == "external_account_authorized_user" || type_name == "gdch_service_account") {
+    return absl::UnimplementedError(StrCat(
+        "the credentials file ", source_name, " has \"type\": \"", type_name,
+        "\", which clusterprof does not support; use a service-account key (\"service_account\"), "
+        "user credentials from `",
+        kGcloudLogin,
+        "` (\"authorized_user\"), or the metadata "
+        "server (Workload Identity on GKE) by leaving GOOGLE_APPLICATION_CREDENTIALS unset"));
+  }
+  return absl::InvalidArgumentError(
+      StrCat("the credentials file ", source_name,
+             type_name.empty() ? std::string(" has no \"type\"")
+                               : StrCat(" has \"type\": \"", type_name, "\""),
+             "; expected \"service_account\" (a key from `gcloud iam service-accounts keys "
+             "create`) or \"authorized_user\" (from `",
+             kGcloudLogin, "`)"));
+}
+
+absl::StatusOr<std::unique_ptr<Credentials>> AuthorizedUserCredentialsFromJson(
+    std::string_view json, std::string_view source_name, const CredentialsOptions& options) {
+  CLUSTERPROF_CHECK(options.clock != nullptr) << "CredentialsOptions.clock is required";
+  absl::StatusOr<web::json::value> parsed = ParseJson(json);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat("the credentials file ", source_name, " is not a JSON object",
+               parsed.ok() ? std::string() : StrCat(" (", parsed.status().message(), ")"),
+               ": expected user credentials as `", kGcloudLogin, "` writes them"));
+  }
+  if (absl::StatusOr<std::optional<std::string>> type = StringField(*parsed, "type");
+      !type.ok() || type->value_or("") != "authorized_user") {
+    return absl::InvalidArgumentError(StrCat("the credentials file ", source_name,
+                                             " does not have \"type\": \"authorized_user\""));
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(AuthorizedUser user, ParseAuthorizedUser(*parsed, source_name));
+  return std::make_unique<AuthorizedUserCredentialsImpl>(std::move(user), options);
 }
 
 std::unique_ptr<Credentials> AnonymousCredentials(std::string identity) {

@@ -1,12 +1,28 @@
 // Google Cloud credentials for the gs:// storage backend: the Authorization header of GCS
-// requests, from an emulator setting, a service-account key file, or the GCE/GKE metadata server.
+// requests, from an emulator setting, a credentials file (a service-account key, or the user
+// credentials `gcloud auth application-default login` writes), or the GCE/GKE metadata server.
 //
-// DefaultCredentials() picks the first source that applies:
+// DefaultCredentials() picks the first source that applies, in the order of Google's
+// Application Default Credentials (https://cloud.google.com/docs/authentication/
+// application-default-credentials), after an emulator:
 //   1. STORAGE_EMULATOR_HOST set: anonymous access (no Authorization header), for emulators.
-//   2. GOOGLE_APPLICATION_CREDENTIALS set: the service-account JSON key file it names. The key
-//      signs a JWT (RS256) that the key's token_uri exchanges for an access token.
-//   3. Otherwise the metadata server (GCE, or Workload Identity on GKE) at GCE_METADATA_HOST, or
+//   2. GOOGLE_APPLICATION_CREDENTIALS set: the credentials file it names (CredentialsFromFile).
+//   3. The file gcloud writes for `gcloud auth application-default login`, when it exists:
+//      $CLOUDSDK_CONFIG/application_default_credentials.json, or
+//      $HOME/.config/gcloud/application_default_credentials.json (GcloudAdcFilePath).
+//   4. Otherwise the metadata server (GCE, or Workload Identity on GKE) at GCE_METADATA_HOST, or
 //      169.254.169.254 (metadata.google.internal) when unset.
+// A file that is there but cannot be used is an error, not a reason to try the next source.
+//
+// A credentials file is one of:
+//   - "service_account": a key that signs a JWT (RS256) the key's token_uri exchanges for an
+//     access token (the jwt-bearer grant);
+//   - "authorized_user": a user's OAuth client and refresh token, exchanged at its token_uri
+//     (https://oauth2.googleapis.com/token by default) for an access token (the refresh_token
+//     grant). Its quota_project_id, when set, is sent with every GCS request as
+//     x-goog-user-project (the project billed for the requests).
+// Other types ("external_account" for workload identity federation, "impersonated_service_account")
+// are Unimplemented errors naming the file and the type.
 //
 // Tokens are cached and refreshed shortly before they expire; one fetch runs at a time and
 // concurrent callers wait for it. Fetches that fail on a 5xx, a 429 or a connection error are
@@ -75,18 +91,46 @@ class Credentials {
   virtual void Invalidate() = 0;
   // Who we are, for error messages: "anonymous (STORAGE_EMULATOR_HOST=...)", "service account
   // sa@p.iam.gserviceaccount.com (key file /path/key.json)", "sa@... from the metadata server at
-  // 169.254.169.254 (Workload Identity)".
+  // 169.254.169.254 (Workload Identity)", "the user credentials in /home/u/.config/gcloud/
+  // application_default_credentials.json (gcloud auth application-default login)".
   virtual std::string Identity() = 0;
+  // The project to bill requests to (sent as the x-goog-user-project header); empty: none, the
+  // bucket's project pays. The credentials file's quota_project_id.
+  virtual std::string QuotaProject() { return ""; }
   // Token requests sent so far, retries included (metrics and tests).
   virtual int64_t token_fetches() const = 0;
 };
 
-// The chain above. With neither variable set, it asks the metadata server for the account's
-// email before returning (max_attempts tries of metadata_connect_timeout_ns each, with backoff:
-// GKE's metadata server can take a few seconds to come up beside a new pod). Errors: a key file
-// that cannot be used (named, with the field at fault), or no metadata server answering (a
-// NotFound "no Google Cloud credentials found" that lists the three ways to provide them).
+// The chain above. When it comes to the metadata server, it asks it for the account's email
+// before returning (max_attempts tries of metadata_connect_timeout_ns each, with backoff: GKE's
+// metadata server can take a few seconds to come up beside a new pod). Errors: a credentials
+// file that cannot be used (named, with the variable or gcloud file that chose it and the field
+// at fault), or no metadata server answering (a NotFound "no Google Cloud credentials found"
+// that lists the ways to provide them).
 absl::StatusOr<std::unique_ptr<Credentials>> DefaultCredentials(const CredentialsOptions& options);
+
+// Where gcloud keeps the application-default credentials: $CLOUDSDK_CONFIG/
+// application_default_credentials.json when CLOUDSDK_CONFIG is set, else $HOME/.config/gcloud/
+// application_default_credentials.json; empty when neither variable is set. `getenv` null: the
+// process environment.
+std::string GcloudAdcFilePath(const GetEnvFn& getenv);
+
+// A credentials JSON file of any type above, by its "type". Errors name the file: unreadable,
+// not JSON, a type that is not supported (Unimplemented for "external_account" and the other
+// known types; InvalidArgument for anything else), a missing or unusable field.
+absl::StatusOr<std::unique_ptr<Credentials>> CredentialsFromFile(std::string_view path,
+                                                                 const CredentialsOptions& options);
+// As above, for text from elsewhere; `source_name` names it in messages.
+absl::StatusOr<std::unique_ptr<Credentials>> CredentialsFromJson(std::string_view json,
+                                                                 std::string_view source_name,
+                                                                 const CredentialsOptions& options);
+
+// User credentials (type "authorized_user": client_id, client_secret, refresh_token, and
+// optionally quota_project_id and token_uri). Checked here; a refresh token the token endpoint
+// refuses (invalid_grant: expired or revoked) is an error at the first AuthorizationHeader()
+// that says to run `gcloud auth application-default login`.
+absl::StatusOr<std::unique_ptr<Credentials>> AuthorizedUserCredentialsFromJson(
+    std::string_view json, std::string_view source_name, const CredentialsOptions& options);
 
 // No Authorization header; `identity` is what Identity() says.
 std::unique_ptr<Credentials> AnonymousCredentials(std::string identity);

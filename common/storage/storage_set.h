@@ -23,8 +23,9 @@ namespace clusterprof::storage {
 
 struct StorageSetOptions {
   Clock* clock = nullptr;  // required
-  // Environment lookup (STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS,
-  // GCE_METADATA_HOST, CLUSTERPROF_SPOOL_DIR); default: the process environment.
+  // Environment lookup (STORAGE_EMULATOR_HOST, GOOGLE_APPLICATION_CREDENTIALS, CLOUDSDK_CONFIG
+  // and HOME for gcloud's credentials, GCE_METADATA_HOST, CLUSTERPROF_SPOOL_DIR); default: the
+  // process environment.
   GetEnvFn getenv;
   LocalStorageOptions local;
   // spool_dir empty: DefaultSpoolDir().
