@@ -440,6 +440,25 @@ absl::Status OAuthTokenServer::TrustKey(const TestServiceAccountKey& key) {
   return TrustKey(key.public_key_pem, key.private_key_id, key.client_email);
 }
 
+void OAuthTokenServer::TrustRefreshToken(std::string_view client_id, std::string_view client_secret,
+                                         std::string_view refresh_token) {
+  MutexLock lock(&mu_);
+  refresh_tokens_[std::string(refresh_token)] = {std::string(client_id),
+                                                 std::string(client_secret)};
+}
+
+void OAuthTokenServer::RevokeRefreshToken(std::string_view refresh_token) {
+  MutexLock lock(&mu_);
+  if (auto it = refresh_tokens_.find(refresh_token); it != refresh_tokens_.end()) {
+    it->second.revoked = true;
+  }
+}
+
+std::string OAuthTokenServer::last_grant_type() const {
+  MutexLock lock(&mu_);
+  return last_grant_type_;
+}
+
 int OAuthTokenServer::port() const { return http_->port(); }
 
 std::string OAuthTokenServer::token_uri() const {
@@ -601,6 +620,11 @@ HttpReply OAuthTokenServer::Handle(const HttpRequest& request) {
                          request.Header("Content-Type"), "\""));
   }
   std::map<std::string, std::string> form = ParseForm(request.body);
+  {
+    MutexLock lock(&mu_);
+    last_grant_type_ = form["grant_type"];
+  }
+  if (form["grant_type"] == "refresh_token") return HandleRefresh(form, expires_in_s);
   if (form["grant_type"] != kJwtBearerGrant) {
     return reject("unsupported_grant_type", StrCat("Invalid grant_type: ", form["grant_type"]));
   }
@@ -612,6 +636,45 @@ HttpReply OAuthTokenServer::Handle(const HttpRequest& request) {
   }
   const std::string token = tokens_.Issue(now_wall_ns + expires_in_s * kNanosPerSecond);
   return {200, "application/json", TokenResponse(token, expires_in_s), {}};
+}
+
+HttpReply OAuthTokenServer::HandleRefresh(const std::map<std::string, std::string>& form,
+                                          int64_t expires_in_s) {
+  const auto value = [&form](const std::string& name) {
+    auto it = form.find(name);
+    return it == form.end() ? std::string() : it->second;
+  };
+  const auto reply = [this](int code, std::string_view error, std::string_view description) {
+    MutexLock lock(&mu_);
+    last_error_ = std::string(description);
+    return HttpReply{code, "application/json", OAuthError(error, description), {}};
+  };
+  for (const char* name : {"client_id", "client_secret", "refresh_token"}) {
+    if (value(name).empty()) {
+      return reply(400, "invalid_request", StrCat("Missing required parameter: ", name));
+    }
+  }
+  bool known_client = false;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [token, trusted] : refresh_tokens_) {
+      known_client |= trusted.client_id == value("client_id");
+    }
+    auto it = refresh_tokens_.find(value("refresh_token"));
+    if (it != refresh_tokens_.end() && it->second.client_id == value("client_id")) {
+      if (it->second.client_secret != value("client_secret")) {
+        last_error_ = "Unauthorized";
+        return HttpReply{401, "application/json", OAuthError("invalid_client", "Unauthorized"), {}};
+      }
+      if (!it->second.revoked) {
+        const std::string token =
+            tokens_.Issue(options_.clock->WallNs() + expires_in_s * kNanosPerSecond);
+        return {200, "application/json", TokenResponse(token, expires_in_s), {}};
+      }
+    }
+  }
+  if (!known_client) return reply(401, "invalid_client", "The OAuth client was not found.");
+  return reply(400, "invalid_grant", "Token has been expired or revoked.");
 }
 
 // --- MetadataServer ---------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // Local stand-ins for Google's token endpoints, for tests of common/storage/gcs_credentials:
 // an OAuth 2.0 token endpoint that verifies jwt-bearer grants for real (RS256 signature and
-// claims), a GCE/GKE metadata server, and service-account keys made at run time.
+// claims) and refresh_token grants (user credentials), a GCE/GKE metadata server, and
+// service-account keys made at run time.
 //
 // Both servers listen on 127.0.0.1, port 0 (read it back with port()), on threads of their own, and
 // judge time by the Clock they are given, so a test on a SimulatedClock moves the servers' time
@@ -71,6 +72,12 @@ struct OAuthTokenServerOptions {
 // (after iat, at most an hour after it, not past); a mismatch is a 400 {"error":"invalid_grant",
 // "error_description":...} with Google's wording where known ("Invalid JWT Signature."). Grants
 // are answered with a new token, {"access_token", "expires_in", "token_type":"Bearer"}.
+//
+// Also the refresh_token grant (RFC 6749 section 6) that user credentials (`gcloud auth
+// application-default login`) use: client_id, client_secret and refresh_token must be a triple
+// given to TrustRefreshToken. An unknown client or a wrong secret is a 401 {"error":
+// "invalid_client"}; an unknown or revoked refresh token a 400 {"error":"invalid_grant",
+// "error_description":"Token has been expired or revoked."}, as Google answers them.
 // Thread-safe.
 class OAuthTokenServer {
  public:
@@ -83,6 +90,13 @@ class OAuthTokenServer {
   absl::Status TrustKey(std::string_view public_key_pem, std::string_view private_key_id,
                         std::string_view client_email);
   absl::Status TrustKey(const TestServiceAccountKey& key);
+  // Accepts refresh_token grants of `refresh_token` by the OAuth client `client_id` with
+  // `client_secret`.
+  void TrustRefreshToken(std::string_view client_id, std::string_view client_secret,
+                         std::string_view refresh_token);
+  // Refuses `refresh_token` from now on (invalid_grant), as after `gcloud auth
+  // application-default revoke`.
+  void RevokeRefreshToken(std::string_view refresh_token);
 
   int port() const;
   // http://127.0.0.1:<port>/token
@@ -93,8 +107,10 @@ class OAuthTokenServer {
   int requests() const;
   // The error_description of the last rejected grant ("" if none).
   std::string last_error() const;
-  // The scope claim of the last accepted grant.
+  // The scope claim of the last accepted jwt-bearer grant.
   std::string last_scope() const;
+  // The grant_type of the last POST /token ("" before any).
+  std::string last_grant_type() const;
   bool IsValidToken(std::string_view token, int64_t now_wall_ns) const;
 
   // The next `count` requests get `http_code` (a 5xx by default) and no token.
@@ -113,11 +129,19 @@ class OAuthTokenServer {
     std::string client_email;
     std::shared_ptr<const PublicKey> public_key;
   };
+  struct TrustedRefreshToken {
+    std::string client_id;
+    std::string client_secret;
+    bool revoked = false;
+  };
 
   explicit OAuthTokenServer(OAuthTokenServerOptions options);
   internal::HttpReply Handle(const internal::HttpRequest& request);
   // The error_description for an invalid assertion, or "" when it is a valid grant.
   std::string CheckAssertion(std::string_view assertion, int64_t now_wall_ns);
+  // A refresh_token grant's answer.
+  internal::HttpReply HandleRefresh(const std::map<std::string, std::string>& form,
+                                    int64_t expires_in_s);
 
   const OAuthTokenServerOptions options_;
   IssuedTokens tokens_;
@@ -125,6 +149,9 @@ class OAuthTokenServer {
 
   mutable Mutex mu_;
   std::vector<TrustedKey> trusted_ ABSL_GUARDED_BY(mu_);
+  // By refresh token.
+  std::map<std::string, TrustedRefreshToken, std::less<>> refresh_tokens_ ABSL_GUARDED_BY(mu_);
+  std::string last_grant_type_ ABSL_GUARDED_BY(mu_);
   int requests_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_next_ ABSL_GUARDED_BY(mu_) = 0;
   int fail_code_ ABSL_GUARDED_BY(mu_) = 503;

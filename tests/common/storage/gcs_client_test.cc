@@ -30,9 +30,12 @@ class CountingCredentials final : public Credentials {
   void Invalidate() override { ++generation_; }
   std::string Identity() override { return "test account"; }
   int64_t token_fetches() const override { return generation_; }
+  std::string QuotaProject() override { return quota_project_; }
+  void set_quota_project(std::string project) { quota_project_ = std::move(project); }
 
  private:
   std::atomic<int> generation_{1};
+  std::string quota_project_;
 };
 
 class GcsClientTest : public ::testing::Test {
@@ -72,6 +75,15 @@ TEST_F(GcsClientTest, GetsObjectMetadataWithTheTokenAndUserAgent) {
       << "the object name is one path segment";
   EXPECT_EQ(sent.Header("Authorization"), "Bearer token-1");
   EXPECT_EQ(sent.Header("User-Agent"), "clusterprof");
+}
+
+TEST_F(GcsClientTest, TheCredentialsQuotaProjectIsSentAsUserProject) {
+  transport_.Route(kEndpoint, [](const http::Request&) { return Reply(200, kObject); });
+  ASSERT_TRUE(NewClient()->GetObjectMetadata("b", "tb/run/host.xplane.pb").ok());
+  EXPECT_EQ(transport_.Requests()[0].Header("x-goog-user-project"), "") << "none by default";
+  credentials_->set_quota_project("billing-project");
+  ASSERT_TRUE(NewClient()->GetObjectMetadata("b", "tb/run/host.xplane.pb").ok());
+  EXPECT_EQ(transport_.Requests()[1].Header("x-goog-user-project"), "billing-project");
 }
 
 TEST_F(GcsClientTest, A503IsRetriedUntilItSucceeds) {

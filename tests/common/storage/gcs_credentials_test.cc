@@ -1,11 +1,14 @@
 // gcs::Credentials against local stand-ins of Google's OAuth token endpoint (which checks the
 // JWT's RS256 signature and claims for real) and of the GCE/GKE metadata server: the order of
 // the credential chain, key-file errors, token caching, refresh, invalidation, one fetch for
-// concurrent callers, retries, and a metadata server that is not there.
+// concurrent callers, retries, and a metadata server that is not there; user credentials from
+// `gcloud auth application-default login` (the refresh_token grant) and where the chain finds
+// them.
 #include "common/storage/gcs_credentials.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -717,6 +720,221 @@ TEST_F(ServiceAccountTest, ServerThatIsNotAMetadataServerIsNoCredentials) {
   ASSERT_FALSE(header.ok());
   EXPECT_THAT(Message(header.status()), AllOf(StartsWith("no Google Cloud credentials found"),
                                               HasSubstr("not a metadata server")));
+}
+
+// --- User credentials (gcloud auth application-default login) --------------------------------
+
+constexpr char kClientId[] =
+    "764086051850-6qr4p6gpi6hn506pt8ejuq83di341hur.apps.googleusercontent.com";
+constexpr char kClientSecret[] = "d-FL95Q19q7MQmFpd7hHD0Ty";
+constexpr char kRefreshToken[] = "1//0e-test-refresh-token";
+
+// The file `gcloud auth application-default login` writes, with the stand-in's token endpoint.
+std::string UserCredentialsJson(std::string_view token_uri, std::string_view quota_project = "") {
+  return StrCat(
+      "{\n  \"account\": \"\",\n  \"client_id\": \"", kClientId, "\",\n  \"client_secret\": \"",
+      kClientSecret, "\",\n",
+      quota_project.empty() ? "" : StrCat("  \"quota_project_id\": \"", quota_project, "\",\n"),
+      "  \"refresh_token\": \"", kRefreshToken, "\",\n  \"token_uri\": \"", token_uri,
+      "\",\n  \"type\": \"authorized_user\",\n  \"universe_domain\": \"googleapis.com\"\n}\n");
+}
+
+// A token endpoint that knows one user's refresh token (and the service-account key of
+// ServiceAccountTest), and a home directory with gcloud's file in it.
+class UserCredentialsTest : public ServiceAccountTest {
+ protected:
+  void SetUp() override {
+    ServiceAccountTest::SetUp();
+    server_->TrustRefreshToken(kClientId, kClientSecret, kRefreshToken);
+    ASSERT_EQ(mkdir(temp_.Join("home").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(temp_.Join("home/.config").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(temp_.Join("home/.config/gcloud").c_str(), 0755), 0);
+    adc_path_ = temp_.Join("home/.config/gcloud/application_default_credentials.json");
+    WriteFileOrDie(adc_path_, UserCredentialsJson(server_->token_uri(), "billing-project"));
+  }
+
+  std::unique_ptr<Credentials> FromJson(std::string_view json) {
+    absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+        CredentialsFromJson(json, "adc.json", OptionsFor(&clock_, {}));
+    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    return credentials.ok() ? std::move(*credentials) : nullptr;
+  }
+
+  std::string adc_path_;
+};
+
+TEST_F(UserCredentialsTest, GcloudFileWhenNoVariableIsSet) {
+  std::unique_ptr<MetadataServer> metadata = StartMetadataServer(&clock_);
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = DefaultCredentials(
+      OptionsFor(&clock_, {{"HOME", temp_.Join("home")}, {"GCE_METADATA_HOST", metadata->host()}}));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_EQ((*credentials)->Identity(), StrCat("the user credentials in ", adc_path_,
+                                               " (gcloud auth application-default login)"));
+  EXPECT_EQ((*credentials)->QuotaProject(), "billing-project");
+  const std::string token = TokenOf((*credentials)->AuthorizationHeader());
+  EXPECT_TRUE(server_->IsValidToken(token, clock_.WallNs()));
+  EXPECT_EQ(server_->last_grant_type(), "refresh_token");
+  EXPECT_EQ(metadata->requests(), 0);
+}
+
+TEST_F(UserCredentialsTest, CloudsdkConfigNamesGcloudsDirectory) {
+  TempDir config;
+  const std::string path = config.Join("application_default_credentials.json");
+  WriteFileOrDie(path, UserCredentialsJson(server_->token_uri()));
+  const Env env = {{"HOME", temp_.Join("home")}, {"CLOUDSDK_CONFIG", config.path()}};
+  EXPECT_EQ(GcloudAdcFilePath([&env](std::string_view name) -> std::optional<std::string> {
+              auto it = env.find(std::string(name));
+              return it == env.end() ? std::nullopt : std::optional<std::string>(it->second);
+            }),
+            path);
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+      DefaultCredentials(OptionsFor(&clock_, env));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_THAT((*credentials)->Identity(), HasSubstr(path));
+  EXPECT_EQ((*credentials)->QuotaProject(), "") << "this file has no quota_project_id";
+}
+
+TEST_F(UserCredentialsTest, TheVariableBeatsTheGcloudFile) {
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = DefaultCredentials(OptionsFor(
+      &clock_, {{"HOME", temp_.Join("home")}, {"GOOGLE_APPLICATION_CREDENTIALS", key_path_}}));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_THAT((*credentials)->Identity(), StartsWith("service account "));
+}
+
+TEST_F(UserCredentialsTest, TheVariableMayNameUserCredentials) {
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+      DefaultCredentials(OptionsFor(&clock_, {{"GOOGLE_APPLICATION_CREDENTIALS", adc_path_}}));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_TRUE(
+      server_->IsValidToken(TokenOf((*credentials)->AuthorizationHeader()), clock_.WallNs()));
+}
+
+TEST_F(UserCredentialsTest, MetadataServerWhenThereIsNoGcloudFile) {
+  std::unique_ptr<MetadataServer> metadata = StartMetadataServer(&clock_);
+  TempDir empty_home;
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = DefaultCredentials(
+      OptionsFor(&clock_, {{"HOME", empty_home.path()}, {"GCE_METADATA_HOST", metadata->host()}}));
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  EXPECT_THAT((*credentials)->Identity(), HasSubstr("metadata server"));
+}
+
+TEST_F(UserCredentialsTest, NothingAnywhereSaysToLogIn) {
+  TempDir empty_home;
+  CredentialsOptions options = OptionsFor(
+      &clock_,
+      {{"HOME", empty_home.path()}, {"GCE_METADATA_HOST", StrCat("127.0.0.1:", UnusedPort())}});
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = DefaultCredentials(options);
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_TRUE(absl::IsNotFound(credentials.status())) << credentials.status();
+  EXPECT_THAT(Message(credentials.status()),
+              AllOf(StartsWith("no Google Cloud credentials found"),
+                    HasSubstr("gcloud auth application-default login"),
+                    HasSubstr(StrCat("there is no ", empty_home.path(),
+                                     "/.config/gcloud/application_default_credentials.json"))));
+}
+
+TEST_F(UserCredentialsTest, AnUnusableGcloudFileIsAnErrorNotAFallThrough) {
+  std::unique_ptr<MetadataServer> metadata = StartMetadataServer(&clock_);
+  WriteFileOrDie(adc_path_, "{\"type\": \"authorized_user\", \"client_id\": \"x\"");
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = DefaultCredentials(
+      OptionsFor(&clock_, {{"HOME", temp_.Join("home")}, {"GCE_METADATA_HOST", metadata->host()}}));
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(credentials.status())) << credentials.status();
+  EXPECT_THAT(Message(credentials.status()),
+              AllOf(HasSubstr("application-default credentials of `gcloud auth "
+                              "application-default login`"),
+                    HasSubstr(adc_path_), HasSubstr("not a JSON object")));
+  EXPECT_EQ(metadata->requests(), 0);
+}
+
+TEST_F(UserCredentialsTest, AnExpiredOrRevokedRefreshTokenSaysToLogInAgain) {
+  server_->RevokeRefreshToken(kRefreshToken);
+  std::unique_ptr<Credentials> credentials = FromJson(UserCredentialsJson(server_->token_uri()));
+  ASSERT_NE(credentials, nullptr);
+  absl::StatusOr<std::string> header = credentials->AuthorizationHeader();
+  ASSERT_FALSE(header.ok());
+  EXPECT_TRUE(absl::IsUnauthenticated(header.status())) << header.status();
+  EXPECT_THAT(Message(header.status()),
+              AllOf(HasSubstr("the user credentials in adc.json"),
+                    HasSubstr("400 invalid_grant: Token has been expired or revoked."),
+                    HasSubstr("run `gcloud auth application-default login` to sign in again"),
+                    Not(HasSubstr(kRefreshToken)), Not(HasSubstr(kClientSecret))));
+  EXPECT_EQ(credentials->token_fetches(), 1) << "not retried";
+}
+
+TEST_F(UserCredentialsTest, AWrongClientSecretIsInvalidClient) {
+  std::string json = UserCredentialsJson(server_->token_uri());
+  json.replace(json.find(kClientSecret), std::string_view(kClientSecret).size(), "wrong-secret");
+  std::unique_ptr<Credentials> credentials = FromJson(json);
+  ASSERT_NE(credentials, nullptr);
+  absl::StatusOr<std::string> header = credentials->AuthorizationHeader();
+  ASSERT_FALSE(header.ok());
+  EXPECT_THAT(Message(header.status()), AllOf(HasSubstr("401 invalid_client"), HasSubstr(kClientId),
+                                              HasSubstr("gcloud auth application-default login")));
+}
+
+TEST_F(UserCredentialsTest, TheTokenIsRefreshedFiveMinutesBeforeItExpires) {
+  std::unique_ptr<Credentials> credentials = FromJson(UserCredentialsJson(server_->token_uri()));
+  ASSERT_NE(credentials, nullptr);
+  const std::string first = TokenOf(credentials->AuthorizationHeader());
+  clock_.AdvanceNs(3299 * kNanosPerSecond);
+  EXPECT_EQ(TokenOf(credentials->AuthorizationHeader()), first);
+  EXPECT_EQ(server_->grants(), 1);
+  clock_.AdvanceNs(2 * kNanosPerSecond);
+  const std::string second = TokenOf(credentials->AuthorizationHeader());
+  EXPECT_NE(second, first);
+  EXPECT_TRUE(server_->IsValidToken(second, clock_.WallNs()));
+  // After the first has expired, the second still serves.
+  clock_.AdvanceNs(600 * kNanosPerSecond);
+  EXPECT_FALSE(server_->IsValidToken(first, clock_.WallNs()));
+  EXPECT_EQ(TokenOf(credentials->AuthorizationHeader()), second);
+  EXPECT_EQ(server_->grants(), 2);
+}
+
+TEST_F(UserCredentialsTest, ServerErrorsAreRetried) {
+  CredentialsOptions options = RetryingOptionsFor(&clock_);
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials = AuthorizedUserCredentialsFromJson(
+      UserCredentialsJson(server_->token_uri()), "adc.json", options);
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  server_->FailNextRequests(2, 503);
+  const std::string token =
+      RunAdvancingClock(clock_, [&] { return TokenOf((*credentials)->AuthorizationHeader()); });
+  EXPECT_TRUE(server_->IsValidToken(token, clock_.WallNs()));
+  EXPECT_EQ((*credentials)->token_fetches(), 3);
+}
+
+TEST_F(UserCredentialsTest, MissingFieldsNameTheFieldAndTheFile) {
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+      CredentialsFromJson(R"({"type": "authorized_user", "client_id": "c", "client_secret": "s"})",
+                          "adc.json", OptionsFor(&clock_, {}));
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(credentials.status())) << credentials.status();
+  EXPECT_THAT(Message(credentials.status()),
+              AllOf(HasSubstr("adc.json"), HasSubstr("no field \"refresh_token\""),
+                    HasSubstr("gcloud auth application-default login")));
+}
+
+TEST_F(UserCredentialsTest, ExternalAccountIsUnimplementedNamingFileAndType) {
+  const std::string path = temp_.Join("wif.json");
+  WriteFileOrDie(path, R"({"type": "external_account", "audience": "//iam.googleapis.com/x",
+    "subject_token_type": "urn:ietf:params:oauth:token-type:jwt",
+    "token_url": "https://sts.googleapis.com/v1/token", "credential_source": {"file": "/t"}})");
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+      DefaultCredentials(OptionsFor(&clock_, {{"GOOGLE_APPLICATION_CREDENTIALS", path}}));
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_EQ(credentials.status().code(), absl::StatusCode::kUnimplemented) << credentials.status();
+  EXPECT_THAT(Message(credentials.status()),
+              AllOf(HasSubstr(StrCat("GOOGLE_APPLICATION_CREDENTIALS=", path)), HasSubstr(path),
+                    HasSubstr("\"type\": \"external_account\""), HasSubstr("does not support")));
+}
+
+TEST_F(UserCredentialsTest, AnUnknownTypeIsInvalid) {
+  absl::StatusOr<std::unique_ptr<Credentials>> credentials =
+      CredentialsFromJson(R"({"type": "api_key"})", "k.json", OptionsFor(&clock_, {}));
+  ASSERT_FALSE(credentials.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(credentials.status())) << credentials.status();
+  EXPECT_THAT(Message(credentials.status()),
+              AllOf(HasSubstr("\"type\": \"api_key\""), HasSubstr("\"authorized_user\"")));
 }
 
 TEST(AnonymousTest, NoHeaderAndTheGivenIdentity) {

@@ -1,7 +1,8 @@
 // gs:// storage end to end against the GCS JSON API test server and the token endpoint
 // stand-ins, all on loopback: uploads of every size, the faults GCS produces (503s, 429s,
-// connections reset mid-chunk, lost processes), permanent errors, auth by key file and by
-// metadata server, and reading back.
+// connections reset mid-chunk, lost processes), permanent errors, auth by key file, by
+// metadata server and by user credentials (gcloud auth application-default login), and reading
+// back.
 #include <sys/stat.h>
 
 #include <atomic>
@@ -546,6 +547,76 @@ TEST_F(GcsAuthTest, ATokenTheServerRejectsIsRefreshedOnceThenReported) {
   EXPECT_THAT(info->error, AllOf(HasSubstr("401"), HasSubstr(testing::kTestServiceAccountEmail)));
   EXPECT_EQ(oauth_->grants(), 2) << "one fresh token after the first 401, then give up";
   EXPECT_EQ(server_->Requests().size(), 2u);
+}
+
+// User credentials as `gcloud auth application-default login` leaves them in $HOME, with the
+// stand-in token endpoint as their token_uri.
+class GcsUserCredentialsTest : public GcsAuthTest {
+ protected:
+  void SetUp() override {
+    GcsAuthTest::SetUp();
+    oauth_->TrustRefreshToken("client-id.apps.googleusercontent.com", "client-secret",
+                              "1//refresh-token");
+    home_ = dir_.Join("home");
+    for (const char* dir : {"", "/.config", "/.config/gcloud"}) {
+      ASSERT_EQ(mkdir(StrCat(home_, dir).c_str(), 0755), 0);
+    }
+    testing::WriteFileOrDie(
+        StrCat(home_, "/.config/gcloud/application_default_credentials.json"),
+        StrCat(R"({"client_id": "client-id.apps.googleusercontent.com",)"
+               R"( "client_secret": "client-secret", "quota_project_id": "billing-project",)"
+               R"( "refresh_token": "1//refresh-token", "token_uri": ")",
+               oauth_->token_uri(), R"(", "type": "authorized_user"})"));
+  }
+
+  // The gs:// storage a process with this HOME (and no metadata server) builds.
+  Storage* UserStorage() {
+    storages_ = NewStorageSet({{"HOME", home_}, {"GCE_METADATA_HOST", "127.0.0.1:1"}});
+    auto storage = storages_->ForUri("gs://logs/x");
+    EXPECT_TRUE(storage.ok()) << storage.status();
+    return storage.ok() ? *storage : nullptr;
+  }
+
+  std::string home_;
+  std::unique_ptr<StorageSet> storages_;
+};
+
+TEST_F(GcsUserCredentialsTest, AnObjectIsReadWithTheUsersCredentials) {
+  server_->PutObject("logs", "tb/plugins/profile/run1/host.xplane.pb", "trace bytes");
+  Storage* storage = UserStorage();
+  ASSERT_NE(storage, nullptr);
+  auto read = ReadObject(*storage, "gs://logs/tb/plugins/profile/run1/host.xplane.pb");
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "trace bytes");
+  EXPECT_EQ(oauth_->grants(), 1);
+  EXPECT_EQ(oauth_->last_grant_type(), "refresh_token");
+  EXPECT_EQ(metadata_->requests(), 0);
+}
+
+TEST_F(GcsUserCredentialsTest, TheTokenIsRefreshedWhenItExpires) {
+  oauth_->set_expires_in_s(2);
+  server_->SetBodyReadRate(512 * kKiB);  // 1.5 MiB take about three seconds
+  Storage* storage = UserStorage();
+  ASSERT_NE(storage, nullptr);
+  const std::string data = RandomBytes(3 * kMiB / 2, 11);
+  auto info = WriteObject(*storage, "gs://logs/by-user.bin", data);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->state, UploadState::kCommitted) << info->error;
+  EXPECT_EQ(Stored("by-user.bin"), data);
+  EXPECT_GE(oauth_->grants(), 2) << "the first token expired during the upload";
+}
+
+TEST_F(GcsUserCredentialsTest, ARevokedRefreshTokenSaysToLogInAgain) {
+  server_->PutObject("logs", "tb/x", "x");
+  oauth_->RevokeRefreshToken("1//refresh-token");
+  Storage* storage = UserStorage();
+  ASSERT_NE(storage, nullptr);
+  auto read = ReadObject(*storage, "gs://logs/tb/x");
+  ASSERT_FALSE(read.ok());
+  EXPECT_THAT(std::string(read.status().message()),
+              AllOf(HasSubstr("invalid_grant"), HasSubstr("expired or was revoked"),
+                    HasSubstr("run `gcloud auth application-default login`")));
+  EXPECT_EQ(server_->Requests().size(), 0u) << "no token, no request";
 }
 
 }  // namespace
