@@ -20,22 +20,32 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
 
+// What `clusterprof convert` writes.
+enum class ConvertFormat {
+  kJson,          // Chrome trace JSON (Perfetto, chrome://tracing), with a top-level "metadata"
+  kPerfettoJson,  // the same JSON without its "metadata" key (the perfetto_trace.json.gz shape)
+  kPerfetto,      // Perfetto's own protobuf trace (docs/trace-format.md)
+};
+
 struct ConvertOptions {
   // An .xplane.pb file; with `run`, a run directory whose hosts all go into one trace.
   std::string input;
   // One trace of every host of the run directory `input`: a process per host and plane, on one
-  // clock (each host shifted by its clock offset from the run's manifest), streamed.
+  // clock (each host shifted by its clock offset from the run's manifest), streamed. With
+  // kPerfetto a host file that cannot be read is named on `err` and left out; the command fails
+  // only if no host converted.
   bool run = false;
-  // Output path; default: the input with .xplane.pb replaced by .trace.json.gz (with `run`:
-  // <run>.trace.json.gz in the current directory). A name ending
-  // in .json (not .gz) is written uncompressed; "-" writes uncompressed JSON to `out`.
+  // Output path; default: the input with .xplane.pb replaced by .trace.json.gz (kPerfetto:
+  // .perfetto-trace), beside it; with `run`: <run>.trace.json.gz (<run>.perfetto-trace) in the
+  // current directory. JSON is gzipped unless the name ends in .json; a Perfetto trace only when
+  // the name ends in .gz. "-" writes the trace uncompressed to `out`.
   std::string output;
-  // Leave out the top-level "metadata" key (the perfetto_trace.json.gz shape).
-  bool perfetto = false;
+  ConvertFormat format = ConvertFormat::kJson;
   int gzip_level = 1;
 };
 
-// clusterprof convert <file.xplane.pb> [-o out.trace.json.gz]
+// clusterprof convert [--run] [--format json|perfetto|perfetto-json] <file.xplane.pb or run dir>
+// [-o out]
 int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err);
 
 struct InspectOptions {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "analysis/report.h"
 #include "cli/commands.h"
 #include "common/base/clock.h"
@@ -16,11 +17,16 @@
 #include "common/storage/logdir.h"
 #include "common/storage/storage_set.h"
 #include "common/xspace/trace_json.h"
+#include "common/xspace/trace_perfetto.h"
 #include "common/xspace/xspace_io.h"
+#include "common/xspace/xspace_stream.h"
 #include "fmt/format.h"
 
 namespace clusterprof::cli {
 namespace {
+
+// The default name of a Perfetto protobuf trace, as Perfetto's own tools name theirs.
+constexpr std::string_view kPerfettoTraceSuffix = ".perfetto-trace";
 
 // Streams to an std::ostream (for "-o -").
 class OstreamSink final : public io::ByteSink {
@@ -36,10 +42,41 @@ class OstreamSink final : public io::ByteSink {
   std::ostream& out_;
 };
 
-std::string DefaultOutput(std::string_view input) {
-  std::string_view stem = input;
-  if (!ConsumeSuffix(&stem, storage::kXPlaneSuffix)) ConsumeSuffix(&stem, ".pb");
-  return StrCat(stem, storage::kTraceJsonSuffix);
+bool IsPerfetto(ConvertFormat format) { return format == ConvertFormat::kPerfetto; }
+
+std::string_view OutputSuffix(ConvertFormat format) {
+  return IsPerfetto(format) ? kPerfettoTraceSuffix : storage::kTraceJsonSuffix;
+}
+
+// The input's name without .xplane.pb (or .pb).
+std::string_view Stem(std::string_view input) {
+  if (!ConsumeSuffix(&input, storage::kXPlaneSuffix)) ConsumeSuffix(&input, ".pb");
+  return input;
+}
+
+std::string DefaultOutput(std::string_view input, ConvertFormat format) {
+  return StrCat(Stem(input), OutputSuffix(format));
+}
+
+// The host a single file is of: its file name without .xplane.pb.
+std::string HostOf(std::string_view input) {
+  std::string_view stem = Stem(input);
+  return std::string(stem.substr(stem.find_last_of('/') + 1));
+}
+
+// What a conversion wrote, whatever the format.
+struct ConvertStats {
+  int64_t complete_events = 0;
+  int64_t counter_events = 0;
+  uint64_t bytes = 0;  // uncompressed
+};
+
+ConvertStats StatsOf(const xspace::TraceJsonStats& stats) {
+  return {stats.complete_events, stats.counter_events, stats.bytes};
+}
+
+ConvertStats StatsOf(const xspace::PerfettoTraceStats& stats) {
+  return {stats.complete_events, stats.counter_events, stats.bytes};
 }
 
 std::string FormatBytes(uint64_t bytes) {
@@ -72,6 +109,17 @@ class FileConverter {
         [&mapped](size_t offset) { mapped.ReleaseBelow(offset); });
   }
 
+  absl::StatusOr<xspace::PerfettoTraceStats> Convert(xspace::PerfettoTraceWriter& writer,
+                                                     const xspace::PerfettoTraceOptions& options) {
+    io::MappedFile& mapped = *file_;
+    return writer.Add(mapped.data(), input_, options,
+                      [&mapped](size_t offset) { mapped.ReleaseBelow(offset); });
+  }
+
+  // Reads the whole file as the Perfetto writer would, writing nothing (a bad host is then left
+  // out before any of it is written).
+  absl::Status Check() { return xspace::CheckSerializedXSpace(file_->data(), input_); }
+
  private:
   FileConverter(std::string input, std::unique_ptr<storage::LocalCopy> local,
                 std::unique_ptr<io::MappedFile> file)
@@ -81,25 +129,33 @@ class FileConverter {
   const std::unique_ptr<io::MappedFile> file_;
 };
 
-// Every host of a run directory into one trace: each host's planes become processes numbered
-// from (index + 1) * 1000, named "<host> <plane>", shifted onto the coordinator's clock. One host
-// file is open at a time.
-absl::StatusOr<xspace::TraceJsonStats> ConvertRun(storage::StorageSet& storages,
-                                                  const std::string& run_dir, bool perfetto,
-                                                  io::ByteSink* sink, std::ostream& err) {
-  absl::StatusOr<storage::Logdir> dir = storage::ParseLogdir(run_dir);
-  if (!dir.ok()) return dir.status();
-  absl::StatusOr<storage::Storage*> storage = storages.For(*dir);
+// The hosts of a run directory, with their clock offsets.
+absl::StatusOr<analysis::RunHosts> ListHosts(storage::StorageSet& storages,
+                                             const storage::Logdir& dir, std::ostream& err) {
+  absl::StatusOr<storage::Storage*> storage = storages.For(dir);
   if (!storage.ok()) return storage.status();
-  absl::StatusOr<analysis::RunHosts> run = analysis::ListRunHosts(**storage, dir->uri);
+  absl::StatusOr<analysis::RunHosts> run = analysis::ListRunHosts(**storage, dir.uri);
   if (!run.ok()) return run.status();
   if (!run->manifest_found && run->hosts.size() > 1) {
     err << "clusterprof convert: no clock offsets in " << storage::kManifestName
         << ": the hosts' clocks are taken to agree\n";
   }
-  xspace::TraceJsonOptions options{.include_metadata = !perfetto};
+  return run;
+}
+
+// Every host of a run directory into one trace JSON: each host's planes become processes
+// numbered from (index + 1) * 1000, named "<host> <plane>", shifted onto the coordinator's clock.
+// One host file is open at a time.
+absl::StatusOr<ConvertStats> ConvertRunJson(storage::StorageSet& storages,
+                                            const std::string& run_dir, bool include_metadata,
+                                            io::ByteSink* sink, std::ostream& err) {
+  absl::StatusOr<storage::Logdir> dir = storage::ParseLogdir(run_dir);
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<analysis::RunHosts> run = ListHosts(storages, *dir, err);
+  if (!run.ok()) return run.status();
+  xspace::TraceJsonOptions options{.include_metadata = include_metadata};
   CLUSTERPROF_RETURN_IF_ERROR(xspace::WriteTraceJsonHeader(sink, options));
-  xspace::TraceJsonStats total;
+  ConvertStats total;
   options.write_header = false;
   options.write_footer = false;
   for (size_t i = 0; i < run->hosts.size(); ++i) {
@@ -114,12 +170,57 @@ absl::StatusOr<xspace::TraceJsonStats> ConvertRun(storage::StorageSet& storages,
     if (!stats.ok()) return stats.status();
     total.complete_events += stats->complete_events;
     total.counter_events += stats->counter_events;
-    total.flow_events += stats->flow_events;
-    total.skipped_events += stats->skipped_events;
     total.bytes += stats->bytes;
   }
   CLUSTERPROF_RETURN_IF_ERROR(xspace::WriteTraceJsonFooter(sink, options));
   return total;
+}
+
+// The same as one Perfetto trace. A host file that cannot be opened or read is named on `err`
+// and left out whole (each file is read through once before any of it is written); an error
+// only when no host converted, or when writing fails.
+absl::StatusOr<ConvertStats> ConvertRunPerfetto(storage::StorageSet& storages,
+                                                const std::string& run_dir, io::ByteSink* sink,
+                                                std::ostream& err) {
+  absl::StatusOr<storage::Logdir> dir = storage::ParseLogdir(run_dir);
+  if (!dir.ok()) return dir.status();
+  absl::StatusOr<analysis::RunHosts> run = ListHosts(storages, *dir, err);
+  if (!run.ok()) return run.status();
+  xspace::PerfettoTraceWriter writer(sink);
+  size_t converted = 0;
+  std::vector<std::string> skipped;
+  for (size_t i = 0; i < run->hosts.size(); ++i) {
+    const std::string& host = run->hosts[i];
+    const std::string path = StrCat(dir->uri, "/", host, storage::kXPlaneSuffix);
+    absl::StatusOr<std::unique_ptr<FileConverter>> file = FileConverter::Open(storages, path);
+    absl::Status readable = file.ok() ? (*file)->Check() : file.status();
+    if (!readable.ok()) {
+      err << "clusterprof convert: skipping host " << host << ": " << readable.message() << "\n";
+      skipped.push_back(host);
+      continue;
+    }
+    const xspace::PerfettoTraceOptions options{
+        .pid_base = static_cast<int>((i + 1) * 1000),
+        .process_name_prefix = StrCat(host, " "),
+        .shift_ps = SaturatingMul(run->OffsetOf(host), 1000),
+        .flow_id_salt = i,
+    };
+    // The file read whole above: only writing can fail now.
+    absl::StatusOr<xspace::PerfettoTraceStats> stats = (*file)->Convert(writer, options);
+    if (!stats.ok()) return stats.status();
+    ++converted;
+  }
+  CLUSTERPROF_RETURN_IF_ERROR(writer.Flush());
+  if (converted == 0) {
+    return absl::InvalidArgumentError(StrCat("no host of ", dir->uri, " could be converted (",
+                                             skipped.size(),
+                                             " unreadable: ", absl::StrJoin(skipped, ", "), ")"));
+  }
+  if (!skipped.empty()) {
+    err << "clusterprof convert: " << skipped.size() << " of " << run->hosts.size()
+        << " hosts left out: " << absl::StrJoin(skipped, ", ") << "\n";
+  }
+  return StatsOf(writer.total());
 }
 
 }  // namespace
@@ -140,9 +241,21 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     }
     single = std::move(*file);
   }
-  const auto convert = [&](io::ByteSink* sink) -> absl::StatusOr<xspace::TraceJsonStats> {
-    if (options.run) return ConvertRun(storages, options.input, options.perfetto, sink, err);
-    return single->Convert(sink, {.include_metadata = !options.perfetto});
+  const bool perfetto = IsPerfetto(options.format);
+  const bool include_metadata = options.format == ConvertFormat::kJson;
+  const auto convert = [&](io::ByteSink* sink) -> absl::StatusOr<ConvertStats> {
+    if (options.run && perfetto) return ConvertRunPerfetto(storages, options.input, sink, err);
+    if (options.run) return ConvertRunJson(storages, options.input, include_metadata, sink, err);
+    if (perfetto) {
+      xspace::PerfettoTraceWriter writer(sink);
+      auto stats = single->Convert(writer, {.process_name_prefix = HostOf(options.input) + " "});
+      if (!stats.ok()) return stats.status();
+      CLUSTERPROF_RETURN_IF_ERROR(writer.Flush());
+      return StatsOf(writer.total());
+    }
+    auto stats = single->Convert(sink, {.include_metadata = include_metadata});
+    if (!stats.ok()) return stats.status();
+    return StatsOf(*stats);
   };
 
   if (options.output == "-") {
@@ -161,9 +274,9 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     std::string_view run = options.input;
     while (ConsumeSuffix(&run, "/")) {
     }
-    output = StrCat(run.substr(run.find_last_of('/') + 1), storage::kTraceJsonSuffix);
+    output = StrCat(run.substr(run.find_last_of('/') + 1), OutputSuffix(options.format));
   } else if (output.empty()) {
-    output = DefaultOutput(options.input);
+    output = DefaultOutput(options.input, options.format);
   }
   auto path = storage::ParseLogdir(output);  // makes it absolute and rejects '..'
   if (!path.ok()) {
@@ -181,10 +294,12 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     err << "clusterprof convert: " << writer.status().message() << "\n";
     return kExitFailure;
   }
-  const bool compress = !EndsWith(output, ".json");
-  // JSON on this thread; gzip (when compressing) and write(2) on a background thread. The sink
-  // chain's own status tells output failures apart from problems with the input.
-  absl::StatusOr<xspace::TraceJsonStats> stats;
+  // JSON is gzipped unless asked for as .json (as the sidecar writes it); Perfetto's protobuf,
+  // several times smaller, only when asked for as .gz.
+  const bool compress = perfetto ? EndsWith(output, ".gz") : !EndsWith(output, ".json");
+  // The trace on this thread; gzip (when compressing) and write(2) on a background thread. The
+  // sink chain's own status tells output failures apart from problems with the input.
+  absl::StatusOr<ConvertStats> stats;
   absl::Status output_status;
   {
     io::GzipSink gzip(writer->get(), options.gzip_level);
@@ -206,11 +321,16 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     return kExitFailure;
   }
   const double seconds = static_cast<double>(clock.MonotonicNs() - started_ns) / kNanosPerSecond;
-  out << fmt::format(
-      "wrote {} ({} events, {} counter samples; {} of JSON, {} on disk) in {:.2f} s\n", info->uri,
-      stats->complete_events, stats->counter_events, FormatBytes(stats->bytes),
-      FormatBytes(info->bytes), seconds);
-  out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
+  out << fmt::format("wrote {} ({} events, {} counter samples; {} of {}, {} on disk) in {:.2f} s\n",
+                     info->uri, stats->complete_events, stats->counter_events,
+                     FormatBytes(stats->bytes), perfetto ? "Perfetto protobuf" : "JSON",
+                     FormatBytes(info->bytes), seconds);
+  if (perfetto) {
+    out << "open it at https://ui.perfetto.dev (Open trace file), or query it with "
+           "trace_processor\n";
+  } else {
+    out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
+  }
   return kExitOk;
 }
 

@@ -24,19 +24,30 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("clusterprof 0.1.0"));
 
   clusterprof::cli::ConvertOptions convert;
-  CLI::App* convert_cmd =
-      app.add_subcommand("convert", "Convert an .xplane.pb into Chrome trace JSON for Perfetto");
+  CLI::App* convert_cmd = app.add_subcommand(
+      "convert", "Convert an .xplane.pb (or a run directory) into a trace for Perfetto");
   convert_cmd
       ->add_option("input", convert.input, "The .xplane.pb file (with --run: a run directory)")
       ->required();
   convert_cmd->add_flag("--run", convert.run,
                         "One trace of every host of a run directory, on one clock (a process per "
                         "host and plane)");
+  std::string convert_format = "json";
+  CLI::Option* format_option =
+      convert_cmd
+          ->add_option("--format", convert_format,
+                       "json: Chrome trace JSON; perfetto: Perfetto's own protobuf format, "
+                       "several times smaller and faster to load; perfetto-json: the JSON "
+                       "without its top-level metadata key (perfetto_trace.json.gz shape)")
+          ->check(CLI::IsMember({"json", "perfetto", "perfetto-json"}))
+          ->capture_default_str();
   convert_cmd->add_option("-o,--output", convert.output,
-                          "Output file (default: <input>.trace.json.gz; *.json is written "
-                          "uncompressed; - writes JSON to stdout)");
-  convert_cmd->add_flag("--perfetto", convert.perfetto,
-                        "Leave out the top-level metadata key (perfetto_trace.json.gz shape)");
+                          "Output file (default: <input>.trace.json.gz, or <input>.perfetto-trace "
+                          "with --format perfetto; JSON ending in .json is written uncompressed, "
+                          "a Perfetto trace ending in .gz gzipped; - writes to stdout)");
+  // The old spelling of --format perfetto-json, kept for scripts.
+  bool legacy_perfetto = false;
+  convert_cmd->add_flag("--perfetto", legacy_perfetto, "Same as --format perfetto-json")->group("");
   convert_cmd->add_option("--gzip-level", convert.gzip_level, "gzip level, 0-9")
       ->check(CLI::Range(0, 9))
       ->capture_default_str();
@@ -194,7 +205,7 @@ int main(int argc, char** argv) {
        "--duration-ms 2000"},
       {inspect_cmd, "clusterprof inspect logs/plugins/profile/2026_11_26_10_00_00"},
       {report_cmd, "clusterprof report logs/plugins/profile/2026_11_26_10_00_00 --html r.html"},
-      {convert_cmd, "clusterprof convert host-0.xplane.pb -o host-0.trace.json.gz"},
+      {convert_cmd, "clusterprof convert --format perfetto host-0.xplane.pb"},
       {top_cmd, "clusterprof top --service-addr 10.0.0.7:8466,10.0.0.8:8466"},
   };
   std::string footer = "\nExamples:";
@@ -226,7 +237,20 @@ int main(int argc, char** argv) {
       });
 
   if (*capture_cmd) return clusterprof::cli::RunCapture(capture, std::cout, std::cerr);
-  if (*convert_cmd) return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
+  if (*convert_cmd) {
+    using clusterprof::cli::ConvertFormat;
+    if (legacy_perfetto && format_option->count() > 0 && convert_format != "perfetto-json") {
+      std::cerr << "clusterprof convert: --perfetto means --format perfetto-json; give only "
+                   "--format "
+                << convert_format << "\n";
+      return clusterprof::cli::kExitUsage;
+    }
+    convert.format = legacy_perfetto || convert_format == "perfetto-json"
+                         ? ConvertFormat::kPerfettoJson
+                     : convert_format == "perfetto" ? ConvertFormat::kPerfetto
+                                                    : ConvertFormat::kJson;
+    return clusterprof::cli::RunConvert(convert, std::cout, std::cerr);
+  }
   if (*inspect_cmd) return clusterprof::cli::RunInspect(inspect, std::cout, std::cerr);
   if (*report_cmd) return clusterprof::cli::RunReport(report, std::cout, std::cerr);
   if (*top_cmd) return clusterprof::cli::RunTop(top, std::cout, std::cerr);

@@ -9,13 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "common/base/json_escape.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/xspace/schema.h"
-#include "common/xspace/xspace_errors.h"
+#include "common/xspace/xspace_stream.h"
 
 namespace clusterprof::xspace {
 namespace {
@@ -137,32 +136,6 @@ struct EventInfo {
   std::string name_json;  // ,"name":"..."
   std::string args_json;  // "k":"v",... from the metadata's own stats (no braces)
   bool valid = false;
-};
-
-template <typename Info>
-class IdTable {
- public:
-  Info* Find(int64_t id) {
-    if (id >= 0 && static_cast<size_t>(id) < dense_.size()) {
-      return dense_[id].valid ? &dense_[id] : nullptr;
-    }
-    auto it = sparse_.find(id);
-    return it == sparse_.end() ? nullptr : &it->second;
-  }
-  Info& Insert(int64_t id, bool dense) {
-    if (dense && id >= 0) {
-      if (static_cast<size_t>(id) >= dense_.size()) dense_.resize(id + 1);
-      dense_[id].valid = true;
-      return dense_[id];
-    }
-    Info& info = sparse_[id];
-    info.valid = true;
-    return info;
-  }
-
- private:
-  std::vector<Info> dense_;
-  absl::flat_hash_map<int64_t, Info> sparse_;
 };
 
 struct StatInfoEntry : StatInfo {
@@ -459,8 +432,8 @@ class PlaneWriter {
   Output& out_;
   TraceJsonStats& stats_;
   std::string pid_text_;
-  IdTable<StatInfoEntry> stat_table_;
-  IdTable<EventInfo> event_table_;
+  MetadataTable<StatInfoEntry> stat_table_;
+  MetadataTable<EventInfo> event_table_;
   std::string args_;  // scratch, reused across events
 };
 
@@ -470,28 +443,6 @@ bool HasEvents(const XPlane& plane) {
   }
   return false;
 }
-
-// Chooses each plane's pid (docs/trace-format.md); nullopt for planes left out.
-class PidAllocator {
- public:
-  std::optional<int> Next(const XPlane& plane, bool has_events) {
-    const bool device = StartsWith(plane.name(), kDevicePlanePrefix);
-    if (plane.name() == kHostThreadsPlaneName) {
-      const int pid = host_planes_ == 0 ? kHostThreadsPid : kFirstExtraHostPid + host_planes_ - 1;
-      ++host_planes_;
-      return pid;
-    }
-    if (device && plane.id() >= 0 && plane.id() < kHostThreadsPid - kFirstDevicePid) {
-      return kFirstDevicePid + static_cast<int>(plane.id());
-    }
-    if (has_events || device) return next_other_pid_++;
-    return std::nullopt;  // Task Environment, /host:metadata and other event-less helper planes.
-  }
-
- private:
-  int host_planes_ = 0;
-  int next_other_pid_ = kFirstOtherPlanePid;
-};
 
 void WriteHeader(Output& out, const TraceJsonOptions& options) {
   if (!options.write_header) return;
@@ -512,102 +463,6 @@ absl::StatusOr<TraceJsonStats> Finish(Output& out, const TraceJsonOptions& optio
   if (!out.Flush()) return out.status();
   stats.bytes = out.bytes();
   return stats;
-}
-
-// Iterates the fields of one serialized protobuf message without parsing it.
-class WireReader {
- public:
-  enum WireType { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
-  struct Field {
-    uint32_t number = 0;
-    int wire_type = 0;
-    std::string_view value;  // the payload of length-delimited fields
-    std::string_view raw;    // the whole field, tag included
-  };
-
-  // `base` is the offset of `data` in the whole input, for error messages.
-  WireReader(std::string_view data, size_t base) : data_(data), base_(base) {}
-
-  // Returns false at the end of the data or at malformed data (then failed() is true).
-  bool Next(Field* field) {
-    if (pos_ >= data_.size() || failed_) return false;
-    const size_t start = pos_;
-    uint64_t tag;
-    if (!ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1FFFFFFF) return Fail(start);
-    field->number = static_cast<uint32_t>(tag >> 3);
-    field->wire_type = static_cast<int>(tag & 7);
-    field->value = {};
-    switch (field->wire_type) {
-      case kVarint: {
-        uint64_t ignored;
-        if (!ReadVarint(&ignored)) return Fail(start);
-        break;
-      }
-      case kFixed64:
-        if (data_.size() - pos_ < 8) return Fail(start);
-        pos_ += 8;
-        break;
-      case kFixed32:
-        if (data_.size() - pos_ < 4) return Fail(start);
-        pos_ += 4;
-        break;
-      case kLengthDelimited: {
-        uint64_t length;
-        if (!ReadVarint(&length) || length > data_.size() - pos_) return Fail(start);
-        field->value = data_.substr(pos_, length);
-        pos_ += length;
-        break;
-      }
-      default:  // groups: not used by any profiler message
-        return Fail(start);
-    }
-    field->raw = data_.substr(start, pos_ - start);
-    return true;
-  }
-
-  bool failed() const { return failed_; }
-  // Absolute offset where reading stopped.
-  size_t offset() const { return base_ + pos_; }
-  size_t base() const { return base_; }
-
- private:
-  bool ReadVarint(uint64_t* value) {
-    uint64_t result = 0;
-    for (int shift = 0; shift < 70 && pos_ < data_.size(); shift += 7) {
-      const uint8_t byte = static_cast<uint8_t>(data_[pos_++]);
-      result |= static_cast<uint64_t>(byte & 0x7F) << shift;
-      if ((byte & 0x80) == 0) {
-        *value = result;
-        return true;
-      }
-    }
-    return false;
-  }
-  bool Fail(size_t at) {
-    failed_ = true;
-    pos_ = at;
-    return false;
-  }
-
-  std::string_view data_;
-  size_t base_;
-  size_t pos_ = 0;
-  bool failed_ = false;
-};
-
-absl::Status WrongType(std::string_view source, const WireReader::Field& field,
-                       std::string_view message) {
-  return WrongWireTypeError(source, static_cast<int>(field.number), field.wire_type, message);
-}
-
-// Whether a serialized XLine holds at least one event (field 4).
-bool LineHasEvents(std::string_view line) {
-  WireReader reader(line, 0);
-  WireReader::Field field;
-  while (reader.Next(&field)) {
-    if (field.number == 4 && field.wire_type == WireReader::kLengthDelimited) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -634,7 +489,7 @@ absl::StatusOr<TraceJsonStats> WriteTraceJson(const XSpace& space, io::ByteSink*
   Output out(sink);
   WriteHeader(out, options);
 
-  PidAllocator pids;
+  TracePidAllocator pids;
   for (const XPlane& plane : space.planes()) {
     const std::optional<int> pid = pids.Next(plane, HasEvents(plane));
     if (!pid.has_value()) continue;
@@ -648,97 +503,36 @@ absl::StatusOr<TraceJsonStats> WriteTraceJson(const XSpace& space, io::ByteSink*
 absl::StatusOr<TraceJsonStats> WriteTraceJsonFromSerialized(
     std::string_view serialized, std::string_view source, io::ByteSink* sink,
     const TraceJsonOptions& options, const std::function<void(size_t)>& release) {
-  if (serialized.empty()) {
-    return EmptyXSpaceError(source);
-  }
-  // Top level: validate, and find the planes.
-  std::vector<WireReader::Field> planes;
-  bool has_hostnames = false;
-  bool has_unknown = false;
-  {
-    WireReader reader(serialized, 0);
-    WireReader::Field field;
-    while (reader.Next(&field)) {
-      if (field.number >= 1 && field.number <= 4) {
-        if (field.wire_type != WireReader::kLengthDelimited) {
-          return WrongType(source, field, "XSpace");
-        }
-        if (field.number == 1) planes.push_back(field);
-        if (field.number == 4) has_hostnames = true;
-      } else {
-        has_unknown = true;
-      }
-    }
-    if (reader.failed()) return CorruptXSpaceError(source, reader.offset());
-  }
-  if (has_unknown && planes.empty() && !has_hostnames) {
-    return OnlyUnknownFieldsError(source);
-  }
+  absl::StatusOr<XSpaceStream> stream = XSpaceStream::Open(serialized, source, release);
+  if (!stream.ok()) return stream.status();
 
   TraceJsonStats stats;
   Output out(sink);
   WriteHeader(out, options);
-  PidAllocator pids;
-  XPlane skeleton;
-  XLine header;
+  TracePidAllocator pids;
   XEvent event;
-  std::string buffer;
-  for (const WireReader::Field& plane_field : planes) {
-    const size_t plane_base = static_cast<size_t>(plane_field.value.data() - serialized.data());
-    // The plane without its lines: id, name, metadata and stats, parsed as an XPlane.
-    std::vector<WireReader::Field> lines;
-    buffer.clear();
-    bool has_events = false;
-    {
-      WireReader reader(plane_field.value, plane_base);
-      WireReader::Field field;
-      while (reader.Next(&field)) {
-        if (field.number >= 1 && field.number <= 6) {
-          const bool scalar = field.number == 1;
-          if ((field.wire_type == WireReader::kVarint) != scalar ||
-              (!scalar && field.wire_type != WireReader::kLengthDelimited)) {
-            return WrongType(source, field, "XPlane");
-          }
-        }
-        if (field.number == 3) {
-          lines.push_back(field);
-          has_events = has_events || LineHasEvents(field.value);
-        } else {
-          buffer.append(field.raw);
-        }
-      }
-      if (reader.failed()) return CorruptXSpaceError(source, reader.offset());
-    }
-    skeleton.Clear();
-    if (!skeleton.ParseFromString(buffer)) return CorruptXSpaceError(source, plane_base);
-    const std::optional<int> pid = pids.Next(skeleton, has_events);
+  while (true) {
+    absl::StatusOr<bool> plane = stream->NextPlane();
+    if (!plane.ok()) return plane.status();
+    if (!*plane) break;
+    const std::optional<int> pid = pids.Next(stream->plane(), stream->plane_has_events());
     if (!pid.has_value()) continue;
-    PlaneWriter writer(skeleton, *pid, options, out, stats);
+    PlaneWriter writer(stream->plane(), *pid, options, out, stats);
     writer.WriteProcessMetadata();
-    for (const WireReader::Field& line_field : lines) {
-      const size_t line_base = static_cast<size_t>(line_field.value.data() - serialized.data());
-      // Pass 1: the line's own fields. Pass 2: its events, one at a time.
-      buffer.clear();
-      WireReader header_reader(line_field.value, line_base);
-      WireReader::Field field;
-      while (header_reader.Next(&field)) {
-        if (field.number != 4) buffer.append(field.raw);
-      }
-      if (header_reader.failed()) return CorruptXSpaceError(source, header_reader.offset());
-      header.Clear();
-      if (!header.ParseFromString(buffer)) return CorruptXSpaceError(source, line_base);
-      const auto context = writer.BeginLine(header);
-      WireReader event_reader(line_field.value, line_base);
-      while (event_reader.Next(&field)) {
-        if (field.number != 4 || field.wire_type != WireReader::kLengthDelimited) continue;
+    while (true) {
+      absl::StatusOr<bool> line = stream->NextLine();
+      if (!line.ok()) return line.status();
+      if (!*line) break;
+      const auto context = writer.BeginLine(stream->line());
+      XSpaceStream::EventIterator events = stream->events();
+      std::string_view bytes;
+      while (events.Next(&bytes)) {
         event.Clear();
-        if (!event.ParseFromArray(field.value.data(), static_cast<int>(field.value.size()))) {
-          return CorruptXSpaceError(source,
-                                    static_cast<size_t>(field.value.data() - serialized.data()));
+        if (!event.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+          return stream->CorruptAt(bytes);
         }
         if (!writer.WriteEvent(context, event)) return out.status();
       }
-      if (release) release(line_base + line_field.value.size());
     }
     if (!out.status().ok()) return out.status();
   }
