@@ -1,5 +1,6 @@
 #include "operator/controllers/metrics.h"
 
+#include "coordinator/coordinator.h"
 #include "operator/api/types.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -8,6 +9,14 @@
 #include "prometheus/registry.h"
 
 namespace clusterprof::controllers {
+namespace {
+
+// Seconds a ProfileJob may wait in the queue: spec.queueTimeoutSeconds is 600 by default and at
+// most 86400.
+const prometheus::Histogram::BucketBoundaries kQueueWaitBuckets{
+    1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600, 24 * 3600};
+
+}  // namespace
 
 class OperatorMetrics::QueueObserver final : public kube::WorkQueueMetrics {
  public:
@@ -49,6 +58,19 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
                   .Name("clusterprof_operator_targets_total")
                   .Help("Targets of finished captures, by outcome (succeeded, empty, failed)")
                   .Register(*registry_);
+  upload_failures_ =
+      &prometheus::BuildCounter()
+           .Name("clusterprof_operator_upload_failures_total")
+           .Help(
+               "Targets of finished captures whose files did not all reach the logdir, by "
+               "upload state (failed: for good; pending: still spooled or uploading)")
+           .Register(*registry_);
+  queue_wait_ = &prometheus::BuildHistogram()
+                     .Name("clusterprof_operator_queue_wait_seconds")
+                     .Help(
+                         "How long ProfileJobs waited for targets other jobs held, by how the "
+                         "wait ended (scheduled, timeout)")
+                     .Register(*registry_);
   reconciles_ = &prometheus::BuildCounter()
                      .Name("clusterprof_operator_reconciles_total")
                      .Help("Reconciles, by controller")
@@ -99,6 +121,10 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
   for (const char* outcome : {"succeeded", "empty", "failed"}) {
     targets_->Add({{"outcome", outcome}});
   }
+  for (const char* state : {"failed", "pending"}) upload_failures_->Add({{"state", state}});
+  for (const char* outcome : {"scheduled", "timeout"}) {
+    queue_wait_->Add({{"outcome", outcome}}, kQueueWaitBuckets);
+  }
 }
 
 OperatorMetrics::~OperatorMetrics() = default;
@@ -115,6 +141,22 @@ void OperatorMetrics::ObserveStartSkew(double seconds) { start_skew_->Observe(se
 
 void OperatorMetrics::TargetFinished(std::string_view outcome) {
   targets_->Add({{"outcome", std::string(outcome)}}).Increment();
+}
+
+void OperatorMetrics::TargetUploads(const coordinator::TargetResult& target) {
+  std::string_view state;
+  for (const coordinator::TargetResult::Upload& upload : target.uploads) {
+    if (upload.state == "failed") {
+      state = "failed";
+      break;
+    }
+    if (upload.state == "spooled" || upload.state == "uploading") state = "pending";
+  }
+  if (!state.empty()) upload_failures_->Add({{"state", std::string(state)}}).Increment();
+}
+
+void OperatorMetrics::QueueWaitEnded(std::string_view outcome, double seconds) {
+  queue_wait_->Add({{"outcome", std::string(outcome)}}, kQueueWaitBuckets).Observe(seconds);
 }
 
 void OperatorMetrics::ReconcileFinished(std::string_view controller, bool ok) {

@@ -20,6 +20,10 @@ template <typename T>
 class Family;
 }  // namespace prometheus
 
+namespace clusterprof::coordinator {
+struct TargetResult;
+}  // namespace clusterprof::coordinator
+
 namespace clusterprof::controllers {
 
 class OperatorMetrics {
@@ -39,6 +43,15 @@ class OperatorMetrics {
   void ObserveStartSkew(double seconds);
   // outcome: succeeded, empty, failed.
   void TargetFinished(std::string_view outcome);
+  // Counts a target of a finished capture whose files did not all reach the logdir, by the
+  // furthest-from-done upload state its sidecar reported: "failed" (the upload failed for good;
+  // the file stays in the sidecar's spool) or "pending" (still spooled or uploading when the
+  // capture ended; the sidecar keeps trying). A target without files, or whose files are all
+  // committed (or of a state it did not report), counts nothing.
+  void TargetUploads(const coordinator::TargetResult& target);
+  // A ProfileJob stopped waiting in the queue for targets other jobs held, after `seconds`:
+  // outcome "scheduled" (its targets came free) or "timeout" (spec.queueTimeoutSeconds passed).
+  void QueueWaitEnded(std::string_view outcome, double seconds);
   void ReconcileFinished(std::string_view controller, bool ok);
   void ApiRequest(std::string_view method, int code, int64_t latency_ns);
   void SetLeader(bool leader);
@@ -59,6 +72,8 @@ class OperatorMetrics {
   prometheus::Histogram* capture_duration_;
   prometheus::Histogram* start_skew_;
   prometheus::Family<prometheus::Counter>* targets_;
+  prometheus::Family<prometheus::Counter>* upload_failures_;
+  prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* reconciles_;
   prometheus::Family<prometheus::Counter>* reconcile_errors_;
   prometheus::Family<prometheus::Histogram>* api_latency_;

@@ -281,6 +281,15 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   if (std::optional<Blocker> blocker = FindBlocker(self, Claims(meta.namespace_))) {
     return Wait(meta, job, spec, std::move(status), resolution, *blocker);
   }
+  // When it began to wait for its targets, if it did (for the queue-wait metric): as this
+  // process remembers, else as its Queued condition says (a wait begun under another operator).
+  int64_t queued_since = -1;
+  {
+    MutexLock lock(&queued_mu_);
+    if (auto it = queued_since_.find(meta.uid); it != queued_since_.end()) {
+      queued_since = it->second;
+    }
+  }
   Dequeue(meta.uid);
 
   const int64_t now = clock_->WallNs();
@@ -314,6 +323,10 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
       api::FormatTime(now));
   if (const api::Condition* queued = api::FindCondition(status.conditions, kQueued);
       queued != nullptr && queued->status == "True") {
+    if (absl::StatusOr<int64_t> t = api::ParseTime(queued->last_transition_time);
+        t.ok() && queued_since < 0) {
+      queued_since = *t;
+    }
     api::SetCondition(status.conditions,
                       {std::string(kQueued), "False", "TargetsFree",
                        StrCat("waited since ", queued->last_transition_time, " for its targets"),
@@ -321,6 +334,9 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
                       api::FormatTime(now));
   }
   CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
+  if (metrics_ != nullptr && queued_since >= 0) {
+    metrics_->QueueWaitEnded("scheduled", static_cast<double>(now - queued_since) / 1e9);
+  }
 
   const JobRef ref{meta.namespace_, meta.name, meta.uid};
   Event(ref, kube::kEventTypeNormal, "Scheduled",
@@ -420,13 +436,18 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
                         {std::string(kQueued), "False", "QueueTimeout", "", meta.generation, ""},
                         api::FormatTime(now));
     }
-    return Fail(meta, job, std::move(status), "QueueTimeout",
-                spec.queue_timeout_seconds == 0
-                    ? StrCat("its targets are busy: ", what,
-                             "; spec.queueTimeoutSeconds is 0, so it does not wait")
-                    : StrCat("waited ", (now - since) / kNanosPerSecond, " s for ", what,
-                             " (spec.queueTimeoutSeconds: ", spec.queue_timeout_seconds,
-                             "); create it again when the other job is done, or raise it"));
+    absl::Status failed =
+        Fail(meta, job, std::move(status), "QueueTimeout",
+             spec.queue_timeout_seconds == 0
+                 ? StrCat("its targets are busy: ", what,
+                          "; spec.queueTimeoutSeconds is 0, so it does not wait")
+                 : StrCat("waited ", (now - since) / kNanosPerSecond, " s for ", what,
+                          " (spec.queueTimeoutSeconds: ", spec.queue_timeout_seconds,
+                          "); create it again when the other job is done, or raise it"));
+    if (failed.ok() && metrics_ != nullptr && spec.queue_timeout_seconds > 0) {
+      metrics_->QueueWaitEnded("timeout", static_cast<double>(now - since) / 1e9);
+    }
+    return failed;
   }
   const std::string message = StrCat("waiting for ", what);
   if (!waiting || status.message != message) {
@@ -646,6 +667,7 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
       metrics_->TargetFinished(target.outcome == coordinator::Outcome::kOk      ? "succeeded"
                                : target.outcome == coordinator::Outcome::kEmpty ? "empty"
                                                                                 : "failed");
+      metrics_->TargetUploads(target);
       if (target.start_known) {
         metrics_->ObserveStartSkew(static_cast<double>(std::llabs(target.start_error_ns)) / 1e9);
       }

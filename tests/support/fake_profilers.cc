@@ -193,8 +193,10 @@ absl::StatusOr<tensorflow::ProfileResponse> FakeProfilers::FinishProfile(
       file->set_uri(
           StrCat(request.repository_root(), "/", request.session_id(), "/", host, ".xplane.pb"));
       file->set_bytes(server.script.bytes);
-      file->set_bytes_committed(server.script.bytes);
-      file->set_upload_state(v1alpha1::UPLOAD_STATE_COMMITTED);
+      const bool committed = server.script.upload_state == v1alpha1::UPLOAD_STATE_COMMITTED;
+      file->set_bytes_committed(committed ? server.script.bytes : 0);
+      file->set_upload_state(server.script.upload_state);
+      file->set_error(server.script.upload_error);
     }
     session.clear_digest();
     session.clear_digest_error();

@@ -51,6 +51,9 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
     // Sidecars: what a finished session reports.
     uint64_t events = 100;
     uint64_t bytes = 4096;
+    // Sidecars: where a finished session's file upload stands, and its error.
+    v1alpha1::UploadState upload_state = v1alpha1::UPLOAD_STATE_COMMITTED;
+    std::string upload_error;
     // Sidecars: the session's digest; without one, digest_error is reported instead.
     std::optional<v1alpha1::HostDigest> digest;
     std::string digest_error = "no steps";

@@ -19,6 +19,9 @@
 #include "operator/api/types.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
+#include "prometheus/client_metric.h"
+#include "prometheus/metric_family.h"
+#include "prometheus/registry.h"
 #include "tests/analysis/synthetic_run.h"
 #include "tests/support/clock_advancer.h"
 #include "tests/support/fake_api_client.h"
@@ -85,7 +88,7 @@ class ProfileJobControllerTest : public ::testing::Test {
       events_ = std::make_unique<kube::EventRecorder>(&api_, &clock_, "clusterprof-operator", "op");
     }
     controller_ = std::make_unique<ProfileJobController>(&api_, &clock_, jobs_.get(), pods_.get(),
-                                                         events_.get(), nullptr, options);
+                                                         events_.get(), &metrics_, options);
     controller_->Start();
   }
 
@@ -180,9 +183,26 @@ class ProfileJobControllerTest : public ::testing::Test {
   std::unique_ptr<kube::Informer> pods_;
   bool record_events_ = false;
   std::unique_ptr<kube::EventRecorder> events_;
+  OperatorMetrics metrics_;
   std::unique_ptr<ProfileJobController> controller_;
   std::unique_ptr<testing::ClockAdvancer> advancer_;
 };
+
+// The series of `name` whose label `key` is `value` in `metrics`' registry (a test failure when
+// there is none).
+prometheus::ClientMetric Series(const OperatorMetrics& metrics, const std::string& name,
+                                const std::string& key, const std::string& value) {
+  for (const prometheus::MetricFamily& family : metrics.registry()->Collect()) {
+    if (family.name != name) continue;
+    for (const prometheus::ClientMetric& metric : family.metric) {
+      for (const prometheus::ClientMetric::Label& label : metric.label) {
+        if (label.name == key && label.value == value) return metric;
+      }
+    }
+  }
+  ADD_FAILURE() << "no series " << name << "{" << key << "=\"" << value << "\"}";
+  return {};
+}
 
 TEST_F(ProfileJobControllerTest, APendingJobIsScheduledCapturedAndSucceeds) {
   AddPod("worker-0", "10.0.0.1");
@@ -583,6 +603,74 @@ TEST_F(ProfileJobControllerTest, ADeletedAndRecreatedJobIsANewJob) {
   const value again = WaitForFinish("job");
   EXPECT_EQ(Phase(again), "Succeeded");
   EXPECT_EQ(servers_.ProfileRequests("10.0.0.1:8466").size(), 2u);
+}
+
+TEST_F(ProfileJobControllerTest, TargetsWhoseFilesDidNotReachTheLogdirCountAsUploadFailures) {
+  AddPod("worker-0", "10.0.0.1", true,
+         {.upload_state = v1alpha1::UPLOAD_STATE_FAILED, .upload_error = "HTTP 403 Forbidden"});
+  AddPod("worker-1", "10.0.0.2", true, {.upload_state = v1alpha1::UPLOAD_STATE_SPOOLED});
+  AddPod("worker-2", "10.0.0.3");
+  StartController();
+  CreateJob("job", JobSpec());
+  WaitForFinish("job");
+  // The metrics are recorded after the final status: Stop joins the capture's thread.
+  controller_->Stop(0);
+  constexpr char kUploadFailures[] = "clusterprof_operator_upload_failures_total";
+  EXPECT_EQ(Series(metrics_, kUploadFailures, "state", "failed").counter.value, 1);
+  EXPECT_EQ(Series(metrics_, kUploadFailures, "state", "pending").counter.value, 1);
+  // A job that never waited for other jobs observes no queue wait.
+  constexpr char kQueueWait[] = "clusterprof_operator_queue_wait_seconds";
+  EXPECT_EQ(Series(metrics_, kQueueWait, "outcome", "scheduled").histogram.sample_count, 0u);
+  EXPECT_EQ(Series(metrics_, kQueueWait, "outcome", "timeout").histogram.sample_count, 0u);
+}
+
+TEST_F(ProfileJobControllerTest, AQueuedJobObservesHowLongItWaitedOnceScheduled) {
+  AddPod("worker-0", "10.0.0.1", true, {.hold_profile = true});
+  StartController();
+  CreateJob("first", JobSpec());
+  servers_.WaitForHeld(1);
+  CreateJob("second", JobSpec());
+  WaitForJob("second", Queued);
+  clock_.AdvanceNs(5 * kNanosPerSecond);
+  servers_.Update("10.0.0.1:8466",
+                  [](FakeProfilers::Script& script) { script.hold_profile = false; });
+  servers_.Release();
+  ASSERT_EQ(Phase(WaitForFinish("second")), "Succeeded");
+  controller_->Stop(0);
+  const prometheus::ClientMetric scheduled =
+      Series(metrics_, "clusterprof_operator_queue_wait_seconds", "outcome", "scheduled");
+  EXPECT_EQ(scheduled.histogram.sample_count, 1u) << "once, for the second job only";
+  EXPECT_GE(scheduled.histogram.sample_sum, 5.0);
+  EXPECT_LT(scheduled.histogram.sample_sum, 6.0);
+  EXPECT_EQ(Series(metrics_, "clusterprof_operator_queue_wait_seconds", "outcome", "timeout")
+                .histogram.sample_count,
+            0u);
+  // Every file was committed.
+  EXPECT_EQ(Series(metrics_, "clusterprof_operator_upload_failures_total", "state", "failed")
+                .counter.value,
+            0);
+}
+
+TEST_F(ProfileJobControllerTest, AQueuedJobThatTimesOutObservesItsWait) {
+  AddPod("worker-0", "10.0.0.1", true, {.hold_profile = true});
+  StartController();
+  CreateJob("first", JobSpec());
+  servers_.WaitForHeld(1);
+  CreateJob("second", JobSpec(R"({"queueTimeoutSeconds": 3})"));
+  WaitForJob("second", Queued);
+  StartAdvancing();
+  ASSERT_EQ(Phase(WaitForFinish("second")), "Failed");
+  StopAdvancing();
+  // Observed after the Failed status is written, on a worker: Stop joins the workers (and
+  // cancels the first job's capture).
+  controller_->Stop(0);
+  const prometheus::ClientMetric timeout =
+      Series(metrics_, "clusterprof_operator_queue_wait_seconds", "outcome", "timeout");
+  EXPECT_EQ(timeout.histogram.sample_count, 1u);
+  EXPECT_GE(timeout.histogram.sample_sum, 3.0);
+  EXPECT_EQ(Series(metrics_, "clusterprof_operator_queue_wait_seconds", "outcome", "scheduled")
+                .histogram.sample_count,
+            0u);
 }
 
 }  // namespace
