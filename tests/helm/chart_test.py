@@ -6,8 +6,8 @@ regular-container sidecars and authentication off; every rendered document is pa
 the kinds, RBAC (exactly the rules the operator's code needs, see EXPECTED_CLUSTER_ROLE_RULES),
 the Deployment's flags, probes, mounts and security contexts, the MutatingWebhookConfiguration
 and its certificate (verified with the openssl CLI), the injection config against the values,
-the token Secret, the NetworkPolicy, the ServiceMonitor, the PodDisruptionBudget, the schema's
-refusals, the refusal to render without image.registry, the users' aggregated ClusterRoles, and
+the token Secret, the NetworkPolicy, the ServiceMonitor, the sidecars' PodMonitor, the Grafana
+dashboard's ConfigMap, the PodDisruptionBudget, the schema's refusals, the refusal to render without image.registry, the users' aggregated ClusterRoles, and
 the operator pod against the restricted Pod Security Standard (tests/helm/pod_security.py).
 
 Helm comes from $CLUSTERPROF_HELM, else scripts/install-helm's cache, else PATH. Without it the
@@ -17,6 +17,7 @@ the same rendering to a real API server and runs the operator under the rendered
 
 import base64
 import glob
+import json
 import os
 import re
 import shutil
@@ -114,6 +115,8 @@ VARIANTS = {
     "regular-container-sidecar": ["--set", "sidecar.nativeSidecar=false"],
     "auth-off": ["--set", "auth.enabled=false"],
     "kube-1.20": ["--kube-version", "1.20.2"],
+    "monitoring": ["--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
+                   "--set", "grafana.dashboard.enabled=true"],
 }
 
 
@@ -730,6 +733,64 @@ class ChartTest(unittest.TestCase):
         self.assertFalse(all(webhook["metadata"]["labels"].get(k) == v for k, v in
                              monitor["spec"]["selector"]["matchLabels"].items()))
 
+    def test_pod_monitor_scrapes_the_injected_sidecars_only_when_enabled(self):
+        self.assertEqual(of_kind(render(), "PodMonitor"), [])
+        docs = render(["--set", "podMonitor.enabled=true",
+                       "--set", "podMonitor.labels.release=prometheus"])
+        monitor = one(docs, "PodMonitor")
+        self.assertEqual(monitor["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(monitor["metadata"]["name"], f"{RELEASE}-sidecars")
+        self.assertEqual(monitor["metadata"]["labels"]["release"], "prometheus")
+        # The pods the webhook injected (the label it sets, which the NetworkPolicy selects too),
+        # in every namespace, on the sidecar's named HTTP port.
+        self.assertEqual(monitor["spec"]["selector"],
+                         {"matchLabels": {"clusterprof.io/injected": "true"}})
+        self.assertEqual(monitor["spec"]["namespaceSelector"], {"any": True})
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        self.assertEqual(endpoint, {"port": "cprof-http", "path": "/metrics", "interval": "30s",
+                                    "scrapeTimeout": "10s"})
+        with open(os.path.join(SOURCE_DIR, "operator", "webhook", "injection.cc")) as f:
+            self.assertIn('Str("cprof-http")', f.read(),
+                          "the webhook no longer names the sidecar's HTTP port cprof-http")
+        docs = render(["--set", "podMonitor.enabled=true",
+                       "--set", "podMonitor.namespaces={training,serving}"])
+        self.assertEqual(one(docs, "PodMonitor")["spec"]["namespaceSelector"],
+                         {"matchNames": ["training", "serving"]})
+
+    def test_grafana_dashboard_only_when_enabled(self):
+        name = f"{RELEASE}-dashboard"
+        self.assertEqual([d for d in of_kind(render(), "ConfigMap")
+                          if d["metadata"]["name"] == name], [])
+        docs = render(["--set", "grafana.dashboard.enabled=true"])
+        config_map = one(docs, "ConfigMap", name)
+        self.assertEqual(config_map["metadata"]["namespace"], NAMESPACE)
+        # The grafana and kube-prometheus-stack charts' sidecar loads ConfigMaps labelled so.
+        self.assertEqual(config_map["metadata"]["labels"]["grafana_dashboard"], "1")
+        self.assertNotIn("annotations", config_map["metadata"])
+        self.assertEqual(list(config_map["data"]), ["clusterprof.json"])
+        dashboard = json.loads(config_map["data"]["clusterprof.json"])
+        with open(os.path.join(CHART, "dashboards", "clusterprof.json")) as f:
+            self.assertEqual(dashboard, json.load(f))
+        self.assertEqual(dashboard["uid"], "clusterprof")
+        variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+        self.assertEqual(variables["datasource"]["type"], "datasource")
+        self.assertEqual(variables["datasource"]["query"], "prometheus")
+        exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+        self.assertIn("clusterprof_operator_upload_failures_total", "".join(exprs))
+        self.assertIn("clusterprof_operator_queue_wait_seconds_bucket", "".join(exprs))
+        # Another sidecar label, namespace and folder.
+        docs = render(["--set", "grafana.dashboard.enabled=true",
+                       "--set", "grafana.dashboard.label=example.com/dashboard",
+                       "--set-string", "grafana.dashboard.labelValue=true",
+                       "--set", "grafana.dashboard.namespace=monitoring",
+                       "--set", "grafana.dashboard.annotations.grafana_folder=Profiling"])
+        config_map = one(docs, "ConfigMap", name)
+        self.assertEqual(config_map["metadata"]["namespace"], "monitoring")
+        self.assertEqual(config_map["metadata"]["labels"]["example.com/dashboard"], "true")
+        self.assertNotIn("grafana_dashboard", config_map["metadata"]["labels"])
+        self.assertEqual(config_map["metadata"]["annotations"], {"grafana_folder": "Profiling"})
+        json.loads(config_map["data"]["clusterprof.json"])
+
     def test_pod_disruption_budget_api_follows_the_cluster(self):
         self.assertEqual(one(render(), "PodDisruptionBudget")["apiVersion"], "policy/v1")
         budget = one(render(["--kube-version", "1.20.2"]), "PodDisruptionBudget")
@@ -878,6 +939,12 @@ class ChartTest(unittest.TestCase):
             (["--set", "sidecar.allowedLogdirs={s3://bucket}"], "allowedLogdirs"),
             (["--set", "auth.namespaces={Not_A_Namespace}"], "auth.namespaces"),
             (["--set-string", "replicas=two"], "replicas"),
+            (["--set", "grafana.dashboard.bogus=1"], "bogus"),
+            (["--set", "grafana.dashboard.enabled=yes"], "enabled"),
+            (["--set", "grafana.dashboard.label=not a label"], "grafana.dashboard.label"),
+            (["--set", "grafana.dashboard.namespace=Not_A_Namespace"], "grafana.dashboard.namespace"),
+            (["--set", "podMonitor.namespaces={Not_A_Namespace}"], "podMonitor.namespaces"),
+            (["--set", "podMonitor.bogus=1"], "bogus"),
         ]
         for extra, key in cases:
             with self.subTest(values=extra):
