@@ -43,3 +43,17 @@ if(CLUSTERPROF_SANITIZE STREQUAL "address")
     "${helm_test_environment};ASAN_OPTIONS=fast_unwind_on_malloc=0:malloc_context_size=8;\
 LSAN_OPTIONS=suppressions=${PROJECT_SOURCE_DIR}/tests/support/lsan.supp")
 endif()
+
+# The Grafana dashboard's queries (helm/clusterprof/dashboards/clusterprof.json) against the
+# metrics the operator and the sidecar really export, through a PromQL checker
+# (helm/promql_check.h) whose own tests are in the same binary.
+add_library(clusterprof_promql_check STATIC helm/promql_check.cc)
+target_link_libraries(clusterprof_promql_check PUBLIC clusterprof_base absl::status absl::statusor)
+set_property(SOURCE helm/dashboard_queries_test.cc
+  APPEND PROPERTY COMPILE_DEFINITIONS CLUSTERPROF_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+clusterprof_add_test(dashboard_queries_test CPPREST
+  SOURCES helm/dashboard_queries_test.cc
+  DEPS clusterprof_promql_check clusterprof_controllers clusterprof_sidecar_lib
+       prometheus-cpp::core cpprestsdk::cpprest)
+# cpprest's U() macro collides with GoogleTest's template parameters.
+target_compile_definitions(dashboard_queries_test PRIVATE _TURN_OFF_PLATFORM_STRING)
