@@ -7,7 +7,9 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <string_view>
 
+#include "absl/status/statusor.h"
 #include "proto/profile_options.h"
 
 namespace clusterprof::coordinator {
@@ -135,6 +137,56 @@ struct TopOptions {
 // clusterprof top --service-addr a:8466,b:8466: every host's live step time, how late it enters
 // the collectives, and the verdict, refreshing in place (docs/triggers.md).
 int RunTop(const TopOptions& options, std::ostream& out, std::ostream& err);
+
+// Where the kubectl plugin's verbs work: the user's kubeconfig and context, as kubectl reads
+// them, and the namespace (empty: the context's).
+struct KubeFlags {
+  std::string kubeconfig;
+  std::string context;
+  std::string namespace_;
+};
+
+struct KubeCaptureOptions {
+  KubeFlags kube;
+  // The pods, as `kubectl get pods -l` takes them.
+  std::string selector;
+  int64_t duration_ms = 2000;
+  int64_t delay_ms = 1000;
+  int64_t lookback_ms = 0;
+  // Empty: $CLUSTERPROF_LOGDIR.
+  std::string logdir;
+  // The ProfileJob's name; empty: generated (capture-xxxxx).
+  std::string name;
+  // spec.targets.waitSeconds; -1: the CRD's default.
+  int64_t wait_seconds = -1;
+  int host_tracer_level = 2;
+  int device_tracer_level = 1;
+  int python_tracer_level = 0;
+  // Create the ProfileJob even when no pod matches the selector yet.
+  bool force = false;
+  // A live progress line on a terminal (plain lines otherwise).
+  bool progress = true;
+};
+
+// kubectl clusterprof capture -n NS -l SELECTOR --duration 5s: creates a ProfileJob, follows it
+// and prints its verdict; non-zero when it fails.
+int RunKubeCapture(const KubeCaptureOptions& options, std::ostream& out, std::ostream& err);
+
+struct KubeJobOptions {
+  KubeFlags kube;
+  std::string job;
+  // report: the folder for the report files (default <job>-report); pull: the local logdir
+  // (default <job>), the run going to <output>/plugins/profile/<run>.
+  std::string output;
+};
+
+// kubectl clusterprof report <profilejob>: the verdict, and the report files from the logdir.
+int RunKubeReport(const KubeJobOptions& options, std::ostream& out, std::ostream& err);
+// kubectl clusterprof pull <profilejob>: the run directory, copied locally.
+int RunKubePull(const KubeJobOptions& options, std::ostream& out, std::ostream& err);
+
+// "5s", "500ms", "1m30s", "1.5s" (Go's duration form, as kubectl's flags take it) in ms.
+absl::StatusOr<int64_t> ParseDurationMs(std::string_view text);
 
 }  // namespace clusterprof::cli
 

@@ -1,4 +1,5 @@
 // clusterprof: the command line tool. Parses flags and runs a subcommand from commands.h.
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <utility>
@@ -8,9 +9,44 @@
 #include "cli/commands.h"
 #include "common/base/logging.h"
 #include "common/base/process.h"
+#include "common/base/strings.h"
 #include "google/protobuf/stubs/logging.h"
 #include "pplx/threadpool.h"
 #include "spdlog/spdlog.h"
+
+namespace {
+
+// The kubectl plugin: `kubectl clusterprof VERB` runs this binary as kubectl-clusterprof.
+bool RunsAsKubectlPlugin(const char* argv0) {
+  const std::string name = std::filesystem::path(argv0).filename().string();
+  return name == "kubectl-clusterprof";
+}
+
+void AddKubeFlags(CLI::App* command, clusterprof::cli::KubeFlags& flags) {
+  command->add_option("-n,--namespace", flags.namespace_,
+                      "The namespace (default: the context's, as kubectl)");
+  command->add_option("--context", flags.context, "The kubeconfig context to use");
+  command->add_option("--kubeconfig", flags.kubeconfig,
+                      "Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)");
+}
+
+// A duration flag taking kubectl's form (5s, 500ms, 1m30s).
+CLI::Option* AddDuration(CLI::App* command, const std::string& name, int64_t& ms,
+                         const std::string& help) {
+  return command
+      ->add_option_function<std::string>(
+          name,
+          [&ms, name](const std::string& text) {
+            absl::StatusOr<int64_t> parsed = clusterprof::cli::ParseDurationMs(text);
+            if (!parsed.ok())
+              throw CLI::ValidationError(name, std::string(parsed.status().message()));
+            ms = *parsed;
+          },
+          help)
+      ->type_name("DURATION");
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   clusterprof::ApplyProcessSettings();
@@ -18,8 +54,16 @@ int main(int argc, char** argv) {
   // callers block on them from threads of their own, so 2 do: a 1 GiB upload then holds half the
   // memory, with fewer handoffs between threads (bench/RESULTS.md).
   crossplat::threadpool::initialize_with_threads(2);
-  CLI::App app{"clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
-  app.name("clusterprof");
+  const bool plugin = RunsAsKubectlPlugin(argv[0]);
+  CLI::App app{plugin
+                   ? "Profile ML jobs on Kubernetes: one synchronized capture of every pod, "
+                     "with the verdict on who holds the job back"
+                   : "clusterprof: synchronized profiles of ML jobs, and tools for their traces"};
+  app.name(plugin ? "kubectl clusterprof" : "clusterprof");
+  // Verbs that talk to profiler servers or run directories directly; the plugin has its own
+  // capture and report, on ProfileJobs, and leaves these out.
+  CLI::App detached;
+  CLI::App* local = plugin ? &detached : &app;
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("clusterprof 0.1.0"));
 
@@ -66,7 +110,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
 
   clusterprof::cli::ReportOptions report;
-  CLI::App* report_cmd = app.add_subcommand(
+  CLI::App* report_cmd = local->add_subcommand(
       "report", "Which host holds the job back: step times and stragglers of a run directory");
   report_cmd->add_option("path", report.path, "Run directory (<logdir>/plugins/profile/<run>)")
       ->required();
@@ -88,7 +132,7 @@ int main(int argc, char** argv) {
                        "line for the rest)");
 
   clusterprof::cli::CaptureOptions capture;
-  CLI::App* capture_cmd = app.add_subcommand(
+  CLI::App* capture_cmd = local->add_subcommand(
       "capture",
       "Capture one synchronized trace from profiler servers (clusterprof sidecars, or TF/JAX "
       "profiler servers), as tf.profiler.experimental.client.trace does");
@@ -168,8 +212,73 @@ int main(int argc, char** argv) {
                         "A summary row for every host (default: over 25 hosts, those that need "
                         "attention and one line for the rest)");
 
+  // The kubectl plugin's verbs, on ProfileJobs. As `clusterprof` they are `clusterprof kube ...`.
+  CLI::App* kube_parent = plugin ? &app
+                                 : app.add_subcommand("kube",
+                                                      "The kubectl plugin's verbs (capture, "
+                                                      "report, pull) on ProfileJobs");
+  clusterprof::cli::KubeCaptureOptions kube_capture;
+  CLI::App* kube_capture_cmd = kube_parent->add_subcommand(
+      "capture",
+      "Capture every pod a selector matches, at one instant: creates a ProfileJob, follows it, "
+      "prints the verdict (non-zero exit when it fails)");
+  AddKubeFlags(kube_capture_cmd, kube_capture.kube);
+  kube_capture_cmd->add_option("-l,--selector", kube_capture.selector,
+                               "The pods, as kubectl get pods -l takes them (app=trainer)");
+  AddDuration(kube_capture_cmd, "--duration", kube_capture.duration_ms,
+              "How long to capture (default 2s)");
+  AddDuration(kube_capture_cmd, "--delay", kube_capture.delay_ms,
+              "Start this long after the job is scheduled (default 1s)");
+  AddDuration(kube_capture_cmd, "--lookback", kube_capture.lookback_ms,
+              "Reach back this long before the start: what the sidecars' flight recorders kept");
+  kube_capture_cmd->add_option("--logdir", kube_capture.logdir,
+                               "Where the run goes (gs://bucket/prefix or a path the sidecars "
+                               "write); default $CLUSTERPROF_LOGDIR");
+  kube_capture_cmd->add_option("--name", kube_capture.name,
+                               "The ProfileJob's name (default: capture-<random>)");
+  kube_capture_cmd
+      ->add_option("--wait", kube_capture.wait_seconds,
+                   "Seconds the job waits for pods still starting (spec.targets.waitSeconds; "
+                   "default the CRD's, 120)")
+      ->check(CLI::Range(0, 86400));
+  kube_capture_cmd
+      ->add_option("--host-tracer-level", kube_capture.host_tracer_level,
+                   "Annotations: 0 off, 1 critical, 2 info, 3 verbose")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  kube_capture_cmd
+      ->add_option("--device-tracer-level", kube_capture.device_tracer_level,
+                   "GPU activity: 0 off, 1 on")
+      ->check(CLI::Range(0, 2))
+      ->capture_default_str();
+  kube_capture_cmd
+      ->add_option("--python-tracer-level", kube_capture.python_tracer_level,
+                   "Python function tracing in framework servers: 0 off, 1 on")
+      ->check(CLI::Range(0, 1))
+      ->capture_default_str();
+  kube_capture_cmd->add_flag("--force", kube_capture.force,
+                             "Create the ProfileJob even when no pod matches yet");
+  kube_capture_cmd->add_flag("!--no-progress", kube_capture.progress, "No live progress line");
+
+  clusterprof::cli::KubeJobOptions kube_report;
+  CLI::App* kube_report_cmd = kube_parent->add_subcommand(
+      "report", "The verdict of a ProfileJob, and its report files from the logdir");
+  AddKubeFlags(kube_report_cmd, kube_report.kube);
+  kube_report_cmd->add_option("profilejob", kube_report.job, "The ProfileJob's name")->required();
+  kube_report_cmd->add_option("-o,--output", kube_report.output,
+                              "Folder for the report files (default <profilejob>-report)");
+
+  clusterprof::cli::KubeJobOptions kube_pull;
+  CLI::App* kube_pull_cmd = kube_parent->add_subcommand(
+      "pull", "Copy a ProfileJob's run directory here: every host file, the manifest, the report");
+  AddKubeFlags(kube_pull_cmd, kube_pull.kube);
+  kube_pull_cmd->add_option("profilejob", kube_pull.job, "The ProfileJob's name")->required();
+  kube_pull_cmd->add_option("-o,--output", kube_pull.output,
+                            "A local logdir (default <profilejob>); the run goes to "
+                            "<output>/plugins/profile/<run>");
+
   clusterprof::cli::TopOptions top;
-  CLI::App* top_cmd = app.add_subcommand(
+  CLI::App* top_cmd = local->add_subcommand(
       "top",
       "Every host's live step time, how late it enters the collectives, and the verdict, "
       "refreshing in place (the sidecars' live step telemetry; no capture)");
@@ -199,7 +308,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
 
   // One example per subcommand: in the tool's help, and in each subcommand's.
-  const std::vector<std::pair<CLI::App*, std::string>> examples = {
+  std::vector<std::pair<CLI::App*, std::string>> examples = {
       {capture_cmd,
        "clusterprof capture --service-addr 10.0.0.7:8466,10.0.0.8:8466 --logdir gs://b/logs "
        "--duration-ms 2000"},
@@ -208,8 +317,26 @@ int main(int argc, char** argv) {
       {convert_cmd, "clusterprof convert --format perfetto host-0.xplane.pb"},
       {top_cmd, "clusterprof top --service-addr 10.0.0.7:8466,10.0.0.8:8466"},
   };
+  const std::vector<std::pair<CLI::App*, std::string>> kube_examples = {
+      {kube_capture_cmd,
+       clusterprof::StrCat(plugin ? "kubectl clusterprof" : "clusterprof kube",
+                           " capture -n training -l app=llama-trainer --duration 5s --logdir "
+                           "gs://my-bucket/tensorboard")},
+      {kube_report_cmd, clusterprof::StrCat(plugin ? "kubectl clusterprof" : "clusterprof kube",
+                                            " report capture-x7k2p")},
+      {kube_pull_cmd, clusterprof::StrCat(plugin ? "kubectl clusterprof" : "clusterprof kube",
+                                          " pull capture-x7k2p -o runs")},
+  };
+  for (const auto& [command, example] : kube_examples) {
+    command->footer("\nExample:\n  " + example);
+  }
   std::string footer = "\nExamples:";
-  for (const auto& [command, example] : examples) {
+  if (plugin) {
+    for (const auto& [command, example] : kube_examples) footer += "\n  " + example;
+  }
+  for (auto& [command, example] : examples) {
+    if (plugin && command->get_parent() != &app) continue;
+    if (plugin) example = "kubectl " + example;
     footer += "\n  " + example;
     command->footer("\nExample:\n  " + example);
   }
@@ -220,14 +347,22 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc == 2) {
-    for (const auto& [command, example] : examples) {
-      if (command->get_name() == argv[1]) {
-        std::cout << command->help(app.get_name());
-        return 0;
+    for (const auto& list : {examples, kube_examples}) {
+      for (const auto& [command, example] : list) {
+        if (command->get_name() == argv[1] && command->get_parent() == &app) {
+          std::cout << command->help(app.get_name());
+          return 0;
+        }
       }
     }
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every other flag error is a usage error (exit 2).
+    const int code = app.exit(e);
+    return code == 0 ? 0 : clusterprof::cli::kExitUsage;
+  }
   (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
   // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;
   // show that as a warning next to our own error instead of a raw "[libprotobuf ERROR ...]".
@@ -236,6 +371,11 @@ int main(int argc, char** argv) {
         spdlog::warn("protobuf: {}", msg);
       });
 
+  if (*kube_capture_cmd) {
+    return clusterprof::cli::RunKubeCapture(kube_capture, std::cout, std::cerr);
+  }
+  if (*kube_report_cmd) return clusterprof::cli::RunKubeReport(kube_report, std::cout, std::cerr);
+  if (*kube_pull_cmd) return clusterprof::cli::RunKubePull(kube_pull, std::cout, std::cerr);
   if (*capture_cmd) return clusterprof::cli::RunCapture(capture, std::cout, std::cerr);
   if (*convert_cmd) {
     using clusterprof::cli::ConvertFormat;

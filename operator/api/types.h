@@ -27,6 +27,9 @@ inline constexpr std::string_view kGroup = "clusterprof.io";
 inline constexpr std::string_view kApiVersion = "clusterprof.io/v1alpha1";
 // The pod annotation that names the sidecar's port.
 inline constexpr std::string_view kPortAnnotation = "clusterprof.io/port";
+// On a ProfileJob, "true" asks the operator to end it: a job that has not started fails with
+// reason Cancelled (`kubectl clusterprof capture` sets it when Ctrl-C is confirmed).
+inline constexpr std::string_view kCancelAnnotation = "clusterprof.io/cancel";
 // The sidecar's container name (a regular or a native sidecar container), and the name of the
 // container port it listens on.
 inline constexpr std::string_view kSidecarContainerName = "clusterprof-sidecar";

@@ -49,6 +49,7 @@ ProfileJobController::~ProfileJobController() { Stop(0); }
 
 void ProfileJobController::Start() {
   jobs_->AddEventHandler(this);
+  pods_->AddEventHandler(&pod_waker_);
   for (int i = 0; i < std::max(1, options_.workers); ++i) {
     workers_.emplace_back([this] { Worker(); });
   }
@@ -103,6 +104,24 @@ void ProfileJobController::OnDelete(const kube::ObjectPtr& object, bool) {
   Dequeue(object->metadata.uid);
   queue_.Add(object->metadata.Key());
   WakeQueued(object->metadata.namespace_);
+}
+
+void ProfileJobController::PodWaker::OnAdd(const kube::ObjectPtr& pod, bool initial_list) {
+  if (!initial_list) controller_->WakeWaiting(pod->metadata.namespace_);
+}
+void ProfileJobController::PodWaker::OnUpdate(const kube::ObjectPtr&,
+                                              const kube::ObjectPtr& new_pod) {
+  controller_->WakeWaiting(new_pod->metadata.namespace_);
+}
+void ProfileJobController::PodWaker::OnDelete(const kube::ObjectPtr& pod, bool) {
+  controller_->WakeWaiting(pod->metadata.namespace_);
+}
+
+void ProfileJobController::WakeWaiting(const std::string& ns) {
+  MutexLock lock(&queued_mu_);
+  auto it = waiting_for_pods_.find(ns);
+  if (it == waiting_for_pods_.end()) return;
+  for (const std::string& key : it->second) queue_.Add(key);
 }
 
 void ProfileJobController::Dequeue(const std::string& uid) {
@@ -160,6 +179,14 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
   const kube::ObjectPtr object = jobs_->store().Get(key);
   if (object == nullptr) {
     // Deleted. A capture still running finishes on its own; its status write finds no job.
+    {
+      MutexLock lock(&queued_mu_);
+      const std::string ns = key.substr(0, key.find('/'));
+      if (auto it = waiting_for_pods_.find(ns); it != waiting_for_pods_.end()) {
+        it->second.erase(key);
+        if (it->second.empty()) waiting_for_pods_.erase(it);
+      }
+    }
     MutexLock lock(&mu_);
     auto it = captures_.find(key);
     if (it != captures_.end() && it->second->finished) {
@@ -212,6 +239,19 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
                 StrCat(spec.status().message(),
                        ". The spec cannot change: delete the ProfileJob and create a fixed one."));
   }
+  if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
+      cancel != nullptr && *cancel == "true" && status.phase == api::JobPhase::kPending) {
+    {
+      MutexLock lock(&queued_mu_);
+      if (auto it = waiting_for_pods_.find(meta.namespace_); it != waiting_for_pods_.end()) {
+        it->second.erase(key);
+      }
+    }
+    Dequeue(meta.uid);
+    return Fail(
+        meta, job->json, std::move(status), "Cancelled",
+        StrCat("cancelled before it started (annotation ", api::kCancelAnnotation, "=true)"));
+  }
   if (status.phase == api::JobPhase::kScheduled || status.phase == api::JobPhase::kCapturing) {
     if (status.run_name.empty()) {
       return Fail(meta, job->json, std::move(status), "InvalidStatus",
@@ -257,6 +297,10 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
                        spec.max_targets, "). Narrow the selector, or raise maxTargets (at most ",
                        api::kMaxMaxTargets, ") in a new ProfileJob."));
   }
+  if (std::optional<absl::Status> waiting =
+          WaitForTargets(meta, job, spec, status, resolution, needed)) {
+    return *waiting;
+  }
   if (resolution.targets.size() < needed) {
     std::string message;
     if (spec.selector.has_value() && resolution.targets.empty() && resolution.skipped.empty()) {
@@ -268,6 +312,9 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     }
     if (!resolution.skipped.empty()) {
       StrAppend(&message, "; not ready: ", JoinNames(resolution.skipped, 10));
+    }
+    if (spec.wait_seconds > 0) {
+      StrAppend(&message, ", after waiting ", spec.wait_seconds, " s (spec.targets.waitSeconds)");
     }
     StrAppend(&message,
               ". Check the selector and that the pods are Running and Ready with a clusterprof "
@@ -346,6 +393,78 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
   }
   StartCapture(meta.Key(), ref, spec, status, std::move(resolution), /*resume=*/false);
+  return absl::OkStatus();
+}
+
+std::optional<absl::Status> ProfileJobController::WaitForTargets(
+    const kube::ObjectMeta& meta, const web::json::value& job, const api::ProfileJobSpec& spec,
+    api::ProfileJobStatus& status, const TargetResolution& resolution, size_t needed) {
+  const int64_t now = clock_->WallNs();
+  const absl::StatusOr<int64_t> created = api::ParseTime(meta.creation_timestamp);
+  const int64_t wait_ns = spec.wait_seconds * kNanosPerSecond;
+  const int64_t deadline = (created.ok() ? *created : now) + wait_ns;
+  const api::Condition* condition = api::FindCondition(status.conditions, kWaitingForTargets);
+  const bool was_waiting = condition != nullptr && condition->status == "True";
+  // Pods on their way count only while young: one that has been starting for longer than the
+  // wait (a readiness probe that never passes) is not worth waiting for.
+  const bool pods_on_their_way =
+      std::any_of(resolution.starting.begin(), resolution.starting.end(),
+                  [&](const StartingPod& pod) { return pod.created_ns + wait_ns > now; });
+  // Too few targets is worth waiting for while pods may still come: none matches yet (their
+  // workload was applied with the job), or some are on their way. Pods that are all stuck (an
+  // image missing on the node, a crash loop) fail the job at once, naming why.
+  const bool more_may_come =
+      (resolution.targets.empty() && resolution.skipped.empty()) || !resolution.starting.empty();
+  const bool wait = now < deadline &&
+                    ((resolution.targets.size() < needed && more_may_come) || pods_on_their_way);
+  {
+    MutexLock lock(&queued_mu_);
+    if (wait) {
+      waiting_for_pods_[meta.namespace_].insert(meta.Key());
+    } else if (auto it = waiting_for_pods_.find(meta.namespace_); it != waiting_for_pods_.end()) {
+      it->second.erase(meta.Key());
+      if (it->second.empty()) waiting_for_pods_.erase(it);
+    }
+  }
+  if (!wait) {
+    if (was_waiting) {
+      const bool timed_out = now >= deadline;
+      api::SetCondition(
+          status.conditions,
+          {std::string(kWaitingForTargets), "False", timed_out ? "WaitTimeout" : "TargetsReady",
+           StrCat(timed_out ? "waited " : "ready after ",
+                  (now - (created.ok() ? *created : now)) / kNanosPerSecond,
+                  " s: ", DescribeWait(resolution, needed)),
+           meta.generation, ""},
+          api::FormatTime(now));
+    }
+    return std::nullopt;
+  }
+  std::string message = "waiting for targets: ";
+  if (spec.selector.has_value() && resolution.targets.empty() && resolution.skipped.empty()) {
+    StrAppend(&message, "no pods in namespace ", meta.namespace_, " match the selector \"",
+              spec.selector->ToString(), "\" yet (", needed, " needed)");
+  } else {
+    StrAppend(&message, DescribeWait(resolution, needed));
+  }
+  if (!was_waiting || status.message != message) {
+    status.message = message;
+    status.observed_generation = meta.generation;
+    api::SetCondition(
+        status.conditions,
+        {std::string(kWaitingForTargets), "True", "TargetsNotReady", message, meta.generation, ""},
+        api::FormatTime(now));
+    if (absl::Status written = status_writer_.Overwrite(job, status); !written.ok()) {
+      return written;
+    }
+    if (!was_waiting) {
+      spdlog::info("profilejob {}: {}", meta.Key(), message);
+      Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "WaitingForTargets",
+            StrCat(message, "; waits up to ", spec.wait_seconds, " s (spec.targets.waitSeconds)"));
+    }
+  }
+  // Looked at again each second (and at once when the cache sees this job change).
+  queue_.AddAfter(meta.Key(), std::min(kNanosPerSecond, deadline - now));
   return absl::OkStatus();
 }
 
@@ -454,10 +573,9 @@ absl::Status ProfileJobController::Wait(const kube::ObjectMeta& meta, const web:
     status.message = message;
     status.observed_generation = meta.generation;
     PlannedTargets(resolution, status);
-    api::SetCondition(
-        status.conditions,
-        {std::string(kQueued), "True", "WaitingForTargets", message, meta.generation, ""},
-        api::FormatTime(since));
+    api::SetCondition(status.conditions,
+                      {std::string(kQueued), "True", "TargetsBusy", message, meta.generation, ""},
+                      api::FormatTime(since));
     CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
     if (!announced) {
       spdlog::info("profilejob {}: queued: {}", meta.Key(), message);

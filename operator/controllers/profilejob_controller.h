@@ -2,7 +2,9 @@
 // Failed with the capture coordinator (coordinator/coordinator.h).
 //
 //   Pending    spec checked (an invalid one -> Failed, naming the field), targets resolved from
-//              the pod cache (fewer than minReady -> Failed), run name and T0 chosen
+//              the pod cache (while fewer than minReady are ready, or matching pods are still
+//              starting, it waits up to spec.targets.waitSeconds with the WaitingForTargets
+//              condition; then fewer than minReady -> Failed), run name and T0 chosen
 //   Scheduled  the above written to status: from here a restarted operator can resume
 //   Capturing  written before each attempt's Profile requests go out (attempt, T0)
 //   Succeeded / PartiallySucceeded / Failed, with per-target results, a summary and conditions
@@ -25,6 +27,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,6 +127,15 @@ class ProfileJobController : public kube::ResourceEventHandler {
   void Worker();
   absl::Status Schedule(const kube::ObjectMeta& meta, const web::json::value& job,
                         const api::ProfileJobSpec& spec, api::ProfileJobStatus status);
+  // Whether the job should wait for targets still on their way, and if so keeps it Pending with
+  // the WaitingForTargets condition (written when what it waits on changes) and looks again
+  // within a second. Returns nullopt to go on: the wait is over or was never needed, and
+  // `status` has the condition closed.
+  std::optional<absl::Status> WaitForTargets(const kube::ObjectMeta& meta,
+                                             const web::json::value& job,
+                                             const api::ProfileJobSpec& spec,
+                                             api::ProfileJobStatus& status,
+                                             const TargetResolution& resolution, size_t needed);
   // Keeps the job Pending, Queued behind `blocker`, until its targets are free or
   // spec.queueTimeoutSeconds passes.
   absl::Status Wait(const kube::ObjectMeta& meta, const web::json::value& job,
@@ -181,6 +194,21 @@ class ProfileJobController : public kube::ResourceEventHandler {
   // its own Queued write. Taken alone.
   Mutex queued_mu_;
   std::map<std::string, int64_t> queued_since_ ABSL_GUARDED_BY(queued_mu_);
+  // The jobs waiting for targets (WaitForTargets), by namespace: a pod of their namespace that
+  // changes requeues them at once, so a job starts as soon as its pods are Ready.
+  class PodWaker final : public kube::ResourceEventHandler {
+   public:
+    explicit PodWaker(ProfileJobController* controller) : controller_(controller) {}
+    void OnAdd(const kube::ObjectPtr& pod, bool initial_list) override;
+    void OnUpdate(const kube::ObjectPtr& old_pod, const kube::ObjectPtr& new_pod) override;
+    void OnDelete(const kube::ObjectPtr& pod, bool final_state_unknown) override;
+
+   private:
+    ProfileJobController* const controller_;
+  };
+  void WakeWaiting(const std::string& ns);
+  PodWaker pod_waker_{this};
+  std::map<std::string, std::set<std::string>> waiting_for_pods_ ABSL_GUARDED_BY(queued_mu_);
   mutable Mutex mu_;
   // By job key.
   std::map<std::string, std::unique_ptr<Capture>> captures_ ABSL_GUARDED_BY(mu_);

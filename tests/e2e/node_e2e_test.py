@@ -640,6 +640,46 @@ spec:
                        timeout=180, interval=1)
             shutil.rmtree(folder, ignore_errors=True)
 
+    def test_04e_kubectl_plugin_capture_report_pull(self):
+        """`kubectl clusterprof capture` of a 2 s window of the trainer pods, as a user runs it,
+        then `report` and `pull`; the time from the window's end to the plugin's return is a
+        figure (bench/RESULTS.md)."""
+        plugin = os.path.join(BINARY_DIR, "cli", "kubectl-clusterprof")
+        kubeconfig = os.environ["KUBECONFIG"]
+        start = time.monotonic()
+        capture = self.in_node(plugin, "capture", "-n", NS, "-l", "app=e2e-trainer",
+                               "--duration", "2s", "--delay", "500ms", "--logdir", LOGDIR,
+                               "--device-tracer-level", "0", "--kubeconfig", kubeconfig,
+                               "--name", "e2e-plugin", timeout=120)
+        returned = time.time()
+        wall = time.monotonic() - start
+        self.assertIn("profilejob.clusterprof.io/e2e-plugin created", capture.stdout)
+        self.assertIn("profilejob/e2e-plugin: Succeeded, 3/3 target(s) captured", capture.stdout)
+        status = job("e2e-plugin")["status"]
+        window_end = status["startTimeNs"] / 1e9 + 2.0
+        figures["plugin_capture_return_after_window_s"] = round(returned - window_end, 2)
+        figures["plugin_capture_wall_s"] = round(wall, 2)
+        log("kubectl clusterprof capture: returned %.2f s after the window ended (%.2f s in all)"
+            % (returned - window_end, wall))
+        here = tempfile.mkdtemp(prefix="plugin-pull-")
+        try:
+            pull = self.in_node(plugin, "pull", "e2e-plugin", "-n", NS, "-o", here,
+                                "--kubeconfig", kubeconfig)
+            run_dir = os.path.join(here, "plugins", "profile", status["runName"])
+            self.assertIn("into " + run_dir, pull.stdout)
+            for pod in pods(NS, "app=e2e-trainer"):
+                path = os.path.join(run_dir, pod["metadata"]["name"] + ".xplane.pb")
+                self.assertGreater(os.path.getsize(path), 0, path)
+            self.assertTrue(os.path.exists(os.path.join(run_dir, "clusterprof_run.json")))
+            report = self.in_node(plugin, "report", "e2e-plugin", "-n", NS, "-o",
+                                  os.path.join(here, "report"), "--kubeconfig", kubeconfig)
+            self.assertIn("profilejob/e2e-plugin: Succeeded", report.stdout)
+            if status.get("analysis", {}).get("reportURI"):
+                self.assertTrue(os.path.exists(
+                    os.path.join(here, "report", "clusterprof_report.html")), report.stdout)
+        finally:
+            shutil.rmtree(here, ignore_errors=True)
+
     # --- 4. a ProfileSchedule ----------------------------------------------------------------
 
     def test_05_schedule_and_security(self):

@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "analysis/digest_proto.h"
 #include "common/base/clock.h"
 #include "common/base/strings.h"
@@ -282,17 +283,88 @@ TEST_F(ProfileJobControllerTest, AStragglerIsInTheStatusAndAnEventNamesItsPodAnd
                         "collectives"));
 }
 
+// The WaitingForTargets condition of `job`, if it has one.
+std::optional<value> WaitingCondition(const std::optional<value>& job) {
+  if (!job.has_value() || !job->has_field("status") || !job->at("status").has_field("conditions")) {
+    return std::nullopt;
+  }
+  for (const value& condition : job->at("status").at("conditions").as_array()) {
+    if (condition.at("type").as_string() == "WaitingForTargets") return condition;
+  }
+  return std::nullopt;
+}
+
+bool Waiting(const std::optional<value>& job) {
+  const std::optional<value> condition = WaitingCondition(job);
+  return condition.has_value() && condition->at("status").as_string() == "True";
+}
+
 TEST_F(ProfileJobControllerTest, TooFewReadyTargetsFailsNamingTheOnesLeftOut) {
   AddPod("worker-0", "10.0.0.1");
   AddPod("worker-1", "10.0.0.2", /*ready=*/false);
   StartController();
   CreateJob("job", JobSpec(R"({"targets": {"selector": {"matchLabels": {"app": "train"}},
-                                           "minReady": 2}})"));
+                                           "minReady": 2, "waitSeconds": 3}})"));
+  const value waiting = WaitForJob("job", Waiting);
+  EXPECT_EQ(Phase(waiting), "Pending");
+  EXPECT_THAT(waiting.at("status").at("message").as_string(),
+              HasSubstr("waiting for targets: 1 target(s) ready, 2 needed; waiting on readiness "
+                        "(1: worker-1)"));
+  StartAdvancing();  // past the 3 s
+  const value job = WaitForFinish("job");
+  StopAdvancing();
+  EXPECT_EQ(Phase(job), "Failed");
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              AllOf(HasSubstr("1 target(s) ready, 2 needed"), HasSubstr("worker-1"),
+                    HasSubstr("after waiting 3 s (spec.targets.waitSeconds)")));
+  const std::optional<value> condition = WaitingCondition(job);
+  ASSERT_TRUE(condition.has_value()) << job.serialize();
+  EXPECT_EQ(condition->at("status").as_string(), "False");
+  EXPECT_EQ(condition->at("reason").as_string(), "WaitTimeout");
+  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty()) << "nothing captured";
+}
+
+TEST_F(ProfileJobControllerTest, WithoutAWaitTooFewReadyTargetsFailAtOnce) {
+  AddPod("worker-0", "10.0.0.1", /*ready=*/false);
+  StartController();
+  CreateJob("job", JobSpec(R"({"targets": {"selector": {"matchLabels": {"app": "train"}},
+                                           "waitSeconds": 0}})"));
   const value job = WaitForFinish("job");
   EXPECT_EQ(Phase(job), "Failed");
-  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("1 target(s) ready, 2 needed"));
-  EXPECT_THAT(job.at("status").at("message").as_string(), HasSubstr("worker-1"));
-  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty()) << "nothing captured";
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              AllOf(HasSubstr("0 target(s) ready, 1 needed"), HasSubstr("worker-0: not Ready")));
+  EXPECT_FALSE(WaitingCondition(job).has_value()) << job.serialize();
+}
+
+TEST_F(ProfileJobControllerTest, AJobAppliedBeforeItsPodsWaitsForThemThenCapturesThemAll) {
+  StartController();
+  CreateJob("job", JobSpec());
+  // No pod yet (a StatefulSet applied in the same `kubectl apply`).
+  const value empty = WaitForJob("job", Waiting);
+  EXPECT_THAT(empty.at("status").at("message").as_string(),
+              HasSubstr("no pods in namespace team match the selector \"app=train\" yet"));
+  // One pod ready, the other still starting: the job waits for it rather than capture one.
+  AddPod("worker-0", "10.0.0.1");
+  AddPod("worker-1", "10.0.0.2", /*ready=*/false);
+  const value one = WaitForJob("job", [](const std::optional<value>& job) {
+    return Waiting(job) &&
+           absl::StrContains(job->at("status").at("message").as_string(), "1 target(s) ready");
+  });
+  EXPECT_THAT(one.at("status").at("message").as_string(),
+              HasSubstr("waiting on readiness (1: worker-1)"));
+  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty());
+  // Ready: both are captured.
+  absl::StatusOr<value> pod = api_.Get(kube::Pods(), kNs, "worker-1");
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  (*pod)["status"]["conditions"][0]["status"] = value::string("True");
+  ASSERT_TRUE(api_.UpdateStatus(kube::Pods(), kNs, *pod).ok());
+  const value job = WaitForFinish("job");
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  EXPECT_EQ(job.at("status").at("targetsSucceeded").as_string(), "2/2");
+  const std::optional<value> condition = WaitingCondition(job);
+  ASSERT_TRUE(condition.has_value());
+  EXPECT_EQ(condition->at("status").as_string(), "False");
+  EXPECT_EQ(condition->at("reason").as_string(), "TargetsReady");
 }
 
 TEST_F(ProfileJobControllerTest, AnInvalidSpecFailsNamingTheField) {
@@ -443,7 +515,8 @@ TEST_F(ProfileJobControllerTest, ManyFailedTargetsAreOneEventAndTheStatusListsTh
   }
   AddPod("worker-late", "10.0.2.1", /*ready=*/false);
   StartController();
-  CreateJob("job", JobSpec());
+  CreateJob("job", JobSpec(R"({"targets": {"selector": {"matchLabels": {"app": "train"}},
+                                           "waitSeconds": 0}})"));
   const value job = WaitForFinish("job");
   ASSERT_EQ(Phase(job), "PartiallySucceeded") << job.serialize();
   const value& status = job.at("status");
@@ -509,7 +582,7 @@ TEST_F(ProfileJobControllerTest, AJobWhoseTargetsAreBusyWaitsItsTurnThenCaptures
   EXPECT_THAT(
       queued.at("status").at("message").as_string(),
       AllOf(HasSubstr("waiting for ProfileJob first ("), HasSubstr("), which holds worker-0")));
-  EXPECT_EQ(QueuedCondition(queued)->at("reason").as_string(), "WaitingForTargets");
+  EXPECT_EQ(QueuedCondition(queued)->at("reason").as_string(), "TargetsBusy");
   EXPECT_EQ(servers_.ProfileRequests("10.0.0.2:8466").size(), 0u) << "nothing captured yet";
 
   servers_.Update("10.0.0.1:8466",
