@@ -226,12 +226,25 @@ class Output {
   uint64_t bytes_ = 0;
 };
 
-// A / 1000 rounded down, saturated to int64: picoseconds to nanoseconds.
-int64_t FloorNs(__int128 ps) {
+// A / 1000 rounded down, saturated to int64: picoseconds to nanoseconds. Only for extremes.
+[[gnu::noinline, gnu::cold]] int64_t FloorNs(__int128 ps) {
   __int128 ns = ps >= 0 ? ps / 1000 : -((-ps + 999) / 1000);
   if (ns > std::numeric_limits<int64_t>::max()) return std::numeric_limits<int64_t>::max();
   if (ns < std::numeric_limits<int64_t>::min()) return std::numeric_limits<int64_t>::min();
   return static_cast<int64_t>(ns);
+}
+
+// line_ns + (offset_ps - shift_ps) / 1000 rounded down (the whole sum in picoseconds), in 64-bit
+// arithmetic when nothing overflows (always, for real traces), else in 128 bits.
+int64_t EventNs(int64_t line_ns, int64_t offset_ps, int64_t shift_ps) {
+  int64_t relative_ps;
+  if (!__builtin_sub_overflow(offset_ps, shift_ps, &relative_ps)) {
+    int64_t whole = relative_ps / 1000;
+    if (relative_ps % 1000 < 0) --whole;
+    int64_t ns;
+    if (!__builtin_add_overflow(line_ns, whole, &ns)) return ns;
+  }
+  return FloorNs(static_cast<__int128>(line_ns) * 1000 + offset_ps - shift_ps);
 }
 
 struct StatEntry {

@@ -125,12 +125,7 @@ bool DecodeStat(std::string_view serialized, StatView* stat) {
 
 }  // namespace
 
-bool WireReader::ReadVarint(uint64_t* value) {
-  // One byte: most tags and small values.
-  if (pos_ < data_.size() && (static_cast<uint8_t>(data_[pos_]) & 0x80) == 0) {
-    *value = static_cast<uint8_t>(data_[pos_++]);
-    return true;
-  }
+bool WireReader::ReadVarintSlow(uint64_t* value) {
   uint64_t result = 0;
   for (int shift = 0; shift < 70 && pos_ < data_.size(); shift += 7) {
     const uint8_t byte = static_cast<uint8_t>(data_[pos_++]);
@@ -141,45 +136,6 @@ bool WireReader::ReadVarint(uint64_t* value) {
     }
   }
   return false;
-}
-
-bool WireReader::Next(Field* field) {
-  if (pos_ >= data_.size() || failed_) return false;
-  const size_t start = pos_;
-  uint64_t tag;
-  if (!ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1FFFFFFF) return Fail(start);
-  field->number = static_cast<uint32_t>(tag >> 3);
-  field->wire_type = static_cast<int>(tag & 7);
-  field->value = {};
-  switch (field->wire_type) {
-    case kVarint:
-      if (!ReadVarint(&field->varint)) return Fail(start);
-      break;
-    case kFixed64:
-      if (data_.size() - pos_ < 8) return Fail(start);
-      std::memcpy(&field->varint, data_.data() + pos_, 8);
-      pos_ += 8;
-      break;
-    case kFixed32: {
-      if (data_.size() - pos_ < 4) return Fail(start);
-      uint32_t bits;
-      std::memcpy(&bits, data_.data() + pos_, 4);
-      field->varint = bits;
-      pos_ += 4;
-      break;
-    }
-    case kLengthDelimited: {
-      uint64_t length;
-      if (!ReadVarint(&length) || length > data_.size() - pos_) return Fail(start);
-      field->value = data_.substr(pos_, length);
-      pos_ += length;
-      break;
-    }
-    default:  // groups: not used by any profiler message
-      return Fail(start);
-  }
-  field->raw = data_.substr(start, pos_ - start);
-  return true;
 }
 
 bool DecodeEvent(std::string_view serialized, EventView* event) {

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <optional>
 #include <string>
@@ -35,15 +36,22 @@ class WireReader {
   // `base` is the offset of `data` in the whole input, for error messages.
   explicit WireReader(std::string_view data, size_t base = 0) : data_(data), base_(base) {}
 
-  // Returns false at the end of the data or at malformed data (then failed() is true).
-  bool Next(Field* field);
+  // Returns false at the end of the data or at malformed data (then failed() is true). Inline:
+  // the trace writers' inner loop.
+  inline bool Next(Field* field);
 
   bool failed() const { return failed_; }
+  std::string_view data() const { return data_; }
+  // Where the next field starts in data().
+  size_t position() const { return pos_; }
+  // Moves past `n` bytes the caller has read itself.
+  void Skip(size_t n) { pos_ += n; }
   // Absolute offset where reading stopped.
   size_t offset() const { return base_ + pos_; }
 
  private:
-  bool ReadVarint(uint64_t* value);
+  inline bool ReadVarint(uint64_t* value);
+  bool ReadVarintSlow(uint64_t* value);
   bool Fail(size_t at) {
     failed_ = true;
     pos_ = at;
@@ -55,6 +63,68 @@ class WireReader {
   size_t pos_ = 0;
   bool failed_ = false;
 };
+
+bool WireReader::ReadVarint(uint64_t* value) {
+  // One byte: most tags and small values.
+  if (pos_ < data_.size() && (static_cast<uint8_t>(data_[pos_]) & 0x80) == 0) {
+    *value = static_cast<uint8_t>(data_[pos_++]);
+    return true;
+  }
+  // Up to ten bytes with no bounds check in the loop when ten remain.
+  if (data_.size() - pos_ >= 10) {
+    const auto* p = reinterpret_cast<const uint8_t*>(data_.data() + pos_);
+    uint64_t result = 0;
+    for (int i = 0; i < 10; ++i) {
+      result |= static_cast<uint64_t>(p[i] & 0x7F) << (7 * i);
+      if ((p[i] & 0x80) == 0) {
+        pos_ += i + 1;
+        *value = result;
+        return true;
+      }
+    }
+    return false;
+  }
+  return ReadVarintSlow(value);
+}
+
+bool WireReader::Next(Field* field) {
+  if (pos_ >= data_.size() || failed_) return false;
+  const size_t start = pos_;
+  uint64_t tag;
+  if (!ReadVarint(&tag) || (tag >> 3) == 0 || (tag >> 3) > 0x1FFFFFFF) return Fail(start);
+  field->number = static_cast<uint32_t>(tag >> 3);
+  field->wire_type = static_cast<int>(tag & 7);
+  field->value = {};
+  switch (field->wire_type) {
+    case kVarint:
+      if (!ReadVarint(&field->varint)) return Fail(start);
+      break;
+    case kFixed64:
+      if (data_.size() - pos_ < 8) return Fail(start);
+      std::memcpy(&field->varint, data_.data() + pos_, 8);
+      pos_ += 8;
+      break;
+    case kFixed32: {
+      if (data_.size() - pos_ < 4) return Fail(start);
+      uint32_t bits;
+      std::memcpy(&bits, data_.data() + pos_, 4);
+      field->varint = bits;
+      pos_ += 4;
+      break;
+    }
+    case kLengthDelimited: {
+      uint64_t length;
+      if (!ReadVarint(&length) || length > data_.size() - pos_) return Fail(start);
+      field->value = data_.substr(pos_, length);
+      pos_ += length;
+      break;
+    }
+    default:  // groups: not used by any profiler message
+      return Fail(start);
+  }
+  field->raw = data_.substr(start, pos_ - start);
+  return true;
+}
 
 // One XStat, decoded from its wire format. The last value field wins, as in protobuf.
 struct StatView {
@@ -116,6 +186,18 @@ class XSpaceStream {
   class EventIterator {
    public:
     bool Next(std::string_view* event) {
+      // Fast path: an event field (tag 0x22) shorter than 128 bytes, as nearly all are.
+      const size_t pos = reader_.position();
+      const std::string_view data = reader_.data();
+      if (data.size() - pos >= 2 && data[pos] == '\x22' &&
+          (static_cast<uint8_t>(data[pos + 1]) & 0x80) == 0) {
+        const size_t length = static_cast<uint8_t>(data[pos + 1]);
+        if (length <= data.size() - pos - 2) {
+          *event = data.substr(pos + 2, length);
+          reader_.Skip(2 + length);
+          return true;
+        }
+      }
       WireReader::Field field;
       while (reader_.Next(&field)) {
         if (field.number == 4 && field.wire_type == WireReader::kLengthDelimited) {
