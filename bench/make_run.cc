@@ -10,7 +10,10 @@
 // enters an all-reduce that ends for everyone once the last host has entered, as in
 // tests/analysis/synthetic_run.h. A data-loader thread prefetches the next batch meanwhile. The
 // straggler's compute takes --straggler-scale times as long. Each host's clock is off the
-// reference by up to +-5 ms, and its events carry that offset, as the manifest says.
+// reference by up to +-5 ms, and its events carry that offset, as the manifest says. With
+// --gpu-detail each launch is tied to its kernel (`_p` / `_c`, correlation_id) and the GPU has an
+// NVML counter line (utilization, memory, power, SM clock every 10 ms), as the GPU tracer writes
+// them: for measuring `convert --run --format perfetto` (bench/convert_rss.sh --run-hosts).
 //
 // Hosts are built and written one at a time (each on its own arena, freed before the next), so
 // memory stays at one host's trace whatever the number of hosts. The output is deterministic
@@ -62,7 +65,13 @@ struct RunOptions {
   uint32_t seed = 1;
   std::string out;
   bool digests = false;
+  // GPU detail as the GPU tracer records it: each launch tied to its kernel (`_p` / `_c` and
+  // correlation_id stats) and an NVML counter line on the GPU (four counters every 10 ms, events
+  // beyond --events-per-host).
+  bool gpu_detail = false;
 };
+
+constexpr int64_t kNvmlPeriodNs = 10'000'000;
 
 // Per step, outside the ops: the step marker, load_batch, the host's all-reduce annotation (main
 // thread); prefetch_batch with kDecodesPerStep decode_image inside it (data-loader thread); the
@@ -232,10 +241,18 @@ int64_t BuildHost(const RunOptions& options, const Timeline& t, int h, XSpace* s
       const int64_t launch_end =
           launch_start + std::min<int64_t>(8'000, static_cast<int64_t>(slice * 0.2));
       add(main_thread, *host_op_md[static_cast<size_t>(which)], op_start, op_end);
-      add(main_thread, launch_md, launch_start, launch_end);
+      xspace::XEventBuilder launch = add(main_thread, launch_md, launch_start, launch_end);
       const int64_t kernel_start = std::max(launch_end + 5'000, kernel_free + 1'000);
       kernel_free = kernel_start + static_cast<int64_t>(slice * 0.8 * noise(rng));
-      add(compute_stream, *kernel_md[static_cast<size_t>(which)], kernel_start, kernel_free);
+      xspace::XEventBuilder kernel =
+          add(compute_stream, *kernel_md[static_cast<size_t>(which)], kernel_start, kernel_free);
+      if (options.gpu_detail) {
+        const uint64_t correlation = static_cast<uint64_t>(op_index) + 1;
+        launch.AddStatValue(*cpu.GetOrCreateStatMetadata(xspace::kProducerId), correlation);
+        launch.AddStatValue(*cpu.GetOrCreateStatMetadata(xspace::kCorrelationId), correlation);
+        kernel.AddStatValue(*gpu.GetOrCreateStatMetadata(xspace::kConsumerId), correlation);
+        kernel.AddStatValue(*gpu.GetOrCreateStatMetadata(xspace::kCorrelationId), correlation);
+      }
       events += kEventsPerOp;
     }
     add(main_thread, allreduce_md, entry, end);
@@ -254,6 +271,30 @@ int64_t BuildHost(const RunOptions& options, const Timeline& t, int h, XSpace* s
       add(loader, decode_md, decode_start, decode_start + decode_ns * 9 / 10);
     }
     events += 1 + decodes;
+  }
+  if (options.gpu_detail && steps > 0) {
+    xspace::XLineBuilder counters = gpu.GetOrCreateLine(1000);
+    counters.SetName(xspace::kCounterLineName);
+    counters.SetTimestampNs(kT0Ns + off);
+    const xspace::XStatMetadata& value = *gpu.GetOrCreateStatMetadata(xspace::kCounterValue);
+    const xspace::XEventMetadata& util = *gpu.GetOrCreateEventMetadata("gpu_utilization_percent");
+    const xspace::XEventMetadata& memory = *gpu.GetOrCreateEventMetadata("memory_used_bytes");
+    const xspace::XEventMetadata& power = *gpu.GetOrCreateEventMetadata("power_watts");
+    const xspace::XEventMetadata& clock = *gpu.GetOrCreateEventMetadata("sm_clock_mhz");
+    int64_t sample = 0;
+    for (int64_t ts = t.step_start.front() + off; ts < t.step_end.back() + off;
+         ts += kNvmlPeriodNs, ++sample) {
+      const auto at = [&](const xspace::XEventMetadata& md) {
+        xspace::XEventBuilder event = counters.AddEvent(md);
+        event.SetTimestampNs(ts);
+        return event;
+      };
+      at(util).AddStatValue(value, 60.0 + 35.0 * noise(rng) * ((sample % 20) < 17 ? 1.0 : 0.1));
+      at(memory).AddStatValue(value, int64_t{30'000'000'000} + (sample % 50) * 1'000'000);
+      at(power).AddStatValue(value, 310.0 * noise(rng));
+      at(clock).AddStatValue(value, int64_t{1'980});
+      events += 4;
+    }
   }
   return events;
 }
@@ -472,6 +513,9 @@ int main(int argc, char** argv) {
   app.add_flag("--digests", options.digests,
                "Make the hosts' digests directly and write the report of them into --out "
                "(report.txt, clusterprof_report.json, clusterprof_report.html), no traces");
+  app.add_flag("--gpu-detail", options.gpu_detail,
+               "Tie each launch to its kernel (_p/_c, correlation_id) and add an NVML counter "
+               "line on the GPU (4 counters every 10 ms, beyond --events-per-host)");
   CLI11_PARSE(app, argc, argv);
   if (straggler->count() == 0) options.straggler = options.hosts > 1 ? options.hosts / 2 : -1;
   if (options.straggler >= options.hosts) {

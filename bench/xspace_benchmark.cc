@@ -1,6 +1,6 @@
-// Throughput of the XSpace data path: trace JSON conversion (plain and gzip level 1), xplane.pb
-// serialization to a local file, parsing, and the TraceMe codec. Figures and commands are in
-// bench/RESULTS.md.
+// Throughput of the XSpace data path: trace JSON conversion (plain and gzip level 1), Perfetto's
+// protobuf trace (plain and gzip), xplane.pb serialization to a local file, parsing, and the
+// TraceMe codec. Figures and commands are in bench/RESULTS.md.
 #include <benchmark/benchmark.h>
 
 #include "common/io/byte_sink.h"
@@ -9,6 +9,7 @@
 #include "common/storage/local_storage.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/trace_json.h"
+#include "common/xspace/trace_perfetto.h"
 #include "common/xspace/traceme.h"
 #include "common/xspace/xspace_io.h"
 #include "tests/support/temp_dir.h"
@@ -57,8 +58,68 @@ void BM_TraceJsonGzip(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kThreads * kEventsPerThread);
   state.SetBytesProcessed(static_cast<int64_t>(in));
   state.counters["ratio"] = static_cast<double>(in) / static_cast<double>(out);
+  state.counters["gz_bytes_per_event"] =
+      static_cast<double>(out) /
+      static_cast<double>(state.iterations() * kThreads * kEventsPerThread);
 }
 BENCHMARK(BM_TraceJsonGzip)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
+
+// The serialized XSpace, as `clusterprof convert` reads it from the mapped file.
+const std::string& Serialized() {
+  static const auto* bytes = new std::string(Space().SerializeAsString());
+  return *bytes;
+}
+
+// Trace JSON streamed from the serialized XSpace: what `clusterprof convert` runs.
+void BM_TraceJsonStreamed(benchmark::State& state) {
+  const std::string& bytes = Serialized();
+  for (auto _ : state) {
+    io::CountingSink sink;
+    auto stats = xspace::WriteTraceJsonFromSerialized(bytes, "bench", &sink);
+    benchmark::DoNotOptimize(stats);
+  }
+  state.SetItemsProcessed(state.iterations() * kThreads * kEventsPerThread);
+}
+BENCHMARK(BM_TraceJsonStreamed)->Unit(benchmark::kMillisecond);
+
+// Perfetto's protobuf trace, streamed from the serialized XSpace (`convert --format perfetto`).
+void BM_TracePerfetto(benchmark::State& state) {
+  const std::string& bytes = Serialized();
+  uint64_t out = 0;
+  for (auto _ : state) {
+    io::CountingSink sink;
+    auto stats = xspace::WritePerfettoTraceFromSerialized(bytes, "bench", &sink);
+    benchmark::DoNotOptimize(stats);
+    out += sink.bytes();
+  }
+  const int64_t events = state.iterations() * kThreads * kEventsPerThread;
+  state.SetItemsProcessed(events);
+  state.SetBytesProcessed(static_cast<int64_t>(out));
+  state.counters["bytes_per_event"] = static_cast<double>(out) / static_cast<double>(events);
+}
+BENCHMARK(BM_TracePerfetto)->Unit(benchmark::kMillisecond);
+
+void BM_TracePerfettoGzip(benchmark::State& state) {
+  const std::string& bytes = Serialized();
+  const int level = static_cast<int>(state.range(0));
+  uint64_t in = 0;
+  uint64_t out = 0;
+  for (auto _ : state) {
+    io::CountingSink sink;
+    io::GzipSink gzip(&sink, level);
+    auto stats = xspace::WritePerfettoTraceFromSerialized(bytes, "bench", &gzip);
+    benchmark::DoNotOptimize(stats);
+    (void)gzip.Finish();
+    in += gzip.bytes_in();
+    out += gzip.bytes_out();
+  }
+  const int64_t events = state.iterations() * kThreads * kEventsPerThread;
+  state.SetItemsProcessed(events);
+  state.SetBytesProcessed(static_cast<int64_t>(in));
+  state.counters["ratio"] = static_cast<double>(in) / static_cast<double>(out);
+  state.counters["gz_bytes_per_event"] = static_cast<double>(out) / static_cast<double>(events);
+}
+BENCHMARK(BM_TracePerfettoGzip)->Arg(1)->Arg(6)->Unit(benchmark::kMillisecond);
 
 // The xplane.pb as the sidecar commits it: serialize (this thread) while a background thread
 // writes, then fsync, rename and fsync the directory.
