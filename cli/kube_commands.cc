@@ -287,9 +287,8 @@ absl::StatusOr<value> Follow(const Cluster& cluster, const std::string& name, in
     if (interrupts.load() > handled_interrupts) {
       handled_interrupts = interrupts.load();
       if (Confirm(StrCat("Cancel profilejob ", name,
-                         "? The operator ends it (a capture that started keeps what it "
-                         "recorded).",
-                         ""),
+                         "? The sidecars stop recording now and keep what they recorded; "
+                         "a job that has not started ends Failed (Cancelled)."),
                   err)) {
         value patch = value::object();
         patch["metadata"]["annotations"][std::string(api::kCancelAnnotation)] =

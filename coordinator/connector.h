@@ -36,6 +36,10 @@ class ProfilerConnection {
   // then cancel, reading the results with GetSession. TF/JAX servers never say so.
   virtual void Profile(const tensorflow::ProfileRequest& request, int64_t timeout_ns,
                        Done<tensorflow::ProfileResponse> done, std::function<void()> accepted) = 0;
+  // ProfilerService.Terminate: the session ends its recording now and is collected as at its
+  // planned end (a held Profile call of it is answered with what was recorded).
+  virtual void Terminate(const std::string& session_id, int64_t timeout_ns,
+                         Done<tensorflow::TerminateResponse> done) = 0;
   // Ends the calls in flight, and any made later, with CANCELLED. Their `done` still runs.
   virtual void CancelCalls() = 0;
   // Starts connecting now, without a call, so that the first call does not wait for the

@@ -3,12 +3,14 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "analysis/digest_proto.h"
 #include "analysis/report.h"
@@ -60,6 +62,8 @@ constexpr size_t kOpenWindow = 512;
 constexpr int64_t kAcceptWaitNs = 1'000'000'000;
 // A released target's session that is not finished yet is read again after this pause.
 constexpr int64_t kSessionPollNs = 200'000'000;
+// How long a Terminate (CaptureOptions.stop) may take.
+constexpr int64_t kStopTimeoutNs = 5'000'000'000;
 // Sending one Profile request (serializing, queueing on its channel): about 0.1 ms measured at
 // 1,000 targets on a 2-vCPU VM; counted twice for slower machines.
 constexpr int64_t kSendNsPerTarget = 200'000;
@@ -174,6 +178,7 @@ class Run {
   Run(const CaptureOptions& options, Clock& clock, const ProgressFn& progress)
       : options_(options), clock_(clock), progress_(progress) {}
   ~Run() {
+    if (stopper_.joinable()) stopper_.join();
     // Connections wait for their calls in flight; every Wait above saw them all answered.
     targets_.clear();
   }
@@ -189,6 +194,10 @@ class Run {
   // Ends every call in flight, and those made later (the cancel token's callback).
   void CancelAll();
   bool cancelled() const { return options_.cancel != nullptr && options_.cancel->cancelled(); }
+  bool stopped() const { return stopped_ns_.load(std::memory_order_acquire) != 0; }
+  // CaptureOptions.stop: Terminate to every target, on connections of its own (the
+  // coordinating thread may be waiting on its calls), kOpenWindow at a time.
+  void SendStops();
   // Sleeps until `wake_ns` on the monotonic clock; false when cancelled first.
   bool SleepUntilMonotonic(int64_t wake_ns);
   // Released calls: the targets whose calls have all been answered (closable_), taken; waits up
@@ -272,6 +281,8 @@ class Run {
   const ProgressFn& progress_;
   std::unique_ptr<ProfilerConnector> own_connector_;
   ProfilerConnector* connector_ = nullptr;
+  std::atomic<int64_t> stopped_ns_{0};
+  std::thread stopper_;
   // Calls are let go once a sidecar has taken the request, and sessions read back
   // (outlive_client: the sidecars capture without their client).
   const bool release_calls_ = options_.outlive_client;
@@ -730,7 +741,7 @@ void Run::AttemptReleased(const std::vector<size_t>& subset) {
     bool finished = false;
     {
       MutexLock lock(&pending_.mu());
-      const bool sending = next < subset.size() && !cancelled();
+      const bool sending = next < subset.size() && !cancelled() && !stopped();
       const auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return !accepted_.empty() || !closable_.empty() ||
                (sending && (in_window_ < kOpenWindow || clock_.WallNs() >= open_all_ns)) ||
@@ -765,7 +776,7 @@ void Run::AttemptReleased(const std::vector<size_t>& subset) {
     if (finished) break;
     // A server that does not say when it took the request (TF/JAX, or a sidecar of before
     // that) has its call held to the end, outside the window.
-    for (; next < subset.size() && !cancelled(); ++next) {
+    for (; next < subset.size() && !cancelled() && !stopped(); ++next) {
       const size_t i = subset[next];
       const bool windowed = targets_[i].result.is_sidecar && targets_[i].announces;
       if (windowed && room == 0) break;
@@ -858,7 +869,15 @@ void Run::Collect(const std::vector<size_t>& subset) {
   std::multimap<int64_t, size_t> queue;
   for (size_t i : released) queue.emplace(first_read_mono, i);
   size_t open = 0;
+  bool reads_moved_up = false;
   while (!queue.empty() || open > 0) {
+    if (stopped() && !reads_moved_up) {
+      // Stopped early: the sessions end now, not at their planned end.
+      reads_moved_up = true;
+      std::multimap<int64_t, size_t> now_due;
+      for (const auto& [due, i] : queue) now_due.emplace(clock_.MonotonicNs() + kSessionPollNs, i);
+      queue.swap(now_due);
+    }
     if (cancelled()) {
       // Every call in flight is being cancelled; wait for their callbacks.
       pending_.Wait(nullptr);
@@ -911,7 +930,11 @@ void Run::Collect(const std::vector<size_t>& subset) {
       }
     }
     if (open == 0 && !queue.empty() && queue.begin()->first > clock_.MonotonicNs()) {
-      SleepUntilMonotonic(queue.begin()->first);  // a cancel is seen at the loop's top
+      // A cancel or a stop is seen at the loop's top (a stop within kSessionPollNs).
+      SleepUntilMonotonic(
+          std::min(queue.begin()->first, reads_moved_up || options_.stop == nullptr
+                                             ? queue.begin()->first
+                                             : clock_.MonotonicNs() + kSessionPollNs));
     }
     ReportEvery();
   }
@@ -1222,6 +1245,7 @@ absl::Status Run::PickStart(int attempt, bool first_attempt, const std::vector<s
 }
 
 std::vector<size_t> Run::ToRetry(const std::vector<size_t>& subset) const {
+  if (stopped()) return {};
   bool any_data = false;
   for (const TargetState& target : targets_) {
     any_data = any_data || target.result.outcome == Outcome::kOk;
@@ -1295,11 +1319,46 @@ void Run::WriteReport(RunResult* result) {
                analysis::ReportHtml(*result->report), &result->report_html_uri);
 }
 
+void Run::SendStops() {
+  spdlog::info("run {}: stopping the recording of {} target(s) early", layout_->run(),
+               targets_.size());
+  for (size_t begin = 0; begin < targets_.size(); begin += kOpenWindow) {
+    const size_t end = std::min(targets_.size(), begin + kOpenWindow);
+    std::vector<std::unique_ptr<ProfilerConnection>> connections;
+    Mutex mu;
+    size_t answered = 0;
+    for (size_t i = begin; i < end; ++i) {
+      connections.push_back(connector_->Connect(targets_[i].result.address));
+      connections.back()->Terminate(layout_->run(), kStopTimeoutNs,
+                                    [&mu, &answered, address = targets_[i].result.address](
+                                        absl::StatusOr<tensorflow::TerminateResponse> response) {
+                                      if (!response.ok()) {
+                                        spdlog::warn("stopping {}: {}", address,
+                                                     response.status().ToString());
+                                      }
+                                      MutexLock lock(&mu);
+                                      ++answered;
+                                    });
+    }
+    MutexLock lock(&mu);
+    mu.Await([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return answered >= end - begin; });
+  }
+}
+
 absl::StatusOr<RunResult> Run::Execute() {
   const int64_t created_ns = clock_.WallNs();
   CLUSTERPROF_RETURN_IF_ERROR(Prepare(created_ns));
   CheckFileLimit();
   Connect();
+  CancelToken::Registration on_stop;
+  if (options_.stop != nullptr) {
+    on_stop = options_.stop->OnCancel([this] {
+      int64_t expected = 0;
+      if (!stopped_ns_.compare_exchange_strong(expected, clock_.WallNs())) return;
+      stopper_ = std::thread([this] { SendStops(); });
+      clock_.Wake();
+    });
+  }
   // Cancelling ends the calls in flight and the backoff sleep; the capture then returns
   // CANCELLED without a manifest (sidecars asked to outlive their client finish the capture, and
   // a later coordinator resumes the run).
@@ -1330,6 +1389,7 @@ absl::StatusOr<RunResult> Run::Execute() {
   const int last = std::max(first, options_.num_tracing_attempts);
   for (int attempt = first; attempt <= last && !subset.empty(); ++attempt) {
     if (cancelled()) return Cancelled();
+    if (stopped()) break;
     if (attempt > first) {
       CLUSTERPROF_RETURN_IF_ERROR(PauseBeforeRetry(backoff, attempt, last, subset.size()));
     }
@@ -1339,14 +1399,21 @@ absl::StatusOr<RunResult> Run::Execute() {
       if (attempt > first || targets_[i].t0_ns != options_.start_at_ns) targets_[i].t0_ns = 0;
     }
     Attempt(subset);
+    if (stopped()) {
+      // Requests that went out while the first Terminates did are stopped too.
+      if (stopper_.joinable()) stopper_.join();
+      SendStops();
+    }
     Collect(subset);
     QuerySessions(subset);
     Report();
     subset = ToRetry(subset);
   }
 
+  if (stopper_.joinable()) stopper_.join();
   if (cancelled()) return Cancelled();
   RunResult result = Snapshot();
+  result.stopped_ns = stopped_ns_.load(std::memory_order_acquire);
   if (options_.write_manifest) WriteManifest(&result, created_ns);
   if (result.succeeded > 0) {
     result.report = MakeReport(result);

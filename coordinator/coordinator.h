@@ -102,6 +102,12 @@ struct CaptureOptions {
   // Cancel() ends the capture early: calls in flight are cancelled and Capture returns
   // CANCELLED, writing no manifest. nullptr: not cancellable.
   CancelToken* cancel = nullptr;
+  // Cancel() stops the recording early, everywhere: every target is sent
+  // ProfilerService.Terminate for the run's session (a sidecar then collects and writes what it
+  // recorded so far; one still waiting for its start records nothing), what they recorded is
+  // collected as usual, with the manifest, and nothing is retried. RunResult.stopped_ns says
+  // when. nullptr: not stoppable.
+  CancelToken* stop = nullptr;
   // Where the manifest is written (storage_set.h); nullptr: a set made for this capture.
   storage::StorageSet* storages = nullptr;
 
@@ -205,6 +211,8 @@ struct RunResult {
   int succeeded = 0;
   int empty = 0;
   int failed = 0;
+  // When CaptureOptions.stop ended the recording (wall clock, ns); 0: it ran its course.
+  int64_t stopped_ns = 0;
   // The cross-host analysis of the targets' digests (docs/analysis.md), once the capture is
   // over; null before, and when no target returned data.
   std::shared_ptr<const analysis::RunReport> report;

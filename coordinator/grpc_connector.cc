@@ -96,6 +96,18 @@ class GrpcConnection final : public ProfilerConnection {
         });
   }
 
+  void Terminate(const std::string& session_id, int64_t timeout_ns,
+                 Done<tensorflow::TerminateResponse> done) override {
+    tensorflow::TerminateRequest request;
+    request.set_session_id(session_id);
+    Call<tensorflow::TerminateRequest, tensorflow::TerminateResponse>(
+        request, timeout_ns, std::move(done), nullptr,
+        [this](grpc::ClientContext* context, const tensorflow::TerminateRequest* request,
+               tensorflow::TerminateResponse* response, grpc::ClientUnaryReactor* reactor) {
+          profiler_->async()->Terminate(context, request, response, reactor);
+        });
+  }
+
   void Warm() override { channel_->GetState(/*try_to_connect=*/true); }
 
   void CancelCalls() override {

@@ -418,6 +418,14 @@ absl::Status FinalStatus(api::ProfileJobStatus& status, const std::string& run,
   CLUSTERPROF_RETURN_IF_ERROR(CheckStillOurs(status, run));
   const api::JobPhase phase = PhaseFor(result);
   std::string message = FinalMessage(result);
+  if (result.stopped_ns > 0) {
+    // Cancelled (annotation clusterprof.io/cancel) while it ran: what was recorded until then.
+    const int64_t into_ms = std::max<int64_t>(0, result.stopped_ns - result.t0_ns) / kNanosPerMilli;
+    message = StrCat("stopped early on request (", api::kCancelAnnotation, "), ",
+                     result.stopped_ns < result.t0_ns ? "before its start"
+                                                      : StrCat(into_ms, " ms into the window"),
+                     ": ", message);
+  }
   status.targets = ListedTargets(result, plan, &status.targets_not_listed);
   if (status.targets_not_listed > 0 && !result.manifest_uri.empty()) {
     StrAppend(&message, "; every target in ", result.manifest_uri);
@@ -432,7 +440,8 @@ absl::Status FinalStatus(api::ProfileJobStatus& status, const std::string& run,
   if (result.report != nullptr) status.analysis = AnalysisFor(result, plan);
   if (phase == api::JobPhase::kFailed) {
     api::SetCondition(status.conditions,
-                      {std::string(kFailed), "True", "NoTraceData", message, 0, ""},
+                      {std::string(kFailed), "True",
+                       result.stopped_ns > 0 ? "Cancelled" : "NoTraceData", message, 0, ""},
                       status.completion_time);
   } else {
     api::SetCondition(

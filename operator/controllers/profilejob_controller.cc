@@ -219,7 +219,18 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
       Capture& capture = *it->second;
       // Still running (for this job, or for one deleted and re-created under the same name,
       // whose capture must end before this one can start).
-      if (!capture.finished) return absl::OkStatus();
+      if (!capture.finished) {
+        if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
+            cancel != nullptr && *cancel == "true" && capture.uid == meta.uid &&
+            !capture.stop.cancelled()) {
+          spdlog::info("profilejob {}: cancel requested: stopping the capture", key);
+          Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "Cancelling",
+                StrCat("annotation ", api::kCancelAnnotation,
+                       "=true: the sidecars stop recording; what they recorded is kept"));
+          capture.stop.Cancel();
+        }
+        return absl::OkStatus();
+      }
       if (capture.uid == meta.uid && capture.wrote_final && !api::IsTerminal(status.phase)) {
         // Our final status is written; the cache has not caught up. Its update requeues us.
         return absl::OkStatus();
@@ -278,6 +289,11 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
                      : "");
     StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, std::move(plan),
                  /*resume=*/true);
+    if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
+        cancel != nullptr && *cancel == "true") {
+      MutexLock lock(&mu_);
+      if (auto it = captures_.find(key); it != captures_.end()) it->second->stop.Cancel();
+    }
     return absl::OkStatus();
   }
   return Schedule(meta, job->json, *spec, std::move(status));
@@ -676,6 +692,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   coordinator::CaptureOptions options =
       CaptureOptionsFor(spec, status, plan.targets, settings, resume);
   options.cancel = &capture->cancel;
+  options.stop = &capture->stop;
   const std::string run = status.run_name;
   // The phase the next Capturing write expects to replace.
   std::string expected_phase(api::JobPhaseName(status.phase));

@@ -119,6 +119,9 @@ class ProfileJobController : public kube::ResourceEventHandler {
     std::vector<std::string> addresses;
     std::thread thread;
     CancelToken cancel;
+    // The job was cancelled (annotation clusterprof.io/cancel) while it captured: the sidecars
+    // are told to stop, and what they recorded is collected (CaptureOptions.stop).
+    CancelToken stop;
     std::atomic<bool> finished{false};
     // The final status was written (the job is terminal as far as this process knows).
     std::atomic<bool> wrote_final{false};

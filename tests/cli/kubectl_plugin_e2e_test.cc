@@ -192,5 +192,34 @@ TEST_F(KubectlPluginTest, CancelledBeforeItStartsTheJobFailsAsCancelled) {
               HasSubstr("cancelled before it started (annotation clusterprof.io/cancel=true)"));
 }
 
+TEST_F(KubectlPluginTest, CancelledWhileCapturingTheSidecarsStopAndKeepWhatTheyRecorded) {
+  auto hosts = StartHosts({"trainer-0", "trainer-1"});
+  for (const auto& host : hosts) CreateRunningPod(host->name(), host->port());
+  auto op = StartOperator("a");
+  ASSERT_TRUE(CreateJob("long", JobSpec(/*duration_ms=*/60'000, /*delay_ms=*/500)).ok());
+  value capturing = WaitForPhase("long", {"Capturing"});
+  const int64_t t0 = capturing.at("status").at("startTimeNs").as_number().to_int64();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // into the window
+  value patch = value::object();
+  patch["metadata"]["annotations"]["clusterprof.io/cancel"] = value::string("true");
+  ASSERT_TRUE(admin_->Patch(api::ProfileJobs(), ns_, "long", kube::PatchType::kMerge, patch).ok());
+  const value job =
+      WaitForPhase("long", {"Succeeded", "PartiallySucceeded", "Failed"}, std::chrono::seconds(45));
+  ASSERT_EQ(Phase(job), "Succeeded") << job.serialize();
+  const value& status = job.at("status");
+  EXPECT_THAT(status.at("message").as_string(),
+              AllOf(HasSubstr("stopped early on request (clusterprof.io/cancel), "),
+                    HasSubstr(" ms into the window")));
+  // It ended long before its planned end, with each host's file written.
+  const absl::StatusOr<int64_t> completed = api::ParseTime(status.at("completionTime").as_string());
+  ASSERT_TRUE(completed.ok());
+  EXPECT_LT(*completed, t0 + 30 * kNanosPerSecond);
+  for (const char* host : {"trainer-0", "trainer-1"}) {
+    EXPECT_TRUE(
+        std::filesystem::exists(StrCat(status.at("runURI").as_string(), "/", host, ".xplane.pb")))
+        << host;
+  }
+}
+
 }  // namespace
 }  // namespace clusterprof

@@ -486,6 +486,50 @@ TEST_F(ReleasedCallTest, ATakenRequestIsLetGoAndItsResultsAreReadFromTheSessionA
   EXPECT_EQ(Find(*result, "a:1").clock_offset_ns, 3 * kNanosPerMilli);
 }
 
+TEST_F(ReleasedCallTest, AStopEndsEveryRecordingEarlyAndCollectsWhatItRecorded) {
+  AddSidecar("a:1");
+  AddSidecar("b:1");
+  options_.duration_ms = 60'000;
+  options_.num_tracing_attempts = 3;
+  CancelToken stop;
+  options_.stop = &stop;
+  // Once both sidecars took their request (their sessions run).
+  std::atomic<int> profiled{0};
+  servers_.OnProfile([&](const std::string&) {
+    if (++profiled == 2) stop.Cancel();
+  });
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_GT(result->stopped_ns, 0);
+  EXPECT_LT(result->stopped_ns, result->t0_ns + 60 * kNanosPerSecond);
+  for (const char* address : {"a:1", "b:1"}) {
+    EXPECT_GE(servers_.TerminateCalls(address), 1) << address;
+    EXPECT_EQ(servers_.ProfileRequests(address).size(), 1u) << "no retry after a stop";
+    EXPECT_EQ(Find(*result, address).outcome, Outcome::kOk) << address;
+  }
+}
+
+TEST_F(FakeCaptureTest, AStopAnswersHeldCallsWithWhatWasRecorded) {
+  servers_.Add("a:1", {.host_name = "a", .hold_profile = true});
+  servers_.Add("b:1", {.host_name = "b", .hold_profile = true});
+  options_.targets = {{"a:1", ""}, {"b:1", ""}};
+  options_.duration_ms = 60'000;
+  CancelToken stop;
+  options_.stop = &stop;
+  std::thread stopper([&] {
+    servers_.WaitForHeld(2);
+    stop.Cancel();
+  });
+  absl::StatusOr<RunResult> result = CaptureAdvancing();
+  stopper.join();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->succeeded, 2);
+  EXPECT_GT(result->stopped_ns, 0);
+  EXPECT_EQ(servers_.TerminateCalls("a:1"), servers_.TerminateCalls("b:1"));
+  EXPECT_GE(servers_.TerminateCalls("a:1"), 1);
+}
+
 TEST_F(ReleasedCallTest, AServerThatNeverSaysItTookTheRequestKeepsItsCall) {
   AddSidecar("a:1");
   servers_.Add("tf:1", {.is_sidecar = false});

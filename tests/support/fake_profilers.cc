@@ -58,7 +58,8 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
           server->running.clear();
           server->sessions.clear();
           answer = absl::NotFoundError(StrCat("no session ", session_id));
-        } else if (owner_->clock_->WallNs() + server->script.clock_offset_ns < end) {
+        } else if (server->terminated.count(session_id) == 0 &&
+                   owner_->clock_->WallNs() + server->script.clock_offset_ns < end) {
           v1alpha1::GetSessionResponse response;
           response.set_session_id(session_id);
           response.set_state(v1alpha1::SESSION_STATE_WAITING);
@@ -90,6 +91,7 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
                std::function<void()> accepted) override {
     absl::StatusOr<tensorflow::ProfileResponse> answer;
     bool announced = false;
+    bool held = false;
     {
       MutexLock lock(&owner_->mu_);
       Server* server = Find();
@@ -106,15 +108,46 @@ class FakeProfilers::Connection final : public coordinator::ProfilerConnection {
         announced = true;
       } else if (server->script.hold_profile) {
         owner_->held_.push_back({this, address_, request, std::move(done)});
-        return;
+        held = true;
       } else {
         answer = owner_->FinishProfile(address_, request);
       }
     }
     if (announced) {
       if (accepted) accepted();
-      return;
+    } else if (!held) {
+      done(std::move(answer));
     }
+    if (owner_->on_profile_) owner_->on_profile_(address_);
+  }
+
+  void Terminate(const std::string& session_id, int64_t timeout_ns,
+                 coordinator::Done<tensorflow::TerminateResponse> done) override {
+    absl::StatusOr<tensorflow::TerminateResponse> answer = tensorflow::TerminateResponse();
+    std::vector<std::pair<Held, absl::StatusOr<tensorflow::ProfileResponse>>> ended;
+    {
+      MutexLock lock(&owner_->mu_);
+      Server* server = Find();
+      if (server != nullptr) ++server->terminate_calls;
+      if (absl::Status refused = Refusal(server, /*sidecar_call=*/false); !refused.ok()) {
+        answer = refused;
+      } else {
+        if (server->running.count(session_id) > 0) server->terminated.insert(session_id);
+        // A held call of the session is answered with what was recorded.
+        for (auto it = owner_->held_.begin(); it != owner_->held_.end();) {
+          if (it->address != address_ || it->request.opts().session_id() != session_id ||
+              server->running.count(session_id) > 0) {
+            ++it;
+            continue;
+          }
+          absl::StatusOr<tensorflow::ProfileResponse> profile =
+              owner_->FinishProfile(address_, it->request);
+          ended.emplace_back(std::move(*it), std::move(profile));
+          it = owner_->held_.erase(it);
+        }
+      }
+    }
+    for (auto& [held, profile] : ended) held.done(std::move(profile));
     done(std::move(answer));
   }
 
@@ -281,6 +314,12 @@ int FakeProfilers::GetInfoCalls(const std::string& address) const {
   MutexLock lock(&mu_);
   auto it = servers_.find(address);
   return it == servers_.end() ? 0 : it->second.get_info_calls;
+}
+
+int FakeProfilers::TerminateCalls(const std::string& address) const {
+  MutexLock lock(&mu_);
+  auto it = servers_.find(address);
+  return it == servers_.end() ? 0 : it->second.terminate_calls;
 }
 
 int FakeProfilers::GetSessionCalls(const std::string& address) const {

@@ -12,9 +12,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,12 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   // The sidecar at `address` restarts: every session it knew is forgotten.
   void ForgetSessions(const std::string& address);
 
+  // Called (on the calling thread, no lock held) after each Profile call to `address` was
+  // handled (answered, held or announced). Set before the capture starts.
+  void OnProfile(std::function<void(const std::string& address)> hook) {
+    on_profile_ = std::move(hook);
+  }
+
   // Answers every held Profile call (as finished captures).
   void Release();
   // Blocks until `count` Profile calls are held.
@@ -82,6 +90,7 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   std::vector<tensorflow::ProfileRequest> ProfileRequests(const std::string& address) const;
   int GetInfoCalls(const std::string& address) const;
   int GetSessionCalls(const std::string& address) const;
+  int TerminateCalls(const std::string& address) const;
   // The most connections that were open at once.
   int MaxConnections() const;
 
@@ -95,8 +104,11 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
     std::map<std::string, v1alpha1::GetSessionResponse> sessions;
     // Accepted sessions (announce_accept) until their planned end, by session id.
     std::map<std::string, tensorflow::ProfileRequest> running;
+    // Sessions ended early by Terminate.
+    std::set<std::string> terminated;
     int get_info_calls = 0;
     int get_session_calls = 0;
+    int terminate_calls = 0;
   };
   struct Held {
     Connection* connection;
@@ -113,6 +125,7 @@ class FakeProfilers final : public coordinator::ProfilerConnector {
   void Forget(Connection* connection);
 
   Clock* const clock_;
+  std::function<void(const std::string& address)> on_profile_;
   mutable Mutex mu_;
   std::map<std::string, Server> servers_ ABSL_GUARDED_BY(mu_);
   std::vector<Held> held_ ABSL_GUARDED_BY(mu_);
