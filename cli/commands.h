@@ -144,6 +144,8 @@ struct KubeFlags {
   std::string kubeconfig;
   std::string context;
   std::string namespace_;
+  // Each API request's deadline.
+  int64_t request_timeout_ns = 20'000'000'000;
 };
 
 struct KubeCaptureOptions {

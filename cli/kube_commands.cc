@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
+#include "cli/completion.h"
 #include "common/base/clock.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
@@ -58,7 +59,7 @@ absl::StatusOr<Cluster> Connect(const KubeFlags& flags, Clock* clock) {
   cluster.config = *config;
   kube::RestClientOptions client_options;
   client_options.user_agent = "kubectl-clusterprof";
-  client_options.request_timeout_ns = 20 * kNanosPerSecond;
+  client_options.request_timeout_ns = flags.request_timeout_ns;
   absl::StatusOr<std::unique_ptr<kube::RestClient>> client =
       kube::RestClient::Create(*std::move(config), clock, client_options);
   if (!client.ok()) return client.status();
@@ -526,6 +527,26 @@ absl::StatusOr<std::pair<Cluster, api::ProfileJobStatus>> FinishedJob(const Kube
 }
 
 }  // namespace
+
+std::vector<std::string> ClusterNames(const std::string& kind, const std::string& kubeconfig,
+                                      const std::string& context, const std::string& ns) {
+  RealClock clock;
+  absl::StatusOr<Cluster> cluster = Connect({kubeconfig, context, ns, 3 * kNanosPerSecond}, &clock);
+  if (!cluster.ok()) return {};
+  kube::ListOptions options;
+  options.limit = 500;
+  absl::StatusOr<kube::ObjectList> listed =
+      kind == "namespaces" ? cluster->client->List(kube::Namespaces(), "", options)
+                           : cluster->client->List(api::ProfileJobs(), cluster->ns, options);
+  std::vector<std::string> names;
+  if (!listed.ok()) return names;
+  for (const value& item : listed->items) {
+    if (item.has_field("metadata") && item.at("metadata").has_string_field("name")) {
+      names.push_back(item.at("metadata").at("name").as_string());
+    }
+  }
+  return names;
+}
 
 int RunKubeReport(const KubeJobOptions& options, std::ostream& out, std::ostream& err) {
   RealClock clock;

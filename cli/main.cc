@@ -7,6 +7,7 @@
 
 #include "CLI/CLI.hpp"
 #include "cli/commands.h"
+#include "cli/completion.h"
 #include "common/base/logging.h"
 #include "common/base/process.h"
 #include "common/base/strings.h"
@@ -19,7 +20,12 @@ namespace {
 // The kubectl plugin: `kubectl clusterprof VERB` runs this binary as kubectl-clusterprof.
 bool RunsAsKubectlPlugin(const char* argv0) {
   const std::string name = std::filesystem::path(argv0).filename().string();
-  return name == "kubectl-clusterprof";
+  return name == "kubectl-clusterprof" || name == "kubectl_complete-clusterprof";
+}
+
+// kubectl's completion of a plugin runs kubectl_complete-<plugin> with the words.
+bool RunsAsPluginCompletion(const char* argv0) {
+  return std::filesystem::path(argv0).filename().string() == "kubectl_complete-clusterprof";
 }
 
 void AddKubeFlags(CLI::App* command, clusterprof::cli::KubeFlags& flags) {
@@ -277,6 +283,19 @@ int main(int argc, char** argv) {
                             "A local logdir (default <profilejob>); the run goes to "
                             "<output>/plugins/profile/<run>");
 
+  std::string shell;
+  CLI::App* completion_cmd =
+      app.add_subcommand("completion",
+                         "Print the shell completion script (bash or zsh); source it to complete "
+                         "verbs, flags, namespaces and ProfileJob names");
+  completion_cmd->add_option("shell", shell, "bash or zsh")
+      ->required()
+      ->check(CLI::IsMember({"bash", "zsh"}));
+  completion_cmd->footer(plugin ? "\nkubectl completes the plugin's verbs itself once "
+                                  "kubectl_complete-clusterprof (installed beside it) is on PATH.\n"
+                                  "\nExample:\n  source <(kubectl clusterprof completion bash)"
+                                : "\nExample:\n  source <(clusterprof completion bash)");
+
   clusterprof::cli::TopOptions top;
   CLI::App* top_cmd = local->add_subcommand(
       "top",
@@ -341,6 +360,14 @@ int main(int argc, char** argv) {
     command->footer("\nExample:\n  " + example);
   }
   app.footer(footer);
+  if (RunsAsPluginCompletion(argv[0])) {
+    return clusterprof::cli::Complete(app, std::vector<std::string>(argv + 1, argv + argc),
+                                      std::cout);
+  }
+  if (argc >= 2 && std::string_view(argv[1]) == "__complete") {
+    return clusterprof::cli::Complete(app, std::vector<std::string>(argv + 2, argv + argc),
+                                      std::cout);
+  }
   // As kubectl does: the tool, or a subcommand, given no arguments at all prints its help.
   if (argc == 1) {
     std::cout << app.help();
@@ -371,6 +398,11 @@ int main(int argc, char** argv) {
         spdlog::warn("protobuf: {}", msg);
       });
 
+  if (*completion_cmd) {
+    std::cout << clusterprof::cli::CompletionScript(shell,
+                                                    plugin ? "kubectl-clusterprof" : "clusterprof");
+    return 0;
+  }
   if (*kube_capture_cmd) {
     return clusterprof::cli::RunKubeCapture(kube_capture, std::cout, std::cerr);
   }

@@ -80,6 +80,16 @@ TEST_F(KubectlPluginTest, CaptureFollowsTheJobThenReportAndPullReadItsRun) {
   const std::string run_uri = job.at("status").at("runURI").as_string();
   const std::string run = job.at("status").at("runName").as_string();
 
+  // Completion of `kubectl clusterprof report <TAB>` lists it (and namespaces for -n).
+  absl::StatusOr<testing::CommandResult> names = testing::RunCommand(
+      {kPlugin, "__complete", "report", "--kubeconfig", *kubeconfig_, "-n", ns_, "cap"});
+  ASSERT_TRUE(names.ok()) << names.status();
+  EXPECT_EQ(names->out, name + "\n:4\n");
+  absl::StatusOr<testing::CommandResult> namespaces =
+      testing::RunCommand({kPlugin, "__complete", "pull", "--kubeconfig", *kubeconfig_, "-n", ""});
+  ASSERT_TRUE(namespaces.ok()) << namespaces.status();
+  EXPECT_THAT(namespaces->out, HasSubstr(ns_ + "\n"));
+
   // report: the verdict again, and the report files when the run has them.
   testing::TempDir here;
   const testing::CommandResult report = Plugin({"report", name, "-o", here.Join("report")});
