@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -250,6 +251,10 @@ absl::StatusOr<value> Follow(const Cluster& cluster, const std::string& name, in
   std::string last_line;
   int64_t next_list_ns = 0;
   std::optional<Landed> landed;
+  // The logdir is listed beside the loop (a bucket, or credentials, may be slow to answer); a
+  // listing that fails (no read access, no credentials) is not tried again.
+  std::future<std::optional<Landed>> listing;
+  bool can_list = true;
   int handled_interrupts = 0;
   while (true) {
     absl::StatusOr<value> job = GetJob(cluster, name);
@@ -272,11 +277,18 @@ absl::StatusOr<value> Follow(const Cluster& cluster, const std::string& name, in
       return job;
     }
     const int64_t now = clock.WallNs();
-    if (!status->run_uri.empty() && status->start_time_ns > 0 &&
+    if (listing.valid() && listing.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      std::optional<Landed> listed = listing.get();
+      if (listed.has_value()) landed = listed;
+      can_list = listed.has_value();
+      next_list_ns = clock.MonotonicNs() + kNanosPerSecond;
+    }
+    if (can_list && !listing.valid() && !status->run_uri.empty() && status->start_time_ns > 0 &&
         now > status->start_time_ns + duration_ms * kNanosPerMilli &&
         clock.MonotonicNs() >= next_list_ns) {
-      landed = ListLanded(storages, status->run_uri);
-      next_list_ns = clock.MonotonicNs() + kNanosPerSecond;
+      listing = std::async(std::launch::async, [&storages, uri = status->run_uri] {
+        return ListLanded(storages, uri);
+      });
     }
     const std::string line = ProgressLine(*status, duration_ms, terminal ? now : 0, landed);
     if (terminal) {

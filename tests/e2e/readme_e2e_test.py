@@ -228,21 +228,24 @@ class ReadmeE2E(unittest.TestCase):
                     '--set "operator.extraEnv[0].value=%s"\n'
                     % (self.helm, self.helm, self.gcs_host, self.gcs_host))
         os.chmod(os.path.join(bin_dir, "helm"), 0o755)
-        env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ["PATH"])
+        # kubectl finds the plugin on PATH, as after `cmake --install`.
+        env = dict(os.environ, PATH=os.pathsep.join(
+            [bin_dir, os.path.join(BINARY_DIR, "cli"), os.environ["PATH"]]))
         log("running README.md's block:\n" + script)
         result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tree, env=env,
                                 capture_output=True, text=True, timeout=600)
         log("its output:\n" + result.stdout + result.stderr)
         self.assertEqual(result.returncode, 0, result.stdout + result.stderr)
-        self.assertIn("llama-step-1200", result.stdout)
+        created = re.search(r"profilejob\.clusterprof\.io/(\S+) created", result.stdout)
+        self.assertTrue(created, result.stdout)
+        job_name = created.group(1)
+        self.assertIn("profilejob/%s: Succeeded, 2/2 target(s) captured" % job_name,
+                      result.stdout)
         # helm test ran the sidecar image (templates/tests/sidecar-image-test.yaml).
         self.assertRegex(result.stdout, r"sidecar-image-test\s+Last Started:.*\s+Last Completed:"
                          r".*\s+Phase:\s+Succeeded")
 
-        done = wait_until("llama-step-1200 to finish", lambda: (
-            lambda j: j if j.get("status", {}).get("phase") in (
-                "Succeeded", "PartiallySucceeded", "Failed") else None)(
-            kjson("get", "profilejob", "llama-step-1200", "-n", NS)), timeout=180, interval=0.5)
+        done = kjson("get", "profilejob", job_name, "-n", NS)
         status = done["status"]
         self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
         self.assertEqual(status["summary"]["succeeded"], 2)
