@@ -5,6 +5,7 @@ which kubectl uses for plugins through kubectl_complete-clusterprof) and the bas
     completion_test.py <build dir>/cli
 """
 import os
+import shutil
 import subprocess
 import sys
 import unittest
@@ -56,6 +57,20 @@ class CompletionTest(unittest.TestCase):
                          (["bash", "zsh"], 4))
         # Files for convert's input.
         self.assertEqual(complete("clusterprof", "__complete", "convert", "")[1], 0)
+
+    def test_kubectl_completes_the_plugin_through_its_helper(self):
+        kubectl = shutil.which("kubectl")
+        if not kubectl:
+            self.skipTest("no kubectl")
+        env = dict(ENV, PATH=os.path.abspath(CLI_DIR) + os.pathsep + os.environ["PATH"])
+        out = subprocess.run([kubectl, "__complete", "clusterprof", "ca"], env=env,
+                             capture_output=True, text=True, timeout=30)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual([l.split("\t")[0] for l in out.stdout.splitlines()], ["capture", ":4"])
+        # And runs the plugin as `kubectl clusterprof`.
+        help_text = subprocess.run([kubectl, "clusterprof", "--help"], env=env,
+                                   capture_output=True, text=True, timeout=30).stdout
+        self.assertIn("Usage: kubectl clusterprof", help_text)
 
     def test_the_bash_script_completes_in_bash(self):
         script = subprocess.run([os.path.join(CLI_DIR, "clusterprof"), "completion", "bash"],
