@@ -329,8 +329,14 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     if (!resolution.skipped.empty()) {
       StrAppend(&message, "; not ready: ", JoinNames(resolution.skipped, 10));
     }
-    if (spec.wait_seconds > 0) {
-      StrAppend(&message, ", after waiting ", spec.wait_seconds, " s (spec.targets.waitSeconds)");
+    if (const api::Condition* waited = api::FindCondition(status.conditions, kWaitingForTargets);
+        waited != nullptr) {
+      // The wait that just ended, as its condition says (it was not needed when every pod was
+      // stuck).
+      const absl::StatusOr<int64_t> created = api::ParseTime(meta.creation_timestamp);
+      const int64_t seconds = created.ok() ? (clock_->WallNs() - *created) / kNanosPerSecond : 0;
+      StrAppend(&message, ", after waiting ", seconds,
+                " s (spec.targets.waitSeconds: ", spec.wait_seconds, ")");
     }
     StrAppend(&message,
               ". Check the selector and that the pods are Running and Ready with a clusterprof "

@@ -645,7 +645,14 @@ spec:
         then `report` and `pull`; the time from the window's end to the plugin's return is a
         figure (bench/RESULTS.md)."""
         plugin = os.path.join(BINARY_DIR, "cli", "kubectl-clusterprof")
-        kubeconfig = os.environ["KUBECONFIG"]
+        # Inside the node's network namespace, where the bucket is: the API server at the node's
+        # address (the admin kubeconfig reaches it through a loopback port of this machine).
+        with open(os.environ["KUBECONFIG"]) as f:
+            inside = re.sub(r"https://127\.0\.0\.1:\d+", "https://%s:6443" % self.node_ip,
+                            f.read())
+        kubeconfig = os.path.join(self.work, "in-node.kubeconfig")
+        with open(kubeconfig, "w") as f:
+            f.write(inside)
         start = time.monotonic()
         capture = self.in_node(plugin, "capture", "-n", NS, "-l", "app=e2e-trainer",
                                "--duration", "2s", "--delay", "500ms", "--logdir", LOGDIR,

@@ -316,7 +316,7 @@ TEST_F(ProfileJobControllerTest, TooFewReadyTargetsFailsNamingTheOnesLeftOut) {
   EXPECT_EQ(Phase(job), "Failed");
   EXPECT_THAT(job.at("status").at("message").as_string(),
               AllOf(HasSubstr("1 target(s) ready, 2 needed"), HasSubstr("worker-1"),
-                    HasSubstr("after waiting 3 s (spec.targets.waitSeconds)")));
+                    HasSubstr(", after waiting "), HasSubstr(" s (spec.targets.waitSeconds: 3)")));
   const std::optional<value> condition = WaitingCondition(job);
   ASSERT_TRUE(condition.has_value()) << job.serialize();
   EXPECT_EQ(condition->at("status").as_string(), "False");
@@ -344,11 +344,16 @@ TEST_F(ProfileJobControllerTest, AJobAppliedBeforeItsPodsWaitsForThemThenCapture
   EXPECT_THAT(empty.at("status").at("message").as_string(),
               HasSubstr("no pods in namespace team match the selector \"app=train\" yet"));
   // One pod ready, the other still starting: the job waits for it rather than capture one.
-  AddPod("worker-0", "10.0.0.1");
+  // (Both pods exist before either is Ready, as a StatefulSet's pods with
+  // podManagementPolicy: Parallel, or a Job's; one that comes after the others are Ready is
+  // not waited for.)
   AddPod("worker-1", "10.0.0.2", /*ready=*/false);
+  AddPod("worker-0", "10.0.0.1");
   const value one = WaitForJob("job", [](const std::optional<value>& job) {
-    return Waiting(job) &&
-           absl::StrContains(job->at("status").at("message").as_string(), "1 target(s) ready");
+    // Its pods' changes wake it: a pod seen before its status says Running waits on its
+    // containers first.
+    return Waiting(job) && absl::StrContains(job->at("status").at("message").as_string(),
+                                             "1 target(s) ready, 1 needed; waiting on readiness");
   });
   EXPECT_THAT(one.at("status").at("message").as_string(),
               HasSubstr("waiting on readiness (1: worker-1)"));
