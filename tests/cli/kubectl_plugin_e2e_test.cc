@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/operator/operator_e2e_fixture.h"
+#include "tests/support/gcs_test_server.h"
 #include "tests/support/kube_control_plane.h"
 
 namespace clusterprof {
@@ -228,6 +229,47 @@ TEST_F(KubectlPluginTest, CancelledWhileCapturingTheSidecarsStopAndKeepWhatTheyR
     EXPECT_TRUE(
         std::filesystem::exists(StrCat(status.at("runURI").as_string(), "/", host, ".xplane.pb")))
         << host;
+  }
+}
+
+TEST_F(KubectlPluginTest, ABucketTheUserCannotReadIsNamedAndNothingIsWrittenHere) {
+  absl::StatusOr<std::unique_ptr<testing::GcsTestServer>> gcs = testing::GcsTestServer::Start();
+  ASSERT_TRUE(gcs.ok()) << gcs.status();
+  (*gcs)->PutObject("team-only", "tb/plugins/profile/r1/trainer-0.xplane.pb", "x");
+  (*gcs)->SetAuthorizer([](std::string_view, std::string_view bucket) {
+    return bucket == "team-only" ? testing::GcsAuthDecision::kForbidden
+                                 : testing::GcsAuthDecision::kAllow;
+  });
+  // A finished job whose run is in that bucket.
+  ASSERT_TRUE(CreateJob("theirs", JobSpec()).ok());
+  value job = GetJob("theirs");
+  api::ProfileJobStatus status;
+  status.phase = api::JobPhase::kSucceeded;
+  status.run_name = "r1";
+  status.run_uri = "gs://team-only/tb/plugins/profile/r1";
+  job["status"] = api::ProfileJobStatusToJson(status);
+  ASSERT_TRUE(admin_->UpdateStatus(api::ProfileJobs(), ns_, job).ok());
+
+  testing::TempDir here;
+  for (const char* verb : {"pull", "report"}) {
+    const std::string log = here.Join(StrCat(verb, ".log"));
+    testing::Subprocess plugin(
+        {kPlugin, verb, "theirs", "-o", here.Join(verb), "--kubeconfig", *kubeconfig_, "-n", ns_},
+        {{"STORAGE_EMULATOR_HOST", (*gcs)->endpoint()}}, log);
+    const std::optional<int> exit = plugin.Wait(std::chrono::seconds(60));
+    ASSERT_TRUE(exit.has_value()) << verb;
+    const std::string output = testing::ReadFileOrDie(log);
+    EXPECT_TRUE(WIFEXITED(*exit) && WEXITSTATUS(*exit) == 1) << verb << ": " << output;
+    EXPECT_THAT(output, AllOf(HasSubstr(StrCat("kubectl clusterprof ", verb, ": ")),
+                              HasSubstr("gs://team-only/tb/plugins/profile/r1"),
+                              ::testing::ContainsRegex("403|[Ff]orbidden|[Pp]ermission")))
+        << verb;
+    // Nothing under a name that looks complete.
+    if (std::filesystem::exists(here.Join(verb))) {
+      for (const auto& entry : std::filesystem::recursive_directory_iterator(here.Join(verb))) {
+        EXPECT_FALSE(entry.is_regular_file()) << entry.path();
+      }
+    }
   }
 }
 
