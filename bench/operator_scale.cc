@@ -847,7 +847,8 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
                                               std::chrono::steady_clock::now() - pods_start)
                                               .count());
 
-  // The jobs: a tenth select nothing (the operator fails them), the rest finished earlier.
+  // The jobs: a tenth select nothing (the operator fails them at once: they do not wait for
+  // pods, waitSeconds 0), the rest finished earlier.
   const std::string logdir = StrCat(dir, "/logs");
   absl::Status jobs_created = ParallelFor(options.jobs, options.writers, [&](int j) {
     const bool unmatched = j % 10 == 9;
@@ -857,6 +858,7 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
         value::string(unmatched ? StrCat("nobody-", j) : "llama-trainer");
     job["spec"]["targets"]["selector"]["matchLabels"]["jobset.sigs.k8s.io/jobset-name"] =
         value::string("llama-7b");
+    if (unmatched) job["spec"]["targets"]["waitSeconds"] = value::number(0);
     job["spec"]["durationMs"] = value::number(2000);
     job["spec"]["delayMs"] = value::number(1000);
     job["spec"]["logdir"] = value::string(logdir);
