@@ -161,6 +161,9 @@ absl::StatusOr<ProfileTriggerSpec> ParseProfileTriggerSpec(const value& spec_jso
   // another job holds: by then the moment has passed.
   if (!job.has_field("delayMs")) job["delayMs"] = value::number(0);
   if (!job.has_field("queueTimeoutSeconds")) job["queueTimeoutSeconds"] = value::number(60);
+  // Nor for pods still starting (spec.targets.waitSeconds): it captures the pods that are ready
+  // at the instant it fires.
+  job["targets"]["waitSeconds"] = value::number(0);
   CLUSTERPROF_ASSIGN_OR_RETURN(out.capture, ParseProfileJobSpec(job, "spec.capture"));
   if (recorder_window_ms >= 0 && out.capture.lookback_ms > recorder_window_ms) {
     return absl::InvalidArgumentError(

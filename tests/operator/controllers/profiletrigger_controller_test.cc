@@ -265,6 +265,8 @@ TEST_F(ProfileTriggerControllerTest, ARegressionCreatesOneOwnedJobWithTheEvidenc
   EXPECT_EQ(job.at("spec").at("lookbackMs").as_integer(), 10000);
   EXPECT_EQ(job.at("spec").at("durationMs").as_integer(), 5000);
   EXPECT_EQ(job.at("spec").at("targets").at("addresses").size(), 2u);
+  EXPECT_EQ(job.at("spec").at("targets").at("waitSeconds").as_integer(), 0)
+      << "a firing captures the pods ready at that instant";
   const std::string evidence =
       job.at("metadata").at("annotations").at("clusterprof.io/trigger-evidence").as_string();
   EXPECT_THAT(evidence, HasSubstr("+50%"));
