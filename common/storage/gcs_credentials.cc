@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <system_error>
@@ -340,6 +341,38 @@ class CachingCredentials : public Credentials {
 
   void CountTokenRequest() { token_fetches_.fetch_add(1, std::memory_order_relaxed); }
   const CredentialsOptions& options() const { return options_; }
+
+  // POSTs the form `body` (an OAuth grant) to `token_uri` and reads the token from the answer.
+  // Errors start with `failed`; an OAuth error answer is followed by `advice(error)` (the OAuth
+  // error code, "" when the answer has none), except for 5xx and 429, which are retried.
+  absl::StatusOr<FetchedToken> PostGrant(
+      http::Transport& transport, const std::string& token_uri, const std::string& body,
+      const std::string& failed, const std::function<std::string(const std::string&)>& advice) {
+    http::Request request;
+    request.method = "POST";
+    request.url = token_uri;
+    request.headers.emplace_back("Accept", "application/json");
+    request.body = body;  // refers to `body`, which outlives the request
+    request.content_type = "application/x-www-form-urlencoded";
+    CountTokenRequest();
+    absl::StatusOr<HttpReply> reply =
+        Exchange(transport, std::move(request), token_uri, options().request_timeout_ns);
+    if (!reply.ok()) return Annotate(reply.status(), failed);
+    if (reply->code != 200) {
+      std::string error;
+      const std::string described = DescribeOAuthError(*reply, &error);
+      const std::string explained =
+          reply->code >= 500 || reply->code == 429
+              ? ". The token endpoint is overloaded or failing; this is retried"
+              : advice(error);
+      return absl::Status(
+          clusterprof::http::StatusCodeFor(reply->code, clusterprof::http::Api::kOAuth),
+          StrCat(failed, ": ", described, explained));
+    }
+    absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
+    if (!token.ok()) return Annotate(token.status(), failed);
+    return token;
+  }
   RetryLoop& retry() { return retry_; }
 
  private:
@@ -541,38 +574,19 @@ class ServiceAccountKeyCredentialsImpl final : public CachingCredentials {
     if (!jwt.ok()) return Annotate(jwt.status(), failed);
     const std::string body =
         StrCat("grant_type=", FormEncode(kJwtBearerGrant), "&assertion=", FormEncode(*jwt));
-    http::Request request;
-    request.method = "POST";
-    request.url = key_.token_uri;
-    request.headers.emplace_back("Accept", "application/json");
-    request.body = body;
-    request.content_type = "application/x-www-form-urlencoded";
-    CountTokenRequest();
-    absl::StatusOr<HttpReply> reply = Exchange(*transport_.transport, std::move(request),
-                                               key_.token_uri, options().request_timeout_ns);
-    if (!reply.ok()) return Annotate(reply.status(), failed);
-    if (reply->code != 200) {
-      std::string error;
-      const std::string described = DescribeOAuthError(*reply, &error);
-      std::string advice;
-      if (error == "invalid_grant") {
-        advice = StrCat(". Check that the key file ", key_.source,
-                        " is current (keys can be revoked or deleted) and that this machine's "
-                        "clock is right (the JWT's iat and exp must bracket the server's time)");
-      } else if (error == "invalid_scope" || error == "unauthorized_client") {
-        advice = StrCat(". Check the scope \"", options().scope, "\"");
-      } else if (reply->code >= 500 || reply->code == 429) {
-        advice = ". The token endpoint is overloaded or failing; this is retried";
-      } else {
-        advice = StrCat(". Check the key file ", key_.source);
-      }
-      return absl::Status(
-          clusterprof::http::StatusCodeFor(reply->code, clusterprof::http::Api::kOAuth),
-          StrCat(failed, ": ", described, advice));
-    }
-    absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
-    if (!token.ok()) return Annotate(token.status(), failed);
-    return token;
+    return PostGrant(*transport_.transport, key_.token_uri, body, failed,
+                     [this](const std::string& error) -> std::string {
+                       if (error == "invalid_grant") {
+                         return StrCat(". Check that the key file ", key_.source,
+                                       " is current (keys can be revoked or deleted) and that "
+                                       "this machine's clock is right (the JWT's iat and exp must "
+                                       "bracket the server's time)");
+                       }
+                       if (error == "invalid_scope" || error == "unauthorized_client") {
+                         return StrCat(". Check the scope \"", options().scope, "\"");
+                       }
+                       return StrCat(". Check the key file ", key_.source);
+                     });
   }
 
  private:
@@ -655,46 +669,26 @@ class AuthorizedUserCredentialsImpl final : public CachingCredentials {
   absl::StatusOr<FetchedToken> FetchOnce() override {
     const std::string failed =
         StrCat("cannot get an access token for ", identity_, " from ", user_.token_uri);
-    // request.body refers to this.
     const std::string body =
         StrCat("grant_type=refresh_token&client_id=", FormEncode(user_.client_id),
                "&client_secret=", FormEncode(user_.client_secret),
                "&refresh_token=", FormEncode(user_.refresh_token));
-    http::Request request;
-    request.method = "POST";
-    request.url = user_.token_uri;
-    request.headers.emplace_back("Accept", "application/json");
-    request.body = body;
-    request.content_type = "application/x-www-form-urlencoded";
-    CountTokenRequest();
-    absl::StatusOr<HttpReply> reply = Exchange(*transport_.transport, std::move(request),
-                                               user_.token_uri, options().request_timeout_ns);
-    if (!reply.ok()) return Annotate(reply.status(), failed);
-    if (reply->code != 200) {
-      std::string error;
-      const std::string described = DescribeOAuthError(*reply, &error);
-      std::string advice;
-      if (error == "invalid_grant") {
-        advice = StrCat(
-            ". The refresh token in ", user_.source,
-            " has expired or was revoked (a password change, `gcloud auth application-default "
-            "revoke`, or the organization's session length ends it): run `",
-            kGcloudLogin, "` to sign in again");
-      } else if (error == "invalid_client" || error == "unauthorized_client") {
-        advice = StrCat(". The OAuth client ", user_.client_id, " in ", user_.source,
-                        " is not accepted: run `", kGcloudLogin, "` to write the file again");
-      } else if (reply->code >= 500 || reply->code == 429) {
-        advice = ". The token endpoint is overloaded or failing; this is retried";
-      } else {
-        advice = StrCat(". Check ", user_.source, ", or run `", kGcloudLogin, "` again");
-      }
-      return absl::Status(
-          clusterprof::http::StatusCodeFor(reply->code, clusterprof::http::Api::kOAuth),
-          StrCat(failed, ": ", described, advice));
-    }
-    absl::StatusOr<FetchedToken> token = ParseTokenResponse(reply->body);
-    if (!token.ok()) return Annotate(token.status(), failed);
-    return token;
+    return PostGrant(
+        *transport_.transport, user_.token_uri, body, failed,
+        [this](const std::string& error) -> std::string {
+          if (error == "invalid_grant") {
+            return StrCat(". The refresh token in ", user_.source,
+                          " has expired or was revoked (a password change, `gcloud auth "
+                          "application-default revoke`, or the organization's session length "
+                          "ends it): run `",
+                          kGcloudLogin, "` to sign in again");
+          }
+          if (error == "invalid_client" || error == "unauthorized_client") {
+            return StrCat(". The OAuth client ", user_.client_id, " in ", user_.source,
+                          " is not accepted: run `", kGcloudLogin, "` to write the file again");
+          }
+          return StrCat(". Check ", user_.source, ", or run `", kGcloudLogin, "` again");
+        });
   }
 
  private:
