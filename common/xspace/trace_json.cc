@@ -13,6 +13,7 @@
 #include "common/base/json_escape.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
+#include "common/io/sink_buffer.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_stream.h"
 
@@ -33,25 +34,9 @@ constexpr size_t kEventOverhead = 192;
 
 // A fixed-size output buffer flushed to the sink when the next write would not fit. Writes go
 // straight into reserved space with memcpy; this is the hot path of the converter.
-class Output {
+class Output final : public io::SinkBuffer {
  public:
-  explicit Output(io::ByteSink* sink) : sink_(sink), buffer_(kBufferSize, '\0') {
-    pos_ = buffer_.data();
-    end_ = pos_ + buffer_.size();
-  }
-
-  // Makes room for `n` bytes, so the Put calls that follow need no checks. Returns false once the
-  // sink has failed (the writes then land in the buffer and are discarded).
-  bool Reserve(size_t n) {
-    if (static_cast<size_t>(end_ - pos_) >= n) return status_.ok();
-    Flush();
-    if (n > buffer_.size()) {
-      buffer_.assign(n, '\0');
-      pos_ = buffer_.data();
-      end_ = pos_ + buffer_.size();
-    }
-    return status_.ok();
-  }
+  explicit Output(io::ByteSink* sink) : SinkBuffer(sink, kBufferSize) {}
 
   void Put(std::string_view s) {
     std::memcpy(pos_, s.data(), s.size());
@@ -79,26 +64,6 @@ class Output {
     std::memcpy(pos_, digits, len);
     pos_ += len;
   }
-
-  bool Flush() {
-    if (!status_.ok()) return false;
-    const size_t n = pos_ - buffer_.data();
-    bytes_ += n;
-    pos_ = buffer_.data();
-    if (n > 0) status_ = sink_->Append(std::string_view(buffer_.data(), n));
-    return status_.ok();
-  }
-
-  const absl::Status& status() const { return status_; }
-  uint64_t bytes() const { return bytes_ + (pos_ - buffer_.data()); }
-
- private:
-  io::ByteSink* sink_;
-  std::string buffer_;
-  char* pos_;
-  char* end_;
-  absl::Status status_;
-  uint64_t bytes_ = 0;
 };
 
 // Writes a timestamp given as line.timestamp_ns + offset_ps, exactly, for any int64 inputs

@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
+#include "common/io/sink_buffer.h"
 #include "common/xspace/schema.h"
 #include "common/xspace/xspace_stream.h"
 
@@ -184,46 +185,9 @@ class Message {
 };
 
 // The output: a fixed-size buffer flushed to the sink when the next packet would not fit.
-class Output {
+class Output final : public io::SinkBuffer {
  public:
-  explicit Output(io::ByteSink* sink) : sink_(sink), buffer_(kBufferSize, '\0') {
-    pos_ = buffer_.data();
-    end_ = pos_ + buffer_.size();
-  }
-
-  // Room for `n` bytes at pos(); false once the sink has failed.
-  bool Reserve(size_t n) {
-    if (static_cast<size_t>(end_ - pos_) >= n) return status_.ok();
-    Flush();
-    if (n > buffer_.size()) {
-      buffer_.assign(n, '\0');
-      pos_ = buffer_.data();
-      end_ = pos_ + buffer_.size();
-    }
-    return status_.ok();
-  }
-  char* pos() { return pos_; }
-  void Advance(char* to) { pos_ = to; }
-
-  bool Flush() {
-    if (!status_.ok()) return false;
-    const size_t n = pos_ - buffer_.data();
-    bytes_ += n;
-    pos_ = buffer_.data();
-    if (n > 0) status_ = sink_->Append(std::string_view(buffer_.data(), n));
-    return status_.ok();
-  }
-
-  const absl::Status& status() const { return status_; }
-  uint64_t bytes() const { return bytes_ + (pos_ - buffer_.data()); }
-
- private:
-  io::ByteSink* sink_;
-  std::string buffer_;
-  char* pos_;
-  char* end_;
-  absl::Status status_;
-  uint64_t bytes_ = 0;
+  explicit Output(io::ByteSink* sink) : SinkBuffer(sink, kBufferSize) {}
 };
 
 // A / 1000 rounded down, saturated to int64: picoseconds to nanoseconds. Only for extremes.
