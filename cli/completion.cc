@@ -10,10 +10,6 @@
 namespace clusterprof::cli {
 namespace {
 
-bool StartsWithText(std::string_view text, std::string_view prefix) {
-  return text.substr(0, prefix.size()) == prefix;
-}
-
 // The option of `command` that `word` names ("-n", "--namespace"), if any.
 const CLI::Option* FindOption(const CLI::App& command, std::string_view word) {
   for (const CLI::Option* option : command.get_options()) {
@@ -52,7 +48,7 @@ int Complete(const CLI::App& app, const std::vector<std::string>& words, std::os
       pending = nullptr;
       continue;
     }
-    if (StartsWithText(word, "-")) {
+    if (StartsWith(word, "-")) {
       const std::string name = word.substr(0, word.find('='));
       const CLI::Option* option = FindOption(*command, name);
       if (option != nullptr && option->get_type_size() != 0 &&
@@ -86,7 +82,7 @@ int Complete(const CLI::App& app, const std::vector<std::string>& words, std::os
     if (HasName(pending, "namespace")) {
       for (const std::string& name :
            ClusterNames("namespaces", flag("kubeconfig"), flag("context"), "")) {
-        if (StartsWithText(name, partial)) out << name << "\n";
+        if (StartsWith(name, partial)) out << name << "\n";
       }
     } else if (HasName(pending, "output")) {
       directive = kCompleteDirectories;
@@ -97,10 +93,10 @@ int Complete(const CLI::App& app, const std::vector<std::string>& words, std::os
     out << ":" << directive << "\n";
     return 0;
   }
-  if (StartsWithText(partial, "-")) {
+  if (StartsWith(partial, "-")) {
     for (const CLI::Option* option : command->get_options()) {
       for (const std::string& name : option->get_lnames()) {
-        if (StartsWithText("--" + name, partial)) {
+        if (StartsWith("--" + name, partial)) {
           out << "--" << name << "\t" << FirstLine(option->get_description()) << "\n";
         }
       }
@@ -113,7 +109,7 @@ int Complete(const CLI::App& app, const std::vector<std::string>& words, std::os
   if (!subcommands.empty() && positionals == 0) {
     for (const CLI::App* sub : subcommands) {
       if (sub->get_name().substr(0, 2) == "__") continue;
-      if (StartsWithText(sub->get_name(), partial)) {
+      if (StartsWith(sub->get_name(), partial)) {
         out << sub->get_name() << "\t" << FirstLine(sub->get_description()) << "\n";
       }
     }
@@ -125,11 +121,11 @@ int Complete(const CLI::App& app, const std::vector<std::string>& words, std::os
   if ((verb == "report" || verb == "pull") && command->get_option_no_throw("profilejob")) {
     for (const std::string& name :
          ClusterNames("profilejobs", flag("kubeconfig"), flag("context"), flag("namespace"))) {
-      if (StartsWithText(name, partial)) out << name << "\n";
+      if (StartsWith(name, partial)) out << name << "\n";
     }
   } else if (verb == "completion") {
     for (const char* shell : {"bash", "zsh"}) {
-      if (StartsWithText(shell, partial)) out << shell << "\n";
+      if (StartsWith(shell, partial)) out << shell << "\n";
     }
   } else {
     directive = 0;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "analysis/report.h"
 #include "cli/commands.h"
+#include "cli/format.h"
 #include "common/base/clock.h"
 #include "common/base/saturating.h"
 #include "common/base/status.h"
@@ -77,13 +78,6 @@ ConvertStats StatsOf(const xspace::TraceJsonStats& stats) {
 
 ConvertStats StatsOf(const xspace::PerfettoTraceStats& stats) {
   return {stats.complete_events, stats.counter_events, stats.bytes};
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  if (bytes >= 1'000'000'000) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1'000'000) return fmt::format("{:.1f} MB", bytes / 1e6);
-  if (bytes >= 1'000) return fmt::format("{:.1f} kB", bytes / 1e3);
-  return fmt::format("{} B", bytes);
 }
 
 // Converts the one file `input`, straight from its mapped pages.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "cli/commands.h"
 #include "cli/completion.h"
+#include "cli/format.h"
 #include "common/base/clock.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
@@ -124,13 +125,6 @@ value SelectorJson(const kube::LabelSelector& selector) {
     out["matchExpressions"][n] = expression;
   }
   return out;
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  if (bytes >= 1'000'000'000) return fmt::format("{:.2f} GB", bytes / 1e9);
-  if (bytes >= 1'000'000) return fmt::format("{:.1f} MB", bytes / 1e6);
-  if (bytes >= 1'000) return fmt::format("{:.1f} kB", bytes / 1e3);
-  return fmt::format("{} B", bytes);
 }
 
 std::string Seconds(int64_t ns) { return fmt::format("{:.1f} s", static_cast<double>(ns) / 1e9); }
