@@ -259,6 +259,17 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
     return kExitUsage;
   }
   capture.targets = std::move(*targets);
+  {
+    std::vector<std::string> addresses;
+    for (const coordinator::Target& target : capture.targets) addresses.push_back(target.address);
+    absl::StatusOr<std::shared_ptr<const tls::ChannelSecurity>> security =
+        ChooseTransport(options.transport, addresses);
+    if (!security.ok()) {
+      err << "clusterprof capture: " << security.status().message() << "\n";
+      return kExitUsage;
+    }
+    capture.security = *std::move(security);
+  }
   if (!options.host_names.empty()) {
     const std::vector<std::string_view> names = SplitSkipEmpty(options.host_names, ',');
     if (names.size() != capture.targets.size()) {

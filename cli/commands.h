@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "cli/transport.h"
 #include "proto/profile_options.h"
 
 namespace clusterprof::coordinator {
@@ -100,6 +101,7 @@ struct CaptureOptions {
   bool progress = true;
   // A file with the bearer token of sidecars started with --auth-token-file.
   std::string token_file;
+  TransportFlags transport;
   // A summary row for every host; without it, a capture of more than
   // analysis::kTextAllHostsUpTo hosts shows those that need attention and one line for the rest.
   bool all = false;
@@ -122,6 +124,7 @@ struct TopOptions {
   std::string operator_addr;
   std::string profile_trigger;
   std::string token_file;
+  TransportFlags transport;
   // The last this many steps make the step time, the lateness and the verdict.
   int steps = 20;
   // How often the table is drawn again.

@@ -36,6 +36,20 @@ void AddKubeFlags(CLI::App* command, clusterprof::cli::KubeFlags& flags) {
                       "Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config)");
 }
 
+void AddTransportFlags(CLI::App* command, clusterprof::cli::TransportFlags* flags) {
+  command->add_option("--tls-ca", flags->tls_ca,
+                      "Reach the sidecars over TLS, verifying their certificate against this CA "
+                      "file (the chart's: the ca.crt of the Secret clusterprof-sidecar-tls)");
+  command
+      ->add_option("--tls-server-name", flags->tls_server_name,
+                   "The name verified in the sidecars' certificate (the chart's "
+                   "sidecar.tls.serverName)")
+      ->capture_default_str();
+  command->add_flag("--insecure", flags->insecure,
+                    "Reach the sidecars in plaintext (without --tls-ca or this, only targets on "
+                    "loopback are dialled, in plaintext: local sidecars, kubectl port-forward)");
+}
+
 // A duration flag taking kubectl's form (5s, 500ms, 1m30s).
 CLI::Option* AddDuration(CLI::App* command, const std::string& name, int64_t& ms,
                          const std::string& help) {
@@ -172,6 +186,7 @@ int main(int argc, char** argv) {
       ->default_str(std::to_string(profile.host_tracer_level()));
   capture_cmd->add_option("--token-file", capture.token_file,
                           "File with the bearer token of sidecars started with --auth-token-file");
+  AddTransportFlags(capture_cmd, &capture.transport);
   capture_cmd
       ->add_option_function<uint32_t>(
           "--device-tracer-level",
@@ -311,6 +326,7 @@ int main(int argc, char** argv) {
                       "follows them");
   top_cmd->add_option("--token-file", top.token_file,
                       "File with the bearer token of sidecars started with --auth-token-file");
+  AddTransportFlags(top_cmd, &top.transport);
   top_cmd->add_option("--steps", top.steps, "The last this many steps make each row")
       ->check(CLI::Range(2, 1000))
       ->capture_default_str();

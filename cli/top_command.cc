@@ -110,6 +110,13 @@ int RunTop(const TopOptions& options, std::ostream& out, std::ostream& err) {
     watch.history = std::max(options.steps * 2, 64);
     std::vector<std::string> addresses;
     for (const coordinator::Target& target : *targets) addresses.push_back(target.address);
+    absl::StatusOr<std::shared_ptr<const tls::ChannelSecurity>> security =
+        ChooseTransport(options.transport, addresses);
+    if (!security.ok()) {
+      err << "clusterprof top: " << security.status().message() << "\n";
+      return kExitUsage;
+    }
+    watch.security = *std::move(security);
     watcher = std::make_unique<coordinator::StepWatcher>(watch);
     watcher->SetTargets(addresses);
   }

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "common/grpc/tls.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
 
 namespace clusterprof::coordinator {
@@ -53,18 +54,26 @@ class ProfilerConnector {
   // `address` is host:port. Connecting does not fail: an unreachable server fails its calls
   // (UNAVAILABLE).
   virtual std::unique_ptr<ProfilerConnection> Connect(const std::string& address) = 0;
+  // After calls to `address` failed to connect: the cause, when the connector can tell more than
+  // the call's error (a TLS certificate that is expired, from another CA, or for another name),
+  // else "". May block for a couple of seconds.
+  virtual std::string ExplainConnectFailure(const std::string& address) { return ""; }
 };
 
 // gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent
 // as "authorization: Bearer <token>" on every call (sidecars started with --auth-token-file
-// refuse calls without it; TF/JAX servers ignore it).
+// refuse calls without it; TF/JAX servers ignore it). `security`: plaintext or TLS
+// (common/grpc/tls.h); null: plaintext.
 class GrpcConnector final : public ProfilerConnector {
  public:
-  explicit GrpcConnector(std::string auth_token = "") : auth_token_(std::move(auth_token)) {}
+  explicit GrpcConnector(std::string auth_token = "",
+                         std::shared_ptr<const tls::ChannelSecurity> security = nullptr);
   std::unique_ptr<ProfilerConnection> Connect(const std::string& address) override;
+  std::string ExplainConnectFailure(const std::string& address) override;
 
  private:
   const std::string auth_token_;
+  const std::shared_ptr<const tls::ChannelSecurity> security_;
 };
 
 }  // namespace clusterprof::coordinator

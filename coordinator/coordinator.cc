@@ -250,6 +250,9 @@ class Run {
   void ApplySession(const GetSessionResponse& session, TargetState& target);
   static void ApplyUploads(const GetSessionResponse& session, TargetResult& result);
   void Report();
+  // Adds to the message of failed targets that could not be reached what the connector can
+  // tell of the cause (a TLS certificate not accepted, and why), for a few of them at once.
+  void ExplainConnectFailures();
   // Report, at most once a kProgressInterval (a loop that wakes often at 10,000 targets).
   void ReportEvery();
   RunResult Snapshot();
@@ -314,7 +317,7 @@ class Run {
 void Run::Connect() {
   connector_ = options_.connector;
   if (connector_ == nullptr) {
-    own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token);
+    own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token, options_.security);
     connector_ = own_connector_.get();
   }
   targets_.reserve(options_.targets.size());
@@ -1345,6 +1348,56 @@ void Run::SendStops() {
   }
 }
 
+void Run::ExplainConnectFailures() {
+  // The same fault (one CA, one certificate) usually fails every target alike: a few are looked
+  // at, in parallel, and their finding is given to the others whose error reads the same.
+  constexpr size_t kExplained = 8;
+  std::vector<size_t> failed;
+  std::map<std::string, std::vector<size_t>> by_error;
+  {
+    MutexLock lock(&pending_.mu());
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      const TargetResult& result = targets_[i].result;
+      if (result.outcome != Outcome::kFailed || !StartsWith(result.message, "UNAVAILABLE")) {
+        continue;
+      }
+      // "UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: ipv4:ADDR: why":
+      // the part after the address is what the targets share.
+      std::string_view why = result.message;
+      if (const size_t at = why.find(result.address); at != std::string_view::npos) {
+        why.remove_prefix(at + result.address.size());
+      }
+      std::vector<size_t>& same = by_error[std::string(why)];
+      if (same.empty() && failed.size() < kExplained) failed.push_back(i);
+      same.push_back(i);
+    }
+  }
+  if (failed.empty()) return;
+  std::vector<std::string> found(failed.size());
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < failed.size(); ++k) {
+    threads.emplace_back([this, &found, k, address = targets_[failed[k]].result.address] {
+      found[k] = connector_->ExplainConnectFailure(address);
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  MutexLock lock(&pending_.mu());
+  for (auto& [why, members] : by_error) {
+    const auto first = std::find_if(failed.begin(), failed.end(), [&](size_t i) {
+      return std::find(members.begin(), members.end(), i) != members.end();
+    });
+    if (first == failed.end()) continue;
+    const std::string& finding = found[first - failed.begin()];
+    if (finding.empty()) continue;
+    for (size_t i : members) {
+      TargetResult& result = targets_[i].result;
+      result.message = i == *first ? StrCat(result.message, " (", finding, ")")
+                                   : StrCat(result.message, " (as for ",
+                                            targets_[*first].result.address, ": ", finding, ")");
+    }
+  }
+}
+
 absl::StatusOr<RunResult> Run::Execute() {
   const int64_t created_ns = clock_.WallNs();
   CLUSTERPROF_RETURN_IF_ERROR(Prepare(created_ns));
@@ -1412,6 +1465,7 @@ absl::StatusOr<RunResult> Run::Execute() {
 
   if (stopper_.joinable()) stopper_.join();
   if (cancelled()) return Cancelled();
+  ExplainConnectFailures();
   RunResult result = Snapshot();
   result.stopped_ns = stopped_ns_.load(std::memory_order_acquire);
   if (options_.write_manifest) WriteManifest(&result, created_ns);
@@ -1462,6 +1516,8 @@ std::string_view OutcomeName(Outcome outcome) {
 }
 
 bool IsRetryable(const absl::Status& status) {
+  // A certificate that is not accepted stays so: retrying would only delay the verdict.
+  if (tls::IsTlsVerificationFailure(StdView(status.message()))) return false;
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kAlreadyExists ||
          status.code() == absl::StatusCode::kResourceExhausted ||

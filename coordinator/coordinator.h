@@ -32,6 +32,10 @@ namespace clusterprof::storage {
 class StorageSet;
 }  // namespace clusterprof::storage
 
+namespace clusterprof::tls {
+class ChannelSecurity;
+}  // namespace clusterprof::tls
+
 namespace clusterprof::analysis {
 struct HostDigest;
 class PackedDigest;
@@ -97,7 +101,11 @@ struct CaptureOptions {
   // Sent as "authorization: Bearer <token>" on every call, for sidecars started with
   // --auth-token-file; empty: none. Only for the default connector.
   std::string auth_token;
-  // How the servers are reached (connector.h); nullptr: gRPC (GrpcConnector with auth_token).
+  // Plaintext or TLS to the servers (common/grpc/tls.h); null: plaintext. Only for the default
+  // connector.
+  std::shared_ptr<const tls::ChannelSecurity> security;
+  // How the servers are reached (connector.h); nullptr: gRPC (GrpcConnector with auth_token and
+  // security).
   ProfilerConnector* connector = nullptr;
   // Cancel() ends the capture early: calls in flight are cancelled and Capture returns
   // CANCELLED, writing no manifest. nullptr: not cancellable.

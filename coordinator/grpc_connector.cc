@@ -39,7 +39,8 @@ std::string ChannelTarget(const std::string& address) {
 
 class GrpcConnection final : public ProfilerConnection {
  public:
-  GrpcConnection(const std::string& address, std::string auth_token)
+  GrpcConnection(const std::string& address, std::string auth_token,
+                 const tls::ChannelSecurity& security)
       : auth_token_(std::move(auth_token)) {
     grpc::ChannelArguments args;
     // A TF/JAX server answers Profile with the whole XSpace: no bound but gRPC's own. A
@@ -50,8 +51,8 @@ class GrpcConnection final : public ProfilerConnection {
     args.SetServiceConfigJSON(
         StrCat(R"({"methodConfig": [{"name": [{"service": "clusterprof.v1alpha1.Sidecar"}], )",
                R"("maxResponseMessageBytes": )", kMaxSidecarResponseBytes, "}]}"));
-    channel_ =
-        grpc::CreateCustomChannel(ChannelTarget(address), grpc::InsecureChannelCredentials(), args);
+    security.ConfigureArgs(&args);
+    channel_ = grpc::CreateCustomChannel(ChannelTarget(address), security.credentials(), args);
     profiler_ = tensorflow::ProfilerService::NewStub(channel_);
     sidecar_ = v1alpha1::Sidecar::NewStub(channel_);
   }
@@ -228,8 +229,17 @@ class GrpcConnection final : public ProfilerConnection {
 
 }  // namespace
 
+GrpcConnector::GrpcConnector(std::string auth_token,
+                             std::shared_ptr<const tls::ChannelSecurity> security)
+    : auth_token_(std::move(auth_token)),
+      security_(security != nullptr ? std::move(security) : tls::ChannelSecurity::Insecure()) {}
+
 std::unique_ptr<ProfilerConnection> GrpcConnector::Connect(const std::string& address) {
-  return std::make_unique<GrpcConnection>(address, auth_token_);
+  return std::make_unique<GrpcConnection>(address, auth_token_, *security_);
+}
+
+std::string GrpcConnector::ExplainConnectFailure(const std::string& address) {
+  return security_->Diagnose(address);
 }
 
 }  // namespace clusterprof::coordinator

@@ -6,6 +6,7 @@
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
 #include "common/base/grpc_status.h"
 #include "common/base/strings.h"
+#include "common/base/token_file.h"
 #include "grpcpp/grpcpp.h"
 
 namespace clusterprof::coordinator {
@@ -86,18 +87,30 @@ void StepWatcher::Run(Stream* stream) {
   Clock& clock = options_.clock != nullptr ? *options_.clock : SystemClock();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  const std::shared_ptr<const tls::ChannelSecurity> security =
+      options_.security != nullptr ? options_.security : tls::ChannelSecurity::Insecure();
+  security->ConfigureArgs(&args);
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(stream->state.address, grpc::InsecureChannelCredentials(), args);
+      grpc::CreateCustomChannel(stream->state.address, security->credentials(), args);
   std::unique_ptr<v1alpha1::Sidecar::Stub> stub = v1alpha1::Sidecar::NewStub(channel);
   int64_t backoff_ms = options_.reconnect_min_ms;
+  std::string last_token;
   while (true) {
+    std::string token = options_.auth_token;
+    if (!options_.auth_token_file.empty()) {
+      // A file that cannot be read now (being rewritten) keeps the token last read.
+      if (absl::StatusOr<std::string> read = ReadTokenFile(options_.auth_token_file); read.ok()) {
+        last_token = *std::move(read);
+      }
+      token = last_token;
+    }
     // The clock offset, from the probe with the smallest round trip.
     int64_t best_rtt = INT64_MAX;
     int64_t offset = 0;
     std::string probe_error;
     for (int i = 0; i < kClockProbes; ++i) {
       grpc::ClientContext context;
-      AddToken(options_.auth_token, &context);
+      AddToken(token, &context);
       context.set_deadline(GrpcTimeout(kProbeTimeoutMs * kNanosPerMilli));
       v1alpha1::GetInfoResponse info;
       const int64_t sent = clock.WallNs();
@@ -115,7 +128,7 @@ void StepWatcher::Run(Stream* stream) {
     bool opened = false;
     if (probe_error.empty()) {
       grpc::ClientContext context;
-      AddToken(options_.auth_token, &context);
+      AddToken(token, &context);
       {
         MutexLock lock(&mu_);
         if (stream->stop) return;

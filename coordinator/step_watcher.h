@@ -20,6 +20,7 @@
 #include "analysis/digest.h"
 #include "common/base/clock.h"
 #include "common/base/mutex.h"
+#include "common/grpc/tls.h"
 
 namespace clusterprof::coordinator {
 
@@ -64,6 +65,11 @@ class StepWatcher final : public StepSource {
   struct Options {
     // "authorization: Bearer <token>" on every call; empty: none.
     std::string auth_token;
+    // A file with the token instead (a mounted Secret), reread each time a stream (re)opens, so
+    // a rotated token is sent from then on.
+    std::string auth_token_file;
+    // Plaintext or TLS (common/grpc/tls.h); null: plaintext.
+    std::shared_ptr<const tls::ChannelSecurity> security;
     // Steps kept per sidecar, and asked for when a stream (re)opens.
     int max_steps = 1024;
     int history = 256;

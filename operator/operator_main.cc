@@ -10,6 +10,7 @@
 #include "common/base/env.h"
 #include "common/base/logging.h"
 #include "common/base/process.h"
+#include "common/grpc/tls.h"
 #include "operator/kube/config.h"
 #include "operator/manager/manager.h"
 #include "spdlog/spdlog.h"
@@ -56,6 +57,15 @@ int main(int argc, char** argv) {
   app.add_option("--sidecar-token-file", options.jobs.sidecar_token_file,
                  "File with the bearer token the sidecars require (their --auth-token-file); "
                  "read for each capture");
+  std::string sidecar_tls_ca_file;
+  std::string sidecar_tls_server_name = clusterprof::tls::kDefaultServerName;
+  app.add_option("--sidecar-tls-ca-file", sidecar_tls_ca_file,
+                 "Reach the sidecars over TLS, verifying their certificate against this CA file "
+                 "(a mounted Secret, reread when it changes); without it, plaintext");
+  app.add_option("--sidecar-tls-server-name", sidecar_tls_server_name,
+                 "The name verified in the sidecars' certificate in place of the pod IP (the "
+                 "chart's sidecar.tls.serverName)")
+      ->capture_default_str();
   app.add_option("--recorder-window-ms", options.triggers.recorder_window_ms,
                  "How long the sidecars' flight recorders keep annotations (the chart's "
                  "sidecar.recorder.windowMs): a ProfileTrigger asking a longer lookback is refused")
@@ -105,6 +115,23 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.webhook.injection = *std::move(injection);
+  }
+  if (!sidecar_tls_ca_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const clusterprof::tls::ChannelSecurity>> security =
+        clusterprof::tls::ChannelSecurity::Tls(sidecar_tls_ca_file, sidecar_tls_server_name);
+    if (!security.ok()) {
+      spdlog::error("--sidecar-tls-ca-file: {}", std::string(security.status().message()));
+      return 2;
+    }
+    options.jobs.sidecar_security = *std::move(security);
+    spdlog::info(
+        "sidecars are reached over TLS, their certificate verified against {} for the "
+        "name {}",
+        sidecar_tls_ca_file, sidecar_tls_server_name);
+  } else {
+    spdlog::warn(
+        "sidecars are reached in plaintext (no --sidecar-tls-ca-file): their bearer token "
+        "crosses the pod network readable");
   }
   options.lease_duration_ns = static_cast<int64_t>(lease_s * kNanosPerSecond);
   options.renew_deadline_ns = static_cast<int64_t>(renew_s * kNanosPerSecond);

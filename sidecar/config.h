@@ -72,6 +72,23 @@ struct SidecarConfig {
   // XProf's capture button and jax.collect_profile, which send no token, can reach the sidecar
   // that way. The pod's other containers share that loopback too.
   bool allow_loopback_without_token = false;
+  // After the token file changes, the token it held before is still accepted this long, so
+  // that clients that read the old one (a capture under way, an operator whose copy of the
+  // Secret is updated later than the sidecar's) are not refused. 0: at once.
+  int64_t token_grace_seconds = 300;
+  // TLS on the gRPC port (docs/security.md): a PEM certificate and its key (a mounted Secret,
+  // reread when it changes). Both or neither. With TLS the port also takes plaintext on the
+  // pod's loopback (127.0.0.1 and ::1, the same port number), where kubectl port-forward
+  // arrives, so XProf and JAX clients, which speak plaintext, still reach the sidecar that way.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // How long a connection may take to finish its handshakes (TLS, then HTTP/2's) before it is
+  // closed, so that connections that never finish cannot pile up.
+  int64_t handshake_timeout_ms = 10'000;
+  // Connections to the gRPC port kept open at once, per peer address and in all; the newest
+  // beyond either are closed (sidecar/connection_guard.h). 0: no limit.
+  int max_connections_per_peer = 64;
+  int max_connections = 512;
   // A copy of the GPU tracing library (libclusterprof_cupti.so) to place in shm_dir at start,
   // where the pod's CUDA processes load it (CUDA_INJECTION64_PATH, set by the injection
   // webhook); empty: none.

@@ -21,7 +21,59 @@ void SidecarMetrics::StepFinished(int64_t step, int64_t start_ns, int64_t end_ns
   last_step_end_->Set(std::max(last_step_end_->Value(), static_cast<double>(end_ns) / 1e9));
 }
 
+void SidecarMetrics::CallUnauthenticated(std::string_view reason) {
+  unauthenticated_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void SidecarMetrics::HandshakeFailed(std::string_view reason) {
+  handshake_failures_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void SidecarMetrics::ConnectionsClosed(std::string_view reason, int count) {
+  connections_closed_->Add({{"reason", std::string(reason)}}).Increment(count);
+}
+
+void SidecarMetrics::CredentialReloaded(std::string_view file, std::string_view result) {
+  credential_reloads_->Add({{"file", std::string(file)}, {"result", std::string(result)}})
+      .Increment();
+}
+
+void SidecarMetrics::SetCertificateExpiry(double not_after_seconds) {
+  certificate_expiry_->Set(not_after_seconds);
+}
+
 SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  unauthenticated_ = &prometheus::BuildCounter()
+                          .Name("clusterprof_sidecar_unauthenticated_calls_total")
+                          .Help(
+                              "gRPC calls refused for their bearer token, by reason (missing, "
+                              "malformed, wrong, rotated_out)")
+                          .Register(*registry_);
+  handshake_failures_ = &prometheus::BuildCounter()
+                             .Name("clusterprof_sidecar_handshake_failures_total")
+                             .Help(
+                                 "Connections to the gRPC port whose handshake failed, by cause "
+                                 "(timeout, plaintext_client, closed, tls_error, other)")
+                             .Register(*registry_);
+  connections_closed_ = &prometheus::BuildCounter()
+                             .Name("clusterprof_sidecar_connections_closed_total")
+                             .Help(
+                                 "gRPC connections closed for being over a limit (per_peer: "
+                                 "--max-connections-per-peer, total: --max-connections)")
+                             .Register(*registry_);
+  credential_reloads_ = &prometheus::BuildCounter()
+                             .Name("clusterprof_sidecar_credential_reloads_total")
+                             .Help(
+                                 "Changes of the token or certificate files seen, by file and "
+                                 "result (ok; unreadable, empty, invalid: the one before stays)")
+                             .Register(*registry_);
+  certificate_expiry_ = &prometheus::BuildGauge()
+                             .Name("clusterprof_sidecar_tls_certificate_expiry_timestamp_seconds")
+                             .Help(
+                                 "When the serving certificate expires (notAfter, seconds since "
+                                 "the epoch; 0: no TLS)")
+                             .Register(*registry_)
+                             .Add({});
   captures_ = &prometheus::BuildCounter()
                    .Name("clusterprof_sidecar_captures_total")
                    .Help("Captures finished, by outcome (ok, empty, failed, cancelled)")

@@ -40,6 +40,18 @@ class SidecarMetrics final : public SessionObserver {
   // What the gs:// uploader did (GcsStorageOptions::observer); thread-safe.
   void UploadEvent(const storage::UploadEvent& event);
 
+  // The gRPC port's guards (docs/security.md); thread-safe. A call refused for its bearer token,
+  // by reason (TokenAuth::Options::on_refused).
+  void CallUnauthenticated(std::string_view reason);
+  // A connection whose handshake failed on the server, by cause (common/grpc/log_bridge.h).
+  void HandshakeFailed(std::string_view reason);
+  // Connections closed for being over a limit (ConnectionGuard), by which.
+  void ConnectionsClosed(std::string_view reason, int count);
+  // A credential file ("token", "certificate") changed and was read: "ok" or why not.
+  void CredentialReloaded(std::string_view file, std::string_view result);
+  // The serving certificate's notAfter, in seconds since the epoch (0: no TLS).
+  void SetCertificateExpiry(double not_after_seconds);
+
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* captures_;
@@ -60,6 +72,11 @@ class SidecarMetrics final : public SessionObserver {
   prometheus::Counter* spool_full_;
   prometheus::Gauge* spool_bytes_;
   prometheus::Family<prometheus::Gauge>* spool_files_;
+  prometheus::Family<prometheus::Counter>* unauthenticated_;
+  prometheus::Family<prometheus::Counter>* handshake_failures_;
+  prometheus::Family<prometheus::Counter>* connections_closed_;
+  prometheus::Family<prometheus::Counter>* credential_reloads_;
+  prometheus::Gauge* certificate_expiry_;
 };
 
 }  // namespace clusterprof::sidecar

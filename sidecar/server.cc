@@ -1,5 +1,8 @@
 #include "sidecar/server.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -8,10 +11,13 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/time/time.h"
 #include "common/base/env.h"
 #include "common/base/grpc_status.h"
+#include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
+#include "common/grpc/tls.h"
 #include "common/http/health_server.h"
 #include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
@@ -39,9 +45,23 @@ std::string DefaultHostName() {
 
 std::string DefaultShmDir() { return GetEnv(shm::kDirEnv).value_or(shm::kDefaultDir); }
 
-absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port) {
-  return storage::WriteFileDurably(path, StrCat("grpc=", grpc_port, "\nhttp=", http_port, "\n"),
-                                   0644);
+absl::Status WritePortFile(const std::string& path, int grpc_port, int http_port,
+                           int loopback_port) {
+  std::string text = StrCat("grpc=", grpc_port, "\nhttp=", http_port, "\n");
+  if (loopback_port > 0) text += StrCat("grpc_loopback=", loopback_port, "\n");
+  return storage::WriteFileDurably(path, text, 0644);
+}
+
+// Whether ::1 can be bound (pods of IPv4-only clusters may have IPv6 off).
+bool LoopbackV6Available() {
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in6 address = {};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_loopback;
+  const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  close(fd);
+  return bound;
 }
 
 }  // namespace
@@ -81,6 +101,22 @@ absl::Status ValidateConfig(const SidecarConfig& config) {
   }
   if (config.upload_wait_ms < 0) {
     return absl::InvalidArgumentError("--upload-wait-ms must not be negative");
+  }
+  if (config.tls_cert_file.empty() != config.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert-file and --tls-key-file go together: give both, or neither for plaintext");
+  }
+  if (config.token_grace_seconds < 0 || config.token_grace_seconds > 7 * 86400) {
+    return absl::InvalidArgumentError(StrCat("--token-grace-seconds ", config.token_grace_seconds,
+                                             " is out of range: give 0 to 604800 (a week)"));
+  }
+  if (config.handshake_timeout_ms < 100 || config.handshake_timeout_ms > 600'000) {
+    return absl::InvalidArgumentError(StrCat("--handshake-timeout-ms ", config.handshake_timeout_ms,
+                                             " is out of range: give 100 to 600000"));
+  }
+  if (config.max_connections_per_peer < 0 || config.max_connections < 0) {
+    return absl::InvalidArgumentError(
+        "--max-connections-per-peer and --max-connections must not be negative (0: no limit)");
   }
   if (config.recorder_level < 0 || config.recorder_level > 3) {
     return absl::InvalidArgumentError(StrCat("--recorder-level ", config.recorder_level,
@@ -146,10 +182,27 @@ struct SidecarServer::Impl {
   std::unique_ptr<grpc::Server> grpc_server;
   std::unique_ptr<http::HealthServer> health;
   int grpc_port = 0;
+  // The plaintext listener on loopback beside a TLS port (0: none).
+  int loopback_port = 0;
   std::atomic<bool> shut_down{false};
 
+  // Watches the serving certificate for the log and /metrics (gRPC rereads it by itself).
+  std::thread certificate_watch;
+  Mutex watch_mu;
+  bool stop_watch ABSL_GUARDED_BY(watch_mu) = false;
+
   ~Impl() {
+    StopCertificateWatch();
     if (resume_spool.joinable()) resume_spool.join();
+  }
+
+  void StartCertificateWatch(const SidecarConfig& config);
+  void StopCertificateWatch() {
+    {
+      MutexLock lock(&watch_mu);
+      stop_watch = true;
+    }
+    if (certificate_watch.joinable()) certificate_watch.join();
   }
 
   // The shared memory and the annotation and GPU tracers that read it.
@@ -265,8 +318,18 @@ absl::Status SidecarServer::Impl::StartFrameworkTracer(const SidecarConfig& conf
 absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, RequestPolicy policy) {
   sessions = std::make_unique<SessionManager>(*clock, tracers, metrics.get(), storages.get());
   if (!config.auth_token_file.empty()) {
-    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded =
-        TokenAuth::Create(config.auth_token_file, config.allow_loopback_without_token);
+    TokenAuth::Options auth_options;
+    auth_options.path = config.auth_token_file;
+    auth_options.allow_loopback = config.allow_loopback_without_token;
+    auth_options.grace_ns = config.token_grace_seconds * kNanosPerSecond;
+    auth_options.clock = clock;
+    auth_options.on_refused = [metrics = metrics.get()](std::string_view reason) {
+      metrics->CallUnauthenticated(reason);
+    };
+    auth_options.on_reload = [metrics = metrics.get()](std::string_view result) {
+      metrics->CredentialReloaded("token", result);
+    };
+    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded = TokenAuth::Create(std::move(auth_options));
     if (!loaded.ok()) {
       return absl::InvalidArgumentError(StrCat("--auth-token-file: ", loaded.status().message()));
     }
@@ -289,7 +352,28 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   const std::string address = config.address.find(':') != std::string::npos
                                   ? StrCat("[", config.address, "]:", config.port)
                                   : StrCat(config.address, ":", config.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &grpc_port);
+  if (config.tls_cert_file.empty()) {
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &grpc_port);
+  } else {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        tls::MakeServerCredentials(config.tls_cert_file, config.tls_key_file);
+    if (!credentials.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat("--tls-cert-file/--tls-key-file: ", credentials.status().message()));
+    }
+    builder.AddListeningPort(address, *credentials, &grpc_port);
+    // Plaintext on the pod's loopback, where kubectl port-forward arrives: the more specific
+    // binds take loopback's connections from the wildcard one (gRPC binds with SO_REUSEPORT).
+    // With port 0 (tests) the loopback listener gets a free port of its own.
+    builder.AddListeningPort(StrCat("127.0.0.1:", config.port), grpc::InsecureServerCredentials(),
+                             &loopback_port);
+    if (config.port != 0 && LoopbackV6Available()) {
+      builder.AddListeningPort(StrCat("[::1]:", config.port), grpc::InsecureServerCredentials());
+    }
+  }
+  // Connections that never finish their handshakes are closed after this (default 120 s).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(config.handshake_timeout_ms));
   builder.RegisterService(profiler_service.get());
   builder.RegisterService(sidecar_service.get());
   unknown_methods = std::make_unique<UnknownMethodService>(auth.get());
@@ -297,13 +381,72 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   // An XSpace in a response (emit_xspace) can be large; requests are small.
   builder.SetMaxSendMessageSize(INT32_MAX);
   grpc_server = builder.BuildAndStart();
-  if (grpc_server == nullptr || grpc_port == 0) {
+  if (grpc_server == nullptr || grpc_port == 0 ||
+      (!config.tls_cert_file.empty() && loopback_port == 0)) {
     return absl::UnavailableError(
         StrCat("cannot serve gRPC on ", address,
                " (port in use, or not an address of this host?): choose another port with --port "
                "(0 picks a free one) or another address with --address"));
   }
   return absl::OkStatus();
+}
+
+void SidecarServer::Impl::StartCertificateWatch(const SidecarConfig& config) {
+  if (config.tls_cert_file.empty()) return;
+  const auto describe = [](const tls::CertificateInfo& info) {
+    std::string names;
+    for (const std::string& name : info.dns_names) names += StrCat(names.empty() ? "" : ", ", name);
+    return StrCat(info.subject, " (", names.empty() ? "no DNS name" : names, "), valid until ",
+                  absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(info.not_after_s),
+                                   absl::UTCTimeZone()));
+  };
+  if (absl::StatusOr<tls::CertificateInfo> info = tls::ReadCertificate(config.tls_cert_file);
+      info.ok()) {
+    spdlog::info("serving TLS with the certificate {}", describe(*info));
+    metrics->SetCertificateExpiry(static_cast<double>(info->not_after_s));
+  }
+  certificate_watch = std::thread([this, config, describe] {
+    struct stat seen = {};
+    stat(config.tls_cert_file.c_str(), &seen);
+    int64_t expired_logged_for = 0;
+    while (true) {
+      {
+        MutexLock lock(&watch_mu);
+        if (watch_mu.AwaitWithTimeout([this]()
+                                          ABSL_NO_THREAD_SAFETY_ANALYSIS { return stop_watch; },
+                                      std::chrono::seconds(tls::kDefaultReloadSeconds))) {
+          return;
+        }
+      }
+      struct stat now = {};
+      if (stat(config.tls_cert_file.c_str(), &now) != 0) continue;
+      const bool changed = now.st_ino != seen.st_ino || now.st_size != seen.st_size ||
+                           now.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
+                           now.st_mtim.tv_nsec != seen.st_mtim.tv_nsec;
+      absl::StatusOr<tls::CertificateInfo> info = tls::ReadCertificate(config.tls_cert_file);
+      if (changed) {
+        seen = now;
+        if (absl::Status pair = tls::CheckKeyPair(config.tls_cert_file, config.tls_key_file);
+            !pair.ok() || !info.ok()) {
+          spdlog::error("the TLS files changed but cannot be served: {}",
+                        std::string(!pair.ok() ? pair.message() : info.status().message()));
+          metrics->CredentialReloaded("certificate", "invalid");
+          continue;
+        }
+        spdlog::info("the serving certificate changed: new connections get {}", describe(*info));
+        metrics->CredentialReloaded("certificate", "ok");
+        metrics->SetCertificateExpiry(static_cast<double>(info->not_after_s));
+      }
+      if (info.ok() && info->not_after_s < clock->WallNs() / kNanosPerSecond &&
+          expired_logged_for != info->not_after_s) {
+        expired_logged_for = info->not_after_s;
+        spdlog::error(
+            "the serving certificate {} has expired: clients refuse it until it is "
+            "renewed",
+            describe(*info));
+      }
+    }
+  });
 }
 
 absl::Status SidecarServer::Impl::StartHealth(const SidecarConfig& config) {
@@ -330,6 +473,7 @@ SidecarServer::SidecarServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)
 SidecarServer::~SidecarServer() { Shutdown(); }
 
 int SidecarServer::grpc_port() const { return impl_->grpc_port; }
+int SidecarServer::loopback_grpc_port() const { return impl_->loopback_port; }
 int SidecarServer::http_port() const {
   return impl_->health != nullptr ? impl_->health->port() : -1;
 }
@@ -347,6 +491,7 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
   const std::string host_name = policy.default_host_name;
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartGrpc(config, std::move(policy)));
   CLUSTERPROF_RETURN_IF_ERROR(impl->StartHealth(config));
+  impl->StartCertificateWatch(config);
   const std::string shm_dir = impl->shm->dir();
   std::unique_ptr<SidecarServer> server(new SidecarServer(std::move(impl)));
   spdlog::info(
@@ -356,8 +501,8 @@ absl::StatusOr<std::unique_ptr<SidecarServer>> SidecarServer::Start(const Sideca
       server->http_port() >= 0 ? StrCat(", HTTP on port ", server->http_port()) : "", host_name,
       shm_dir);
   if (!config.port_file.empty()) {
-    CLUSTERPROF_RETURN_IF_ERROR(
-        WritePortFile(config.port_file, server->grpc_port(), server->http_port()));
+    CLUSTERPROF_RETURN_IF_ERROR(WritePortFile(config.port_file, server->grpc_port(),
+                                              server->http_port(), server->loopback_grpc_port()));
   }
   return server;
 }
@@ -385,6 +530,7 @@ void SidecarServer::Shutdown() {
   impl_->storages->Shutdown(kUploadDrainNs);
   impl_->storages.reset();
   impl_->health.reset();
+  impl_->StopCertificateWatch();
 }
 
 }  // namespace clusterprof::sidecar

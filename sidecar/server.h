@@ -23,6 +23,9 @@ class SidecarServer {
   void Shutdown();
 
   int grpc_port() const;
+  // With TLS: the plaintext listener on loopback (the same as grpc_port() unless that was
+  // asked as 0); 0 without TLS.
+  int loopback_grpc_port() const;
   int http_port() const;  // -1 when off
 
  private:

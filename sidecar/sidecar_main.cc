@@ -117,6 +117,24 @@ int main(int argc, char** argv) {
   app.add_flag("--allow-loopback-without-token", flags.allow_loopback_without_token,
                "With --auth-token-file: calls from the pod's loopback (kubectl port-forward, "
                "XProf's capture button through it) need no token");
+  app.add_option("--token-grace-seconds", flags.token_grace_seconds,
+                 "After the token file changes, the previous token is still accepted this long")
+      ->capture_default_str();
+  app.add_option("--tls-cert-file", flags.tls_cert_file,
+                 "Serve TLS on --port with this PEM certificate (a mounted Secret, reread when "
+                 "it changes); plaintext is then served on the pod's loopback only (127.0.0.1 "
+                 "and ::1, same port: kubectl port-forward)");
+  app.add_option("--tls-key-file", flags.tls_key_file, "The PEM key of --tls-cert-file");
+  app.add_option("--handshake-timeout-ms", flags.handshake_timeout_ms,
+                 "Connections that have not finished their handshakes by then are closed")
+      ->capture_default_str();
+  app.add_option("--max-connections-per-peer", flags.max_connections_per_peer,
+                 "gRPC connections kept open per peer address; the newest beyond are closed (0: "
+                 "no limit)")
+      ->capture_default_str();
+  app.add_option("--max-connections", flags.max_connections,
+                 "gRPC connections kept open in all; the newest beyond are closed (0: no limit)")
+      ->capture_default_str();
   app.add_option("--install-injection-library", flags.install_injection_library,
                  "Copy this libclusterprof_cupti.so into the shared-memory directory at start, "
                  "for the pod's CUDA processes to load (CUDA_INJECTION64_PATH)");
@@ -170,6 +188,14 @@ int main(int argc, char** argv) {
   if (given("--allow-loopback-without-token")) {
     config.allow_loopback_without_token = flags.allow_loopback_without_token;
   }
+  if (given("--token-grace-seconds")) config.token_grace_seconds = flags.token_grace_seconds;
+  if (given("--tls-cert-file")) config.tls_cert_file = flags.tls_cert_file;
+  if (given("--tls-key-file")) config.tls_key_file = flags.tls_key_file;
+  if (given("--handshake-timeout-ms")) config.handshake_timeout_ms = flags.handshake_timeout_ms;
+  if (given("--max-connections-per-peer")) {
+    config.max_connections_per_peer = flags.max_connections_per_peer;
+  }
+  if (given("--max-connections")) config.max_connections = flags.max_connections;
   if (given("--install-injection-library")) {
     config.install_injection_library = flags.install_injection_library;
   }

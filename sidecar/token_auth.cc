@@ -2,9 +2,12 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
+
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/base/token_file.h"
+#include "spdlog/spdlog.h"
 
 namespace clusterprof::sidecar {
 namespace {
@@ -45,51 +48,126 @@ bool IsLoopbackPeer(std::string_view peer) {
   return dots == 2;
 }
 
+bool TokenAuth::FileStamp::operator==(const FileStamp& other) const {
+  return inode == other.inode && size == other.size && mtime.tv_sec == other.mtime.tv_sec &&
+         mtime.tv_nsec == other.mtime.tv_nsec;
+}
+
+TokenAuth::TokenAuth(Options options)
+    : options_(std::move(options)),
+      clock_(options_.clock != nullptr ? *options_.clock : SystemClock()) {}
+
 absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Create(std::string path,
                                                              bool allow_loopback) {
-  std::unique_ptr<TokenAuth> auth(new TokenAuth(std::move(path), allow_loopback));
+  Options options;
+  options.path = std::move(path);
+  options.allow_loopback = allow_loopback;
+  return Create(std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Create(Options options) {
+  std::unique_ptr<TokenAuth> auth(new TokenAuth(std::move(options)));
   MutexLock lock(&auth->mu_);
   CLUSTERPROF_RETURN_IF_ERROR(auth->ReloadLocked());
   return auth;
 }
 
-absl::Status TokenAuth::ReloadLocked() {
+namespace {
+
+absl::StatusOr<struct stat> Stat(const std::string& path) {
   struct stat st;
-  if (stat(path_.c_str(), &st) != 0)
-    return ErrnoToStatus(errno, "cannot stat the token file", path_);
-  if (!token_.empty() && st.st_mtim.tv_sec == mtime_.tv_sec &&
-      st.st_mtim.tv_nsec == mtime_.tv_nsec) {
-    return absl::OkStatus();
+  if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "cannot stat the token file", path);
+  return st;
+}
+
+}  // namespace
+
+absl::Status TokenAuth::ReloadLocked() {
+  const auto report = [this](std::string_view result) {
+    if (options_.on_reload) options_.on_reload(result);
+  };
+  absl::StatusOr<struct stat> before = Stat(options_.path);
+  if (!before.ok()) {
+    // Missing (a Secret being replaced, or deleted): the token in force stays.
+    if (stamp_.size != -2) {
+      stamp_ = {.size = -2};
+      if (!token_.empty()) {
+        spdlog::warn("{}; keeping the bearer token read before",
+                     std::string(before.status().message()));
+        report("unreadable");
+      }
+    }
+    return before.status();
   }
-  CLUSTERPROF_ASSIGN_OR_RETURN(token_, ReadTokenFile(path_));
-  mtime_ = st.st_mtim;
+  const FileStamp stamp{before->st_ino, before->st_size, before->st_mtim};
+  if (!token_.empty() && stamp == stamp_) return absl::OkStatus();
+  absl::StatusOr<std::string> read = ReadTokenFile(options_.path);
+  absl::StatusOr<struct stat> after = Stat(options_.path);
+  if (read.ok() && after.ok() &&
+      !(FileStamp{after->st_ino, after->st_size, after->st_mtim} == stamp)) {
+    // Changed while read: read again at the next call, when it has settled.
+    return absl::UnavailableError(StrCat("the token file ", options_.path, " is being rewritten"));
+  }
+  stamp_ = stamp;
+  if (!read.ok()) {
+    if (!token_.empty()) {
+      const bool empty = before->st_size == 0 ||
+                         read.status().message().find("is empty") != std::string_view::npos;
+      spdlog::warn("{}; keeping the bearer token read before",
+                   std::string(read.status().message()));
+      report(empty ? "empty" : "unreadable");
+    }
+    return read.status();
+  }
+  if (*read == token_) return absl::OkStatus();
+  if (!token_.empty()) {
+    previous_ = std::move(token_);
+    previous_until_ns_ = clock_.MonotonicNs() + options_.grace_ns;
+    spdlog::info("the bearer token in {} changed; the one before is accepted for {} s more",
+                 options_.path, options_.grace_ns / kNanosPerSecond);
+  }
+  token_ = *std::move(read);
+  report("ok");
   return absl::OkStatus();
 }
 
 grpc::Status TokenAuth::Check(const grpc::ServerContextBase& context) {
-  if (allow_loopback_ && IsLoopbackPeer(context.peer())) return grpc::Status::OK;
-  std::string token;
-  {
-    MutexLock lock(&mu_);
-    // A rotated Secret takes effect here; a file that went missing keeps the last token.
-    (void)ReloadLocked();
-    token = token_;
-  }
+  if (options_.allow_loopback && IsLoopbackPeer(context.peer())) return grpc::Status::OK;
+  const auto refuse = [this](std::string_view reason, std::string message) {
+    if (options_.on_refused) options_.on_refused(reason);
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, std::move(message));
+  };
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorizationKey);
   if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this sidecar requires a bearer token (metadata \"authorization: Bearer "
-                        "<token>\"); the clusterprof operator and CLI send it with "
-                        "--sidecar-token-file / --token-file");
+    return refuse("missing",
+                  "this sidecar requires a bearer token (metadata \"authorization: Bearer "
+                  "<token>\"); the clusterprof operator and CLI send it with "
+                  "--sidecar-token-file / --token-file");
   }
-  const std::string_view value(it->second.data(), it->second.size());
-  if (!value.starts_with(kBearerPrefix) ||
-      !ConstantTimeEquals(value.substr(sizeof(kBearerPrefix) - 1), token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "the bearer token does not match this sidecar's");
+  std::string_view given(it->second.data(), it->second.size());
+  if (!ConsumePrefix(&given, kBearerPrefix)) {
+    return refuse("malformed", "the authorization metadata is not \"Bearer <token>\"");
   }
-  return grpc::Status::OK;
+  bool current = false;
+  bool previous = false;
+  bool previous_in_grace = false;
+  {
+    MutexLock lock(&mu_);
+    // A rotated Secret takes effect here; a file missing, empty or being rewritten keeps the
+    // token in force.
+    (void)ReloadLocked();
+    current = ConstantTimeEquals(given, token_);
+    previous = !previous_.empty() && ConstantTimeEquals(given, previous_);
+    previous_in_grace = clock_.MonotonicNs() < previous_until_ns_;
+  }
+  if (current || (previous && previous_in_grace)) return grpc::Status::OK;
+  if (previous) {
+    return refuse("rotated_out",
+                  "the bearer token was replaced and its grace period (--token-grace-seconds) "
+                  "is over: the client must read its token file again");
+  }
+  return refuse("wrong", "the bearer token does not match this sidecar's");
 }
 
 }  // namespace clusterprof::sidecar

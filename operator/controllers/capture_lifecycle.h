@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/grpc/tls.h"
 #include "coordinator/coordinator.h"
 #include "operator/api/types.h"
 #include "operator/controllers/targets.h"
@@ -31,6 +32,7 @@ struct CaptureSettings {
   int64_t grace_ms = 30'000;
   int clock_probes = 5;
   std::string auth_token;
+  std::shared_ptr<const tls::ChannelSecurity> security;
   coordinator::ProfilerConnector* connector = nullptr;
   storage::StorageSet* storages = nullptr;
 };

@@ -1,5 +1,6 @@
 #include "operator/controllers/metrics.h"
 
+#include "common/grpc/tls.h"
 #include "coordinator/coordinator.h"
 #include "operator/api/types.h"
 #include "prometheus/counter.h"
@@ -58,6 +59,13 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
                   .Name("clusterprof_operator_targets_total")
                   .Help("Targets of finished captures, by outcome (succeeded, empty, failed)")
                   .Register(*registry_);
+  refusals_ = &prometheus::BuildCounter()
+                   .Name("clusterprof_operator_sidecar_refusals_total")
+                   .Help(
+                       "Targets that failed because their sidecar refused the connection or the "
+                       "call, by reason (certificate_expired, certificate_unknown_ca, "
+                       "certificate_wrong_name, tls_other, plaintext_peer, token)")
+                   .Register(*registry_);
   upload_failures_ =
       &prometheus::BuildCounter()
            .Name("clusterprof_operator_upload_failures_total")
@@ -153,6 +161,13 @@ void OperatorMetrics::TargetUploads(const coordinator::TargetResult& target) {
     if (upload.state == "spooled" || upload.state == "uploading") state = "pending";
   }
   if (!state.empty()) upload_failures_->Add({{"state", std::string(state)}}).Increment();
+}
+
+void OperatorMetrics::TargetRefused(const coordinator::TargetResult& target) {
+  if (target.outcome != coordinator::Outcome::kFailed) return;
+  std::string_view reason = tls::TlsFailureReason(target.message);
+  if (reason.empty() && target.message.starts_with("UNAUTHENTICATED")) reason = "token";
+  if (!reason.empty()) refusals_->Add({{"reason", std::string(reason)}}).Increment();
 }
 
 void OperatorMetrics::QueueWaitEnded(std::string_view outcome, double seconds) {

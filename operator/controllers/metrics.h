@@ -49,6 +49,11 @@ class OperatorMetrics {
   // capture ended; the sidecar keeps trying). A target without files, or whose files are all
   // committed (or of a state it did not report), counts nothing.
   void TargetUploads(const coordinator::TargetResult& target);
+  // Counts a failed target that its sidecar refused, by why (docs/security.md): its TLS
+  // certificate was not accepted (certificate_expired, certificate_unknown_ca,
+  // certificate_wrong_name, tls_other), it answered in plaintext (plaintext_peer), or it refused
+  // the bearer token (token). Other failures count nothing here.
+  void TargetRefused(const coordinator::TargetResult& target);
   // A ProfileJob stopped waiting in the queue for targets other jobs held, after `seconds`:
   // outcome "scheduled" (its targets came free) or "timeout" (spec.queueTimeoutSeconds passed).
   void QueueWaitEnded(std::string_view outcome, double seconds);
@@ -73,6 +78,7 @@ class OperatorMetrics {
   prometheus::Histogram* start_skew_;
   prometheus::Family<prometheus::Counter>* targets_;
   prometheus::Family<prometheus::Counter>* upload_failures_;
+  prometheus::Family<prometheus::Counter>* refusals_;
   prometheus::Family<prometheus::Histogram>* queue_wait_;
   prometheus::Family<prometheus::Counter>* reconciles_;
   prometheus::Family<prometheus::Counter>* reconcile_errors_;

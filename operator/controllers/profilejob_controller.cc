@@ -684,6 +684,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                            .retry_backoff_ms = options_.retry_backoff_ms,
                            .grace_ms = options_.grace_ms,
                            .clock_probes = options_.clock_probes,
+                           .security = options_.sidecar_security,
                            .connector = options_.connector,
                            .storages = options_.storages};
   if (!options_.sidecar_token_file.empty()) {
@@ -809,6 +810,7 @@ bool ProfileJobController::FinishCapture(const std::string& key, const JobRef& j
                                : target.outcome == coordinator::Outcome::kEmpty ? "empty"
                                                                                 : "failed");
       metrics_->TargetUploads(target);
+      metrics_->TargetRefused(target);
       if (target.start_known) {
         metrics_->ObserveStartSkew(static_cast<double>(std::llabs(target.start_error_ns)) / 1e9);
       }

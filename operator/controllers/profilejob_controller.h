@@ -37,6 +37,7 @@
 #include "common/base/cancel.h"
 #include "common/base/clock.h"
 #include "common/base/mutex.h"
+#include "common/grpc/tls.h"
 #include "operator/api/types.h"
 #include "operator/controllers/metrics.h"
 #include "operator/controllers/status_writer.h"
@@ -73,8 +74,11 @@ struct ProfileJobControllerOptions {
   int64_t final_status_retry_ns = 5 * 60 * kNanosPerSecond;
   // Where run manifests are written (common/storage/storage_set.h); nullptr: a set per capture.
   storage::StorageSet* storages = nullptr;
+  // Plaintext or TLS to the sidecars (--sidecar-tls-ca-file; common/grpc/tls.h); null:
+  // plaintext.
+  std::shared_ptr<const tls::ChannelSecurity> sidecar_security;
   // How sidecars are reached (coordinator/connector.h); nullptr: gRPC, with the token file's
-  // token.
+  // token and sidecar_security.
   coordinator::ProfilerConnector* connector = nullptr;
 };
 

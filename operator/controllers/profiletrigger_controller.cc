@@ -7,7 +7,6 @@
 #include "common/base/check.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
-#include "common/base/token_file.h"
 #include "operator/controllers/capture_lifecycle.h"
 #include "operator/controllers/targets.h"
 #include "operator/controllers/worker.h"
@@ -323,15 +322,8 @@ void ProfileTriggerController::Follow(const std::string& key, const api::Profile
         watch->source = options_.step_source();
       } else {
         coordinator::StepWatcher::Options watch_options;
-        if (!options_.sidecar_token_file.empty()) {
-          absl::StatusOr<std::string> token = ReadTokenFile(options_.sidecar_token_file);
-          if (token.ok()) {
-            watch_options.auth_token = *token;
-          } else {
-            spdlog::error("profiletrigger {}: --sidecar-token-file: {}", key,
-                          std::string(token.status().message()));
-          }
-        }
+        watch_options.auth_token_file = options_.sidecar_token_file;
+        watch_options.security = options_.sidecar_security;
         watch_options.clock = clock_;
         watch->source = std::make_unique<coordinator::StepWatcher>(watch_options);
       }

@@ -35,6 +35,7 @@
 #include "analysis/trigger_rules.h"
 #include "common/base/clock.h"
 #include "common/base/mutex.h"
+#include "common/grpc/tls.h"
 #include "coordinator/step_watcher.h"
 #include "operator/api/trigger.h"
 #include "operator/controllers/metrics.h"
@@ -54,9 +55,11 @@ struct ProfileTriggerControllerOptions {
   int64_t evaluate_interval_ms = 100;
   int64_t status_interval_ms = 10'000;
   // Makes the StepSource of each trigger; default: a StepWatcher that sends the token of
-  // `sidecar_token_file` (read when the trigger's pods are first followed; empty: none).
+  // `sidecar_token_file` (reread each time a stream to a sidecar opens; empty: none) over
+  // `sidecar_security` (null: plaintext).
   std::function<std::unique_ptr<coordinator::StepSource>()> step_source;
   std::string sidecar_token_file;
+  std::shared_ptr<const tls::ChannelSecurity> sidecar_security;
 };
 
 class ProfileTriggerController : public kube::ResourceEventHandler {

@@ -321,6 +321,9 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
     if (trigger_options.sidecar_token_file.empty()) {
       trigger_options.sidecar_token_file = options.jobs.sidecar_token_file;
     }
+    if (trigger_options.sidecar_security == nullptr) {
+      trigger_options.sidecar_security = options.jobs.sidecar_security;
+    }
     trigger_controller = std::make_unique<controllers::ProfileTriggerController>(
         client.get(), &clock, triggers.get(), &jobs, &pods, &recorder, &metrics, trigger_options);
   } else {
