@@ -62,18 +62,23 @@ class ProfilerConnector {
 
 // gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent
 // as "authorization: Bearer <token>" on every call (sidecars started with --auth-token-file
-// refuse calls without it; TF/JAX servers ignore it). `security`: plaintext or TLS
-// (common/grpc/tls.h); null: plaintext.
+// refuse calls without it; TF/JAX servers ignore it). `previous_auth_token` non-empty: a call
+// that a sidecar refuses (UNAUTHENTICATED) with `auth_token` is made again with it: during a
+// rotation a sidecar may still hold the token before (the kubelet updates each pod's copy of a
+// Secret in its own time), and the connection keeps to the token that worked. `security`:
+// plaintext or TLS (common/grpc/tls.h); null: plaintext.
 class GrpcConnector final : public ProfilerConnector {
  public:
   explicit GrpcConnector(std::string auth_token = "",
-                         std::shared_ptr<const tls::ChannelSecurity> security = nullptr);
+                         std::shared_ptr<const tls::ChannelSecurity> security = nullptr,
+                         std::string previous_auth_token = "");
   std::unique_ptr<ProfilerConnection> Connect(const std::string& address) override;
   std::string ExplainConnectFailure(const std::string& address) override;
 
  private:
   const std::string auth_token_;
   const std::shared_ptr<const tls::ChannelSecurity> security_;
+  const std::string previous_auth_token_;
 };
 
 }  // namespace clusterprof::coordinator

@@ -317,7 +317,8 @@ class Run {
 void Run::Connect() {
   connector_ = options_.connector;
   if (connector_ == nullptr) {
-    own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token, options_.security);
+    own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token, options_.security,
+                                                     options_.previous_auth_token);
     connector_ = own_connector_.get();
   }
   targets_.reserve(options_.targets.size());

@@ -101,6 +101,9 @@ struct CaptureOptions {
   // Sent as "authorization: Bearer <token>" on every call, for sidecars started with
   // --auth-token-file; empty: none. Only for the default connector.
   std::string auth_token;
+  // Tried when a sidecar refuses auth_token (UNAUTHENTICATED): the token before a rotation, which
+  // a sidecar whose copy of the Secret is not updated yet still holds. Empty: none.
+  std::string previous_auth_token;
   // Plaintext or TLS to the servers (common/grpc/tls.h); null: plaintext. Only for the default
   // connector.
   std::shared_ptr<const tls::ChannelSecurity> security;

@@ -1,5 +1,6 @@
 #include <arpa/inet.h>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,9 +40,9 @@ std::string ChannelTarget(const std::string& address) {
 
 class GrpcConnection final : public ProfilerConnection {
  public:
-  GrpcConnection(const std::string& address, std::string auth_token,
+  GrpcConnection(const std::string& address, std::vector<std::string> auth_tokens,
                  const tls::ChannelSecurity& security)
-      : auth_token_(std::move(auth_token)) {
+      : auth_tokens_(std::move(auth_tokens)) {
     grpc::ChannelArguments args;
     // A TF/JAX server answers Profile with the whole XSpace: no bound but gRPC's own. A
     // clusterprof sidecar's answers are small (a session's digest is at most 8 MiB,
@@ -189,11 +190,31 @@ class GrpcConnection final : public ProfilerConnection {
   template <typename Request, typename Response, typename Start>
   void Call(const Request& request, int64_t timeout_ns, Done<Response> done,
             std::function<void()> accepted, Start start) {
+    CallWithToken(request, timeout_ns, std::move(done), std::move(accepted), std::move(start),
+                  token_index_.load(std::memory_order_relaxed));
+  }
+
+  // One call with auth_tokens_[index] (none when there are none); refused UNAUTHENTICATED, it is
+  // made again with the next token, if any.
+  template <typename Request, typename Response, typename Start>
+  void CallWithToken(const Request& request, int64_t timeout_ns, Done<Response> done,
+                     std::function<void()> accepted, Start start, size_t index) {
+    Done<Response> next = [this, request, timeout_ns, done = std::move(done), accepted, start,
+                           index](absl::StatusOr<Response> response) mutable {
+      if (!response.ok() && response.status().code() == absl::StatusCode::kUnauthenticated &&
+          index + 1 < auth_tokens_.size()) {
+        CallWithToken(request, timeout_ns, std::move(done), std::move(accepted), std::move(start),
+                      index + 1);
+        return;
+      }
+      if (response.ok()) token_index_.store(index, std::memory_order_relaxed);
+      done(std::move(response));
+    };
     auto call =
-        std::make_shared<UnaryCall<Request, Response>>(this, std::move(done), std::move(accepted));
+        std::make_shared<UnaryCall<Request, Response>>(this, std::move(next), std::move(accepted));
     call->request = request;
-    if (!auth_token_.empty()) {
-      call->context.AddMetadata("authorization", "Bearer " + auth_token_);
+    if (index < auth_tokens_.size()) {
+      call->context.AddMetadata("authorization", "Bearer " + auth_tokens_[index]);
     }
     call->context.set_deadline(GrpcTimeout(timeout_ns));
     bool refused;
@@ -215,7 +236,9 @@ class GrpcConnection final : public ProfilerConnection {
     raw->StartCall();
   }
 
-  const std::string auth_token_;
+  // The tokens to try, in order (none: no authorization metadata), and the one that worked last.
+  const std::vector<std::string> auth_tokens_;
+  std::atomic<size_t> token_index_{0};
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<tensorflow::ProfilerService::Stub> profiler_;
   std::unique_ptr<v1alpha1::Sidecar::Stub> sidecar_;
@@ -230,12 +253,19 @@ class GrpcConnection final : public ProfilerConnection {
 }  // namespace
 
 GrpcConnector::GrpcConnector(std::string auth_token,
-                             std::shared_ptr<const tls::ChannelSecurity> security)
+                             std::shared_ptr<const tls::ChannelSecurity> security,
+                             std::string previous_auth_token)
     : auth_token_(std::move(auth_token)),
-      security_(security != nullptr ? std::move(security) : tls::ChannelSecurity::Insecure()) {}
+      security_(security != nullptr ? std::move(security) : tls::ChannelSecurity::Insecure()),
+      previous_auth_token_(std::move(previous_auth_token)) {}
 
 std::unique_ptr<ProfilerConnection> GrpcConnector::Connect(const std::string& address) {
-  return std::make_unique<GrpcConnection>(address, auth_token_, *security_);
+  std::vector<std::string> tokens;
+  if (!auth_token_.empty()) tokens.push_back(auth_token_);
+  if (!previous_auth_token_.empty() && previous_auth_token_ != auth_token_) {
+    tokens.push_back(previous_auth_token_);
+  }
+  return std::make_unique<GrpcConnection>(address, std::move(tokens), *security_);
 }
 
 std::string GrpcConnector::ExplainConnectFailure(const std::string& address) {

@@ -10,6 +10,7 @@
 #include "common/base/env.h"
 #include "common/base/logging.h"
 #include "common/base/process.h"
+#include "common/grpc/log_bridge.h"
 #include "common/grpc/tls.h"
 #include "operator/kube/config.h"
 #include "operator/manager/manager.h"
@@ -116,6 +117,10 @@ int main(int argc, char** argv) {
     }
     options.webhook.injection = *std::move(injection);
   }
+  // gRPC's own lines (a sidecar's refused certificate, as its client sees it) into our log,
+  // rate-limited.
+  clusterprof::grpclog::LogBridge grpc_log({});
+  (void)grpc_log.Install();
   if (!sidecar_tls_ca_file.empty()) {
     absl::StatusOr<std::shared_ptr<const clusterprof::tls::ChannelSecurity>> security =
         clusterprof::tls::ChannelSecurity::Tls(sidecar_tls_ca_file, sidecar_tls_server_name);

@@ -17,11 +17,13 @@
 #include "common/base/mutex.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
+#include "common/grpc/log_bridge.h"
 #include "common/grpc/tls.h"
 #include "common/http/health_server.h"
 #include "common/storage/dirs.h"
 #include "common/storage/storage_set.h"
 #include "grpcpp/grpcpp.h"
+#include "sidecar/connection_guard.h"
 #include "sidecar/metrics.h"
 #include "sidecar/services.h"
 #include "sidecar/session.h"
@@ -180,6 +182,10 @@ struct SidecarServer::Impl {
   std::unique_ptr<SidecarServiceImpl> sidecar_service;
   std::unique_ptr<UnknownMethodService> unknown_methods;
   std::unique_ptr<grpc::Server> grpc_server;
+  // gRPC's own log lines into ours, its failed handshakes counted (null when another bridge of
+  // this process has gRPC's log).
+  std::unique_ptr<grpclog::LogBridge> log_bridge;
+  std::unique_ptr<ConnectionGuard> connection_guard;
   std::unique_ptr<http::HealthServer> health;
   int grpc_port = 0;
   // The plaintext listener on loopback beside a TLS port (0: none).
@@ -348,6 +354,17 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   sidecar_service = std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock,
                                                          auth.get(), live_steps);
 
+  grpclog::LogBridge::Options bridge_options;
+  bridge_options.clock = clock;
+  bridge_options.on_handshake_failure =
+      [metrics = metrics.get()](const grpclog::HandshakeFailure& failure) {
+        if (failure.reason != grpclog::HandshakeFailureReason::kServerShutdown) {
+          metrics->HandshakeFailed(grpclog::HandshakeFailureReasonName(failure.reason));
+        }
+      };
+  log_bridge = std::make_unique<grpclog::LogBridge>(std::move(bridge_options));
+  if (absl::Status installed = log_bridge->Install(); !installed.ok()) log_bridge.reset();
+
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos
                                   ? StrCat("[", config.address, "]:", config.port)
@@ -387,6 +404,20 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
         StrCat("cannot serve gRPC on ", address,
                " (port in use, or not an address of this host?): choose another port with --port "
                "(0 picks a free one) or another address with --address"));
+  }
+  if (config.max_connections_per_peer > 0 || config.max_connections > 0) {
+    ConnectionGuard::Options guard_options;
+    guard_options.port = grpc_port;
+    guard_options.max_per_peer =
+        config.max_connections_per_peer > 0 ? config.max_connections_per_peer : INT32_MAX;
+    guard_options.max_total = config.max_connections > 0 ? config.max_connections : INT32_MAX;
+    guard_options.interval_ns = kNanosPerSecond;
+    guard_options.clock = clock;
+    guard_options.on_refused = [metrics = metrics.get()](std::string_view reason, int count) {
+      metrics->ConnectionsClosed(reason, count);
+    };
+    connection_guard = std::make_unique<ConnectionGuard>(std::move(guard_options));
+    CLUSTERPROF_RETURN_IF_ERROR(connection_guard->Start());
   }
   return absl::OkStatus();
 }
@@ -520,6 +551,7 @@ void SidecarServer::Shutdown() {
   }
   // In-flight RPCs get a grace period; the terminated capture answers its clients once its
   // files are written.
+  if (impl_->connection_guard != nullptr) impl_->connection_guard->Stop();
   impl_->grpc_server->Shutdown(GrpcTimeout(10 * kNanosPerSecond));
   impl_->grpc_server->Wait();
   impl_->sessions.reset();  // joins the session thread
@@ -531,6 +563,7 @@ void SidecarServer::Shutdown() {
   impl_->storages.reset();
   impl_->health.reset();
   impl_->StopCertificateWatch();
+  impl_->log_bridge.reset();
 }
 
 }  // namespace clusterprof::sidecar

@@ -109,6 +109,7 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
   options.grace_ms = settings.grace_ms;
   options.clock_probes = settings.clock_probes;
   options.auth_token = settings.auth_token;
+  options.previous_auth_token = settings.previous_auth_token;
   options.security = settings.security;
   options.connector = settings.connector;
   options.storages = settings.storages;

@@ -32,6 +32,7 @@ struct CaptureSettings {
   int64_t grace_ms = 30'000;
   int clock_probes = 5;
   std::string auth_token;
+  std::string previous_auth_token;
   std::shared_ptr<const tls::ChannelSecurity> security;
   coordinator::ProfilerConnector* connector = nullptr;
   storage::StorageSet* storages = nullptr;

@@ -690,7 +690,15 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   if (!options_.sidecar_token_file.empty()) {
     if (absl::StatusOr<std::string> token = ReadTokenFile(options_.sidecar_token_file);
         token.ok()) {
+      MutexLock lock(&token_mu_);
+      if (*token != last_token_) {
+        // A rotation: the token before stays in use for sidecars whose copy of the Secret the
+        // kubelet has not updated yet.
+        if (!last_token_.empty()) previous_token_ = std::move(last_token_);
+        last_token_ = *token;
+      }
       settings.auth_token = *std::move(token);
+      settings.previous_auth_token = previous_token_;
     } else {
       spdlog::error("ProfileJob {}: no bearer token for the sidecars: {}", key,
                     std::string(token.status().message()));

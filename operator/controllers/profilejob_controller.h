@@ -199,6 +199,11 @@ class ProfileJobController : public kube::ResourceEventHandler {
   Mutex schedule_mu_;
   // When each job this process saw waiting began to (wall ns), by uid: the cache may lag behind
   // its own Queued write. Taken alone.
+  // The sidecar token as last read, and the one before it (kept after a rotation: sidecars whose
+  // copy of the Secret is not updated yet still hold it).
+  Mutex token_mu_;
+  std::string last_token_ ABSL_GUARDED_BY(token_mu_);
+  std::string previous_token_ ABSL_GUARDED_BY(token_mu_);
   Mutex queued_mu_;
   std::map<std::string, int64_t> queued_since_ ABSL_GUARDED_BY(queued_mu_);
   // The jobs waiting for targets (WaitForTargets), by namespace: a pod of their namespace that

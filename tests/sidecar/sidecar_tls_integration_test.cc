@@ -1,6 +1,12 @@
 // The sidecar binary with TLS, as the chart starts it: TLS on its port and plaintext only on
 // loopback; a token that rotates with a grace period; each refusal counted in /metrics; and a
 // certificate and token rotated in the middle of a capture losing nothing of it.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <map>
@@ -120,6 +126,13 @@ TEST_F(SidecarTlsTest, ServesTlsAndPlaintextOnlyOnLoopback) {
   // Plaintext on the TLS port is refused, and counted.
   const grpc::Status plaintext = GetInfo(*tls::ChannelSecurity::Insecure(), address(), "token-one");
   EXPECT_EQ(plaintext.error_code(), grpc::StatusCode::UNAVAILABLE);
+  double plaintext_counted = 0;
+  for (int i = 0; i < 100 && plaintext_counted < 1; ++i) {
+    plaintext_counted = Metric(http_port_, "clusterprof_sidecar_handshake_failures_total",
+                               "reason=\"plaintext_client\"");
+    if (plaintext_counted < 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(plaintext_counted, 1);
   // The loopback listener speaks plaintext (kubectl port-forward arrives there) and still wants
   // the token.
   ASSERT_NE(loopback_port_, 0);
@@ -215,6 +228,68 @@ TEST_F(SidecarTlsTest, ARotationDuringACaptureLosesNothing) {
   EXPECT_GE(Metric(http_port_, "clusterprof_sidecar_credential_reloads_total",
                    "file=\"token\",result=\"ok\""),
             1);
+}
+
+// Connections that never finish their handshake are closed after --handshake-timeout-ms, and one
+// peer's pile of them beyond --max-connections-per-peer at once; others are served throughout.
+TEST_F(SidecarTlsTest, HandshakesAreBoundedInTimeAndCount) {
+  StartSidecar({"--handshake-timeout-ms", "1000", "--max-connections-per-peer", "8"});
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in source = {};
+    source.sin_family = AF_INET;
+    inet_pton(AF_INET, "127.0.0.2", &source.sin_addr);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&source), sizeof(source)), 0);
+    sockaddr_in target = {};
+    target.sin_family = AF_INET;
+    target.sin_port = htons(static_cast<uint16_t>(port_));
+    inet_pton(AF_INET, "127.0.0.1", &target.sin_addr);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&target), sizeof(target)), 0);
+    idle.push_back(fd);
+  }
+  EXPECT_TRUE(GetInfo(*security_, address(), "token-one").ok()) << "others are served";
+  // Every idle connection is closed by the server: over the cap at the next sweep, the rest
+  // when their handshake time is up.
+  int closed = 0;
+  for (int fd : idle) {
+    pollfd p = {fd, POLLIN, 0};
+    char byte;
+    if (poll(&p, 1, 10'000) == 1 && recv(fd, &byte, 1, 0) <= 0) ++closed;
+    close(fd);
+  }
+  EXPECT_EQ(closed, 20);
+  EXPECT_GE(
+      Metric(http_port_, "clusterprof_sidecar_connections_closed_total", "reason=\"per_peer\""), 1);
+  EXPECT_GE(
+      Metric(http_port_, "clusterprof_sidecar_handshake_failures_total", "reason=\"timeout\""), 1);
+  EXPECT_TRUE(GetInfo(*security_, address(), "token-one").ok());
+}
+
+// During a rotation the operator may hold the new token before a sidecar does: it falls back to
+// the one before.
+TEST_F(SidecarTlsTest, ACallerWithTheNewTokenFallsBackToTheOneBefore) {
+  StartSidecar();
+  coordinator::CaptureOptions options;
+  options.targets.push_back({address(), ""});
+  options.logdir = *storage::ParseLogdir(root_.Join("logs"));
+  options.duration_ms = 200;
+  options.run = "fallback";
+  options.auth_token = "token-two";  // not yet in the sidecar's file
+  options.previous_auth_token = "token-one";
+  options.security = security_;
+  RealClock clock;
+  auto result = coordinator::Capture(options, clock);
+  // Nothing annotates: the capture is empty, but it ran (no target refused).
+  ASSERT_TRUE(result.ok() || result.status().code() == absl::StatusCode::kUnavailable)
+      << result.status();
+  EXPECT_EQ(Metric(http_port_, "clusterprof_sidecar_captures_total"), 1);
+  options.previous_auth_token.clear();
+  options.run = "no-fallback";
+  result = coordinator::Capture(options, clock);
+  ASSERT_FALSE(result.ok());
+  EXPECT_GE(
+      Metric(http_port_, "clusterprof_sidecar_unauthenticated_calls_total", "reason=\"wrong\""), 1);
 }
 
 TEST_F(SidecarTlsTest, BadTlsFilesStopTheSidecarWithAClearError) {
