@@ -260,6 +260,11 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
   }
   if (!config.token_secret.empty()) {
     args.push_back(Str(StrCat("--auth-token-file=", kTokenDir, "/token")));
+    args.push_back(Str(StrCat("--token-grace-seconds=", config.token_grace_seconds)));
+  }
+  if (!config.tls_secret.empty()) {
+    args.push_back(Str(StrCat("--tls-cert-file=", kTlsDir, "/tls.crt")));
+    args.push_back(Str(StrCat("--tls-key-file=", kTlsDir, "/tls.key")));
   }
   args.push_back(Str(StrCat("--recorder-level=", config.recorder_level)));
   args.push_back(Str(StrCat("--recorder-window-ms=", pod.recorder_window_ms)));
@@ -270,9 +275,15 @@ value SidecarContainer(const InjectionConfig& config, const PodSettings& pod) {
       Object({{"name", Str(kShmVolumeName)}, {"mountPath", Str(kShmDir)}}),
       Object({{"name", Str(kSpoolVolumeName)}, {"mountPath", Str(kSpoolDir)}}),
   };
+  // Whole volumes, never subPath: the kubelet updates a Secret's files in place only where the
+  // volume itself is mounted, and the sidecar rereads them after a rotation.
   if (!config.token_secret.empty()) {
     mounts.push_back(Object(
         {{"name", Str(kTokenVolumeName)}, {"mountPath", Str(kTokenDir)}, {"readOnly", true}}));
+  }
+  if (!config.tls_secret.empty()) {
+    mounts.push_back(
+        Object({{"name", Str(kTlsVolumeName)}, {"mountPath", Str(kTlsDir)}, {"readOnly", true}}));
   }
   value resources = value::object(true);
   if (value requests = ResourceMap(pod.requests); requests.size() > 0) {
@@ -464,6 +475,8 @@ absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml) {
       {"http_port", scalar(&config.http_port)},
       {"resources", resources},
       {"token_secret", scalar(&config.token_secret)},
+      {"token_grace_seconds", scalar(&config.token_grace_seconds)},
+      {"tls_secret", scalar(&config.tls_secret)},
       {"image_pull_secrets", strings(&config.image_pull_secrets)},
       {"allowed_logdirs", strings(&config.allowed_logdirs)},
       {"framework_profiler", scalar(&config.framework_profiler)},
@@ -574,6 +587,20 @@ absl::Status ValidateInjectionConfig(const InjectionConfig& config) {
                                                "' is not a Secret name (lower-case letters, "
                                                "digits, '-' and '.', at most 253)"));
     }
+  }
+  for (const auto& [key, name] : {std::pair{"token_secret", &config.token_secret},
+                                  std::pair{"tls_secret", &config.tls_secret}}) {
+    if (!name->empty() && !std::regex_match(*name, kSecretName)) {
+      return absl::InvalidArgumentError(StrCat(key, " '", *name,
+                                               "' is not a Secret name (lower-case letters, "
+                                               "digits, '-' and '.', at most 253; \"\" for none)"));
+    }
+  }
+  if (config.token_grace_seconds < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("token_grace_seconds ", config.token_grace_seconds,
+               " must be 0 or more: the seconds the previous token is still accepted after the "
+               "token Secret changes (0: refused at once)"));
   }
   if (!config.gpu_library.empty() && config.gpu_library.front() != '/') {
     return absl::InvalidArgumentError(StrCat("gpu_library '", config.gpu_library,
@@ -706,6 +733,14 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
   if (!config.token_secret.empty() && !volumes.contains(std::string(kTokenVolumeName))) {
     new_volumes.push_back(Object({{"name", Str(kTokenVolumeName)},
                                   {"secret", Object({{"secretName", Str(config.token_secret)},
+                                                     {"defaultMode", value::number(0444)},
+                                                     {"optional", true}})}}));
+  }
+  // All of the Secret's keys (no `items`), readable by the sidecar's user (65532, whatever the
+  // pod's fsGroup), and optional: a namespace without the Secret still starts its pods.
+  if (!config.tls_secret.empty() && !volumes.contains(std::string(kTlsVolumeName))) {
+    new_volumes.push_back(Object({{"name", Str(kTlsVolumeName)},
+                                  {"secret", Object({{"secretName", Str(config.tls_secret)},
                                                      {"defaultMode", value::number(0444)},
                                                      {"optional", true}})}}));
   }

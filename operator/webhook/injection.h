@@ -9,7 +9,10 @@
 //   - CUDA_INJECTION64_PATH in the containers that request nvidia.com/gpu, naming the GPU tracing
 //     library that the sidecar copies into the volume when it starts;
 //   - the label clusterprof.io/injected: "true" (which keeps it from being injected twice, and
-//     which the chart's NetworkPolicy selects).
+//     which the chart's NetworkPolicy selects);
+//   - with a token Secret or a TLS Secret configured, those Secrets mounted read-only in the
+//     sidecar only, as whole volumes (no subPath), so that the kubelet's updates of a rotated
+//     Secret reach the files the sidecar rereads.
 // Pod annotations set the sidecar's port, the framework profiler address and its resources.
 //
 // Everything here is a pure function of the settings and the AdmissionReview, so the tests feed
@@ -45,9 +48,11 @@ inline constexpr std::string_view kRecorderMaxBytesAnnotation = "clusterprof.io/
 inline constexpr std::string_view kShmVolumeName = "clusterprof-shm";
 inline constexpr std::string_view kSpoolVolumeName = "clusterprof-spool";
 inline constexpr std::string_view kTokenVolumeName = "clusterprof-token";
+inline constexpr std::string_view kTlsVolumeName = "clusterprof-tls";
 inline constexpr std::string_view kShmDir = shm::kDefaultDir;
 inline constexpr std::string_view kSpoolDir = "/var/lib/clusterprof/spool";
 inline constexpr std::string_view kTokenDir = "/etc/clusterprof/token";
+inline constexpr std::string_view kTlsDir = "/etc/clusterprof/tls";
 inline constexpr std::string_view kInjectionLibraryName = shm::kInjectionLibraryFileName;
 inline constexpr std::string_view kGpuResource = "nvidia.com/gpu";
 
@@ -69,6 +74,15 @@ struct InjectionConfig {
   // every call (--auth-token-file). "": no token. The volume is optional: a namespace without
   // the Secret still starts its pods, and the sidecar serves once the Secret appears.
   std::string token_secret;
+  // With token_secret: the sidecar's --token-grace-seconds, how long the previous token is still
+  // accepted after the Secret changes, so that calls in flight across a rotation (the kubelet
+  // updates the operator's copy and the sidecars' at different instants) are not refused.
+  int token_grace_seconds = 300;
+  // A Secret of type kubernetes.io/tls (tls.crt, tls.key) in the pod's namespace, mounted in the
+  // sidecar, which then serves TLS on its port (--tls-cert-file, --tls-key-file) and rereads the
+  // files when the kubelet updates them. "": plaintext. Optional like the token's volume: a
+  // namespace without the Secret still starts its pods, and the sidecar serves once it appears.
+  std::string tls_secret;
   // Secrets in the pod's namespace for pulling the sidecar image from a private registry; added
   // to the pod's imagePullSecrets (those it names already are kept).
   std::vector<std::string> image_pull_secrets;
@@ -102,7 +116,8 @@ struct InjectionConfig {
 // Reads an injection config file; unknown keys and bad values are errors that name the key.
 absl::StatusOr<InjectionConfig> LoadInjectionConfig(const std::string& path);
 absl::StatusOr<InjectionConfig> ParseInjectionConfig(std::string_view yaml);
-// Checks the values (ports, quantities, pull policy, absolute paths).
+// Checks the values (ports, quantities, pull policy, absolute paths, Secret names, the token
+// grace period).
 absl::Status ValidateInjectionConfig(const InjectionConfig& config);
 
 // The minor version of Kubernetes 1.x from the body of the API server's /version ({"major": "1",

@@ -139,6 +139,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto* configs = new webhook::InjectionConfig[2];
     configs[1].native_sidecar = false;
     configs[1].token_secret = "clusterprof-token";
+    configs[1].tls_secret = "clusterprof-tls";
     configs[1].gpu_library = "";
     return configs;
   }();

@@ -439,6 +439,103 @@ TEST(ReviewTest, AnswersARealAdmissionReviewWithTheBase64Patch) {
   EXPECT_FALSE(response.has_field("warnings"));
 }
 
+// The volume named `name` of a pod, or null.
+const value* FindVolume(const value& pod, const std::string& name) {
+  if (!pod.at("spec").has_field("volumes")) return nullptr;
+  for (const value& volume : pod.at("spec").at("volumes").as_array()) {
+    if (volume.at("name").as_string() == name) return &volume;
+  }
+  return nullptr;
+}
+
+// The mount of volume `name` in `container`, or null.
+const value* FindMount(const value& container, const std::string& name) {
+  if (!container.has_field("volumeMounts")) return nullptr;
+  for (const value& mount : container.at("volumeMounts").as_array()) {
+    if (mount.at("name").as_string() == name) return &mount;
+  }
+  return nullptr;
+}
+
+// The pod of the AdmissionReview sample, as the answer's patch leaves it.
+value PatchedReviewPod(const InjectionConfig& config) {
+  const std::string review =
+      ReadText(SourcePath("tests/data/webhook/admission-review-job-pod.json"));
+  absl::StatusOr<ReviewAnswer> answer = Review(config, review);
+  EXPECT_TRUE(answer.ok()) << answer.status();
+  if (!answer.ok()) return value::object();
+  EXPECT_EQ(answer->result.outcome, "injected");
+  std::string patch;
+  EXPECT_TRUE(absl::Base64Unescape(
+      value::parse(answer->body).at("response").at("patch").as_string(), &patch));
+  return testing::ApplyPatch(value::parse(review).at("request").at("object"), patch);
+}
+
+// The sidecar serves TLS from a Secret mounted whole, so that the kubelet's updates of a rotated
+// Secret reach the files it rereads; a subPath mount or a list of items would not be updated
+// (subPath) or would hide a key the Secret gains, and neither is there.
+TEST(ReviewTest, ATlsSecretIsMountedWholeInTheSidecarWhichServesTlsFromIt) {
+  InjectionConfig config;
+  config.token_secret = "clusterprof-sidecar-token";
+  config.tls_secret = "clusterprof-sidecar-tls";
+  const value patched = PatchedReviewPod(config);
+
+  const value* volume = FindVolume(patched, "clusterprof-tls");
+  ASSERT_NE(volume, nullptr) << patched.serialize();
+  const value& secret = volume->at("secret");
+  EXPECT_EQ(secret.at("secretName").as_string(), "clusterprof-sidecar-tls");
+  EXPECT_TRUE(secret.at("optional").as_bool()) << "a namespace without it still starts pods";
+  EXPECT_EQ(secret.at("defaultMode").as_integer(), 0444) << "readable by the sidecar's user";
+  EXPECT_FALSE(secret.has_field("items"));
+  // The token's volume is mounted whole too.
+  const value* token = FindVolume(patched, "clusterprof-token");
+  ASSERT_NE(token, nullptr);
+  EXPECT_FALSE(token->at("secret").has_field("items"));
+
+  const value& sidecar = *testing::FindContainer(patched, "clusterprof-sidecar");
+  for (const char* name : {"clusterprof-tls", "clusterprof-token"}) {
+    const value* mount = FindMount(sidecar, name);
+    ASSERT_NE(mount, nullptr) << name;
+    EXPECT_TRUE(mount->at("readOnly").as_bool()) << name;
+    EXPECT_FALSE(mount->has_field("subPath")) << name;
+    EXPECT_FALSE(mount->has_field("subPathExpr")) << name;
+  }
+  EXPECT_EQ(FindMount(sidecar, "clusterprof-tls")->at("mountPath").as_string(),
+            "/etc/clusterprof/tls");
+  EXPECT_THAT(testing::Args(sidecar),
+              AllOf(Contains("--tls-cert-file=/etc/clusterprof/tls/tls.crt"),
+                    Contains("--tls-key-file=/etc/clusterprof/tls/tls.key"),
+                    Contains("--auth-token-file=/etc/clusterprof/token/token"),
+                    Contains("--token-grace-seconds=300")));
+  // The workload's containers see neither Secret.
+  const value& trainer = *testing::FindContainer(patched, "trainer");
+  EXPECT_EQ(FindMount(trainer, "clusterprof-tls"), nullptr);
+  EXPECT_EQ(FindMount(trainer, "clusterprof-token"), nullptr);
+}
+
+TEST(ReviewTest, WithoutATlsSecretTheSidecarServesPlaintextAsBefore) {
+  InjectionConfig config;
+  config.token_secret = "clusterprof-sidecar-token";
+  config.token_grace_seconds = 0;
+  const value patched = PatchedReviewPod(config);
+  EXPECT_EQ(FindVolume(patched, "clusterprof-tls"), nullptr);
+  const value& sidecar = *testing::FindContainer(patched, "clusterprof-sidecar");
+  EXPECT_EQ(FindMount(sidecar, "clusterprof-tls"), nullptr);
+  for (const std::string& arg : testing::Args(sidecar)) {
+    EXPECT_THAT(arg, Not(HasSubstr("--tls-")));
+  }
+  EXPECT_THAT(testing::Args(sidecar), Contains("--token-grace-seconds=0"));
+
+  // No token either: no grace period to give.
+  const value plain = PatchedReviewPod(InjectionConfig{});
+  EXPECT_EQ(FindVolume(plain, "clusterprof-token"), nullptr);
+  for (const std::string& arg :
+       testing::Args(*testing::FindContainer(plain, "clusterprof-sidecar"))) {
+    EXPECT_THAT(arg, AllOf(Not(HasSubstr("--tls-")), Not(HasSubstr("--token-grace-seconds")),
+                           Not(HasSubstr("--auth-token-file"))));
+  }
+}
+
 TEST(ReviewTest, OtherKindsAndOperationsAreAllowedUnchanged) {
   value review =
       value::parse(ReadText(SourcePath("tests/data/webhook/admission-review-job-pod.json")));
@@ -514,6 +611,8 @@ resources:
   requests: {cpu: 50m, memory: 64Mi}
   limits: {memory: 256Mi}
 token_secret: tok
+token_grace_seconds: 30
+tls_secret: sidecar-tls
 image_pull_secrets: [artifact-registry]
 allowed_logdirs: [gs://b/p]
 framework_profiler: localhost:9012
@@ -535,6 +634,8 @@ start_realtime: true
   EXPECT_EQ(config->limits.at("memory"), "256Mi");
   EXPECT_FALSE(config->limits.contains("cpu"));
   EXPECT_EQ(config->token_secret, "tok");
+  EXPECT_EQ(config->token_grace_seconds, 30);
+  EXPECT_EQ(config->tls_secret, "sidecar-tls");
   EXPECT_THAT(config->image_pull_secrets, ElementsAre("artifact-registry"));
   EXPECT_THAT(config->allowed_logdirs, ElementsAre("gs://b/p"));
   EXPECT_EQ(config->framework_profiler, "localhost:9012");
@@ -550,6 +651,8 @@ TEST(InjectionConfigTest, EmptyFileKeepsTheDefaults) {
   ASSERT_TRUE(config.ok());
   EXPECT_TRUE(config->native_sidecar);
   EXPECT_EQ(config->port, 8466);
+  EXPECT_EQ(config->token_grace_seconds, 300);
+  EXPECT_EQ(config->tls_secret, "");
 }
 
 TEST(InjectionConfigTest, BadFilesSayWhatIsWrong) {
@@ -576,6 +679,18 @@ TEST(InjectionConfigTest, BadFilesSayWhatIsWrong) {
               HasSubstr("set by the injection itself"));
   EXPECT_THAT(ParseInjectionConfig("env: {\"1-A\": x}").status().message(),
               HasSubstr("not an environment variable name"));
+  EXPECT_THAT(ParseInjectionConfig("token_grace_seconds: -1").status().message(),
+              AllOf(HasSubstr("token_grace_seconds -1"), HasSubstr("0 or more")));
+  InjectionConfig negative_grace;
+  negative_grace.token_grace_seconds = -5;
+  EXPECT_THAT(ValidateInjectionConfig(negative_grace).message(),
+              HasSubstr("token_grace_seconds -5 must be 0 or more"));
+  EXPECT_THAT(ParseInjectionConfig("token_grace_seconds: 5m").status().message(),
+              HasSubstr("'token_grace_seconds' has a value of the wrong type"));
+  EXPECT_THAT(ParseInjectionConfig("tls_secret: Sidecar_TLS").status().message(),
+              AllOf(HasSubstr("tls_secret 'Sidecar_TLS'"), HasSubstr("not a Secret name")));
+  EXPECT_THAT(ParseInjectionConfig("token_secret: \"a b\"").status().message(),
+              HasSubstr("token_secret 'a b' is not a Secret name"));
   EXPECT_THAT(LoadInjectionConfig("/nonexistent/injection.yaml").status().message(),
               HasSubstr("cannot read the injection config /nonexistent/injection.yaml"));
 }

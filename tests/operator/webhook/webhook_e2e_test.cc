@@ -60,10 +60,11 @@ class WebhookE2eTest : public kube::KubeFixture {
     ASSERT_TRUE(certificates.ok()) << certificates.status();
     certificates_ = *certificates;
     // The settings a chart renders for a cluster older than 1.29 (this API server is 1.20): a
-    // regular sidecar container, a token Secret, a logdir.
+    // regular sidecar container, a token Secret, a TLS Secret, a logdir.
     testing::WriteFileOrDie(root_.Join("injection.yaml"), R"(image: clusterprof/sidecar:e2e
 native_sidecar: false
 token_secret: clusterprof-sidecar-token
+tls_secret: clusterprof-sidecar-tls
 allowed_logdirs: ["gs://profiles/runs"]
 )");
     StartOperator();
@@ -245,9 +246,33 @@ TEST_F(WebhookE2eTest, LabelledGpuPodIsInjectedByTheApiServer) {
   EXPECT_EQ(sidecar->at("image").as_string(), "clusterprof/sidecar:e2e");
   EXPECT_THAT(testing::Args(*sidecar),
               AllOf(Contains("--auth-token-file=/etc/clusterprof/token/token"),
+                    Contains("--token-grace-seconds=300"),
+                    Contains("--tls-cert-file=/etc/clusterprof/tls/tls.crt"),
+                    Contains("--tls-key-file=/etc/clusterprof/tls/tls.key"),
                     Contains("--allowed-logdir=gs://profiles/runs"),
                     Contains("--install-injection-library=/usr/lib/clusterprof/"
                              "libclusterprof_cupti.so")));
+  // The server stored the TLS Secret's volume as the patch made it: optional (the namespace has
+  // no such Secret), whole, mounted read-only in the sidecar only.
+  const value* tls = nullptr;
+  for (const value& volume : pod.at("spec").at("volumes").as_array()) {
+    if (volume.at("name").as_string() == "clusterprof-tls") tls = &volume;
+  }
+  ASSERT_NE(tls, nullptr) << pod.serialize();
+  EXPECT_EQ(tls->at("secret").at("secretName").as_string(), "clusterprof-sidecar-tls");
+  EXPECT_TRUE(tls->at("secret").at("optional").as_bool());
+  EXPECT_FALSE(tls->at("secret").has_field("items"));
+  for (const char* name : {"fetch-data", "trainer", "metrics-exporter", "clusterprof-sidecar"}) {
+    bool mounted = false;
+    for (const value& mount : testing::FindContainer(pod, name)->at("volumeMounts").as_array()) {
+      if (mount.at("name").as_string() != "clusterprof-tls") continue;
+      mounted = true;
+      EXPECT_EQ(mount.at("mountPath").as_string(), "/etc/clusterprof/tls");
+      EXPECT_TRUE(mount.at("readOnly").as_bool());
+      EXPECT_FALSE(mount.has_field("subPath"));
+    }
+    EXPECT_EQ(mounted, std::string(name) == "clusterprof-sidecar") << name;
+  }
   const value& trainer = *testing::FindContainer(pod, "trainer");
   EXPECT_EQ(testing::EnvValue(trainer, "CUDA_INJECTION64_PATH"),
             "/var/run/clusterprof/libclusterprof_cupti.so");
