@@ -8,11 +8,17 @@
 // Then the proof that the rendered RBAC suffices: the rendered ClusterRole and lease Role are
 // bound to the unprivileged user, and the clusterprof-operator binary runs as that user with the
 // Deployment's own flags, its files holding what the chart put in the Secrets and the ConfigMap
-// (the webhook certificate, the injection config, the sidecar token), and POD_NAMESPACE as the
-// downward API sets it. It elects itself through the Lease, serves the webhook with the chart's
-// certificate (verified against the webhook's caBundle), and captures a ProfileJob from a real
-// sidecar that requires the chart's token. The API server's audit log shows every request the
-// operator made, and none was forbidden.
+// (the webhook certificate, the injection config, the sidecar token, the sidecars' CA), and
+// POD_NAMESPACE as the downward API sets it. It elects itself through the Lease, serves the
+// webhook with the chart's certificate (verified against the webhook's caBundle), and captures a
+// ProfileJob from a real sidecar that requires the chart's token and serves TLS with the chart's
+// sidecar certificate, which the operator verifies against the chart's CA and server name. The API
+// server's audit log shows every request the operator made, and none was forbidden.
+//
+// Last, what only a cluster shows: `helm template --dry-run=server` renders as `helm upgrade`
+// does, reading the installed Secrets back (lookup), so an upgrade keeps the sidecars' CA,
+// certificate and token, sidecar.tls.renew=true issues a new certificate from the same CA, and
+// auth.token replaces the token.
 //
 // Helm comes from $CLUSTERPROF_HELM, scripts/install-helm's cache or PATH; without helm, the
 // control plane or kubectl, the binary exits 77 (ctest: skipped) and says why.
@@ -185,12 +191,17 @@ void CollectDifferences(const YAML::Node& rendered, const YAML::Node& stored,
   }
 }
 
-// A pod's sidecar (requiring `token_file`'s token) and workload, as local processes.
+// A pod's sidecar and workload, as local processes. The sidecar requires `token_file`'s token and
+// serves TLS with `tls_dir`'s tls.crt and tls.key, as the webhook injects it (the files of the
+// chart's Secrets). Its gRPC port (port 0: a free one) is the TLS one; the plaintext listener on
+// loopback that comes with TLS gets a port of its own.
 class Host : public testing::LocalHost {
  public:
   Host(const TempDir& root, const std::string& name, const std::string& logs,
-       const std::string& token_file)
-      : LocalHost(root, name, logs, kSidecar, kAnnotator, {"--auth-token-file", token_file}) {}
+       const std::string& token_file, const std::string& tls_dir)
+      : LocalHost(root, name, logs, kSidecar, kAnnotator,
+                  {"--auth-token-file", token_file, "--tls-cert-file", tls_dir + "/tls.crt",
+                   "--tls-key-file", tls_dir + "/tls.key"}) {}
 };
 
 class HelmChartApplyTest : public kube::KubeFixture {
@@ -309,6 +320,47 @@ class HelmChartApplyTest : public kube::KubeFixture {
     ADD_FAILURE() << "the chart rendered no " << kind << " " << name << " " << ns;
     static const Manifest* none = new Manifest();
     return *none;
+  }
+
+  // The sidecar TLS and token Secrets of the chart with `values` (sidecar.tls on, the workload
+  // namespace in auth.namespaces). With `from_cluster`, rendered as `helm upgrade` renders them,
+  // reading this server's Secrets (helm template --dry-run=server, whose lookup answers);
+  // without, as `helm template` does, from nothing.
+  static std::vector<Manifest> RenderSecrets(bool from_cluster,
+                                             const std::vector<std::string>& values = {}) {
+    std::vector<std::string> argv = {
+        *helm,         "template",
+        kRelease,      StrCat(kSourceDir, "/helm/clusterprof"),
+        "--namespace", kReleaseNamespace,
+        "--set",       "image.registry=registry.example/clusterprof",
+        "--set",       StrCat("auth.namespaces={", kWorkloadNamespace, "}"),
+        "--show-only", "templates/sidecar-tls.yaml",
+        "--show-only", "templates/token-secret.yaml"};
+    if (from_cluster) {
+      argv.insert(argv.end(), {"--dry-run=server", "--kubeconfig", AdminKubeconfig()});
+    } else {
+      argv.insert(argv.end(), {"--kube-version", "1.20.2"});
+    }
+    for (const std::string& value : values) argv.insert(argv.end(), {"--set", value});
+    const CommandResult rendered = Run(argv);
+    EXPECT_EQ(rendered.exit_code, 0) << Describe(rendered);
+    return ParseManifests(rendered.out);
+  }
+
+  // The `data` of Secret ns/name in `manifests`, key by key (base64 as rendered).
+  static std::map<std::string, std::string> SecretData(const std::vector<Manifest>& manifests,
+                                                       const std::string& name,
+                                                       const std::string& ns) {
+    std::map<std::string, std::string> data;
+    for (const Manifest& manifest : manifests) {
+      if (manifest.kind != "Secret" || manifest.name != name || manifest.ns != ns) continue;
+      for (const auto& entry : manifest.node["data"]) {
+        data[entry.first.as<std::string>()] = entry.second.as<std::string>();
+      }
+      return data;
+    }
+    ADD_FAILURE() << "no Secret " << ns << "/" << name << " rendered";
+    return data;
   }
 
   static std::string Decode(const YAML::Node& base64) {
@@ -480,6 +532,16 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
       << "the workload namespace's copy holds the operator's token";
   testing::WriteFileOrDie(root.Join("operator-token"), token);
   testing::WriteFileOrDie(root.Join("sidecar-token"), token);
+  // The operator trusts the release namespace's ca.crt; the workload namespace's Secret, the one
+  // the webhook mounts into the sidecars, holds the certificate it signed.
+  const YAML::Node sidecar_tls =
+      Find("Secret", "clusterprof-sidecar-tls", kWorkloadNamespace).node["data"];
+  std::filesystem::create_directories(root.Join("sidecar-tls"));
+  testing::WriteFileOrDie(root.Join("sidecar-tls/tls.crt"), Decode(sidecar_tls["tls.crt"]));
+  testing::WriteFileOrDie(root.Join("sidecar-tls/tls.key"), Decode(sidecar_tls["tls.key"]));
+  testing::WriteFileOrDie(
+      root.Join("sidecar-ca.crt"),
+      Decode(Find("Secret", "clusterprof-sidecar-tls", kReleaseNamespace).node["data"]["ca.crt"]));
 
   // The Deployment's flags, with the mounted paths pointing at those files and the ports free.
   const YAML::Node container = Find("Deployment").node["spec"]["template"]["spec"]["containers"][0];
@@ -487,6 +549,7 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
       {"--webhook-cert-dir", root.Join("webhook")},
       {"--injection-config", root.Join("config.yaml")},
       {"--sidecar-token-file", root.Join("operator-token")},
+      {"--sidecar-tls-ca-file", root.Join("sidecar-ca.crt")},
       {"--health-port", "0"},
       {"--webhook-port", "0"},
       {"--log-level", "debug"}};
@@ -505,13 +568,14 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
     EXPECT_TRUE(seen.count(name)) << "the Deployment does not pass " << name;
   }
   EXPECT_THAT(argv, ::testing::Contains("--leader-elect"));
+  EXPECT_THAT(argv, ::testing::Contains("--sidecar-tls-server-name=clusterprof-sidecar"));
   const std::string port_file = root.Join("operator.ports");
   argv.insert(argv.end(),
               {"--kubeconfig", kubeconfig, "--health-address", "127.0.0.1", "--webhook-address",
                "127.0.0.1", "--port-file", port_file, "--retry-backoff-ms", "300"});
   // The pod of the capture below, in place before the operator starts: a pod created after
   // would race the operator's pod watch (the job resolves its targets from the cache at once).
-  Host sidecar(root, "trainer-0", logs, root.Join("sidecar-token"));
+  Host sidecar(root, "trainer-0", logs, root.Join("sidecar-token"), root.Join("sidecar-tls"));
   CreateRunningPod("trainer-0", sidecar.port());
   const std::string operator_log = root.Join("operator.log");
   Subprocess op(
@@ -651,6 +715,67 @@ TEST_F(HelmChartApplyTest, TheOperatorWorksUnderTheRenderedRolesWithTheChartsFla
     EXPECT_TRUE(requests.count(request)) << "the operator never made a " << request
                                          << " request; made: " << absl::StrJoin(used, ", ");
   }
+}
+
+// What `helm upgrade` renders for an installed release: the sidecars' CA and certificate and the
+// token it reads back, unless asked to renew the certificate (same CA) or given a new token.
+TEST_F(HelmChartApplyTest, UpgradesKeepTheSidecarCertificateAndRenewItFromTheSameCa) {
+  const std::string ca_name = "clusterprof-sidecar-ca";
+  const std::string tls_name = "clusterprof-sidecar-tls";
+  const std::string token_name = "clusterprof-sidecar-token";
+
+  // What Install() applied.
+  TempDir root;
+  const auto ca = SecretData(*manifests_, ca_name, kReleaseNamespace);
+  const auto serving = SecretData(*manifests_, tls_name, kReleaseNamespace);
+  ASSERT_EQ(serving.at("ca.crt"), ca.at("tls.crt"));
+  const std::string token = SecretData(*manifests_, token_name, kReleaseNamespace).at("token");
+
+  // A plain upgrade keeps all of it, in every namespace.
+  const std::vector<Manifest> upgraded = RenderSecrets(/*from_cluster=*/true);
+  EXPECT_EQ(SecretData(upgraded, ca_name, kReleaseNamespace), ca);
+  for (const char* ns : {kReleaseNamespace, kWorkloadNamespace}) {
+    EXPECT_EQ(SecretData(upgraded, tls_name, ns), serving) << ns;
+    EXPECT_EQ(SecretData(upgraded, token_name, ns).at("token"), token) << ns;
+  }
+  // Against nothing, a render makes new ones: the upgrade above did read the cluster.
+  EXPECT_NE(SecretData(RenderSecrets(/*from_cluster=*/false), tls_name, kReleaseNamespace),
+            serving);
+
+  // renew: a new certificate and key, signed by the same CA, which stays as it was; a new token.
+  const std::string new_token = "0123456789abcdef0123456789abcdef";
+  const std::vector<Manifest> renewed = RenderSecrets(
+      /*from_cluster=*/true, {"sidecar.tls.renew=true", StrCat("auth.token=", new_token)});
+  EXPECT_EQ(SecretData(renewed, ca_name, kReleaseNamespace), ca);
+  const auto fresh = SecretData(renewed, tls_name, kReleaseNamespace);
+  EXPECT_NE(fresh.at("tls.crt"), serving.at("tls.crt"));
+  EXPECT_NE(fresh.at("tls.key"), serving.at("tls.key"));
+  EXPECT_EQ(fresh.at("ca.crt"), ca.at("tls.crt"));
+  EXPECT_EQ(SecretData(renewed, tls_name, kWorkloadNamespace), fresh);
+  for (const char* ns : {kReleaseNamespace, kWorkloadNamespace}) {
+    EXPECT_EQ(Decode(YAML::Node(SecretData(renewed, token_name, ns).at("token"))), new_token) << ns;
+  }
+  // Both certificates verify against the one CA the operator trusts, as a TLS server.
+  auto write_pem = [&](const std::string& name, const std::string& base64) {
+    testing::WriteFileOrDie(root.Join(name), Decode(YAML::Node(base64)));
+    return root.Join(name);
+  };
+  const std::string ca_file = write_pem("ca.crt", ca.at("tls.crt"));
+  for (const auto& [name, data] : {std::pair{"old.crt", &serving}, std::pair{"new.crt", &fresh}}) {
+    const CommandResult verified = Run({"openssl", "verify", "-CAfile", ca_file, "-purpose",
+                                        "sslserver", write_pem(name, data->at("tls.crt"))});
+    EXPECT_EQ(verified.exit_code, 0) << name << ": " << Describe(verified);
+  }
+
+  // A CA Secret that is gone (deleted to replace the CA): a new CA, and a certificate from it.
+  const CommandResult deleted =
+      Kubectl({"delete", "secret", ca_name, "--namespace", kReleaseNamespace});
+  ASSERT_EQ(deleted.exit_code, 0) << Describe(deleted);
+  const std::vector<Manifest> replaced = RenderSecrets(/*from_cluster=*/true);
+  const auto new_ca = SecretData(replaced, ca_name, kReleaseNamespace);
+  EXPECT_NE(new_ca.at("tls.crt"), ca.at("tls.crt"));
+  EXPECT_EQ(SecretData(replaced, tls_name, kReleaseNamespace).at("ca.crt"), new_ca.at("tls.crt"));
+  EXPECT_NE(SecretData(replaced, tls_name, kReleaseNamespace).at("tls.crt"), serving.at("tls.crt"));
 }
 
 }  // namespace

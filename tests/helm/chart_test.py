@@ -6,7 +6,8 @@ regular-container sidecars and authentication off; every rendered document is pa
 the kinds, RBAC (exactly the rules the operator's code needs, see EXPECTED_CLUSTER_ROLE_RULES),
 the Deployment's flags, probes, mounts and security contexts, the MutatingWebhookConfiguration
 and its certificate (verified with the openssl CLI), the injection config against the values,
-the token Secret, the NetworkPolicy, the ServiceMonitor, the sidecars' PodMonitor, the Grafana
+the token Secret, the sidecars' TLS certificate and its CA (openssl), rotation without pod
+restarts, the NetworkPolicy, the ServiceMonitor, the sidecars' PodMonitor, the Grafana
 dashboard's ConfigMap, the PodDisruptionBudget, the schema's refusals, the refusal to render without image.registry, the users' aggregated ClusterRoles, and
 the operator pod against the restricted Pod Security Standard (tests/helm/pod_security.py).
 
@@ -95,6 +96,8 @@ DEFAULT_INJECTION_CONFIG = {
     "resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
                   "limits": {"cpu": "1", "memory": "1Gi"}},
     "token_secret": "clusterprof-sidecar-token",
+    "token_grace_seconds": 300,
+    "tls_secret": "clusterprof-sidecar-tls",
     "allowed_logdirs": [],
     "framework_profiler": "",
     "gpu_library": "/usr/lib/clusterprof/libclusterprof_cupti.so",
@@ -114,6 +117,7 @@ VARIANTS = {
     "cert-manager": ["--set", "certManager.enabled=true"],
     "regular-container-sidecar": ["--set", "sidecar.nativeSidecar=false"],
     "auth-off": ["--set", "auth.enabled=false"],
+    "sidecar-tls-off": ["--set", "sidecar.tls.enabled=false"],
     "kube-1.20": ["--kube-version", "1.20.2"],
     "monitoring": ["--set", "serviceMonitor.enabled=true", "--set", "podMonitor.enabled=true",
                    "--set", "grafana.dashboard.enabled=true"],
@@ -162,6 +166,20 @@ def render(extra=(), include_crds=False):
     return _render_cache[key]
 
 
+def render_text(extra=()):
+    """`helm template`'s output as it is, uncached: every call makes new certificates."""
+    args = ["template", RELEASE, CHART, "--namespace", NAMESPACE] + BASE + list(extra)
+    return run_helm(args).stdout
+
+
+def document_text(rendered, kind):
+    """The text of the one document of `kind` in `helm template` output."""
+    found = [d for d in rendered.split("\n---\n") if re.search(rf"^kind: {kind}$", d, re.M)]
+    if len(found) != 1:
+        raise AssertionError(f"expected one {kind}, found {len(found)}")
+    return found[0]
+
+
 def of_kind(docs, kind):
     return [d for d in docs if d["kind"] == kind]
 
@@ -191,6 +209,14 @@ def injection_config(docs):
 def openssl(args, stdin=None):
     return subprocess.run(["openssl"] + args, input=stdin, capture_output=True, text=True,
                           timeout=30)
+
+
+SIDECAR_TLS = "clusterprof-sidecar-tls"
+SIDECAR_CA = f"{RELEASE}-sidecar-ca"
+
+
+def secrets_named(docs, name):
+    return [s for s in of_kind(docs, "Secret") if s["metadata"]["name"] == name]
 
 
 class ChartTest(unittest.TestCase):
@@ -230,7 +256,7 @@ class ChartTest(unittest.TestCase):
         self.assertEqual(kinds, sorted([
             "ServiceAccount", "ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
             "Role", "RoleBinding",
-            "ConfigMap", "Secret", "Secret", "Service", "Service", "Deployment",
+            "ConfigMap", "Secret", "Secret", "Secret", "Secret", "Service", "Service", "Deployment",
             "MutatingWebhookConfiguration", "PodDisruptionBudget", "Pod"]))
 
     def test_every_object_has_the_standard_labels_and_namespace(self):
@@ -336,6 +362,8 @@ class ChartTest(unittest.TestCase):
             "--webhook-cert-dir=/etc/clusterprof/webhook",
             "--injection-config=/etc/clusterprof/injection/config.yaml",
             "--sidecar-token-file=/etc/clusterprof/sidecar-token/token",
+            "--sidecar-tls-ca-file=/etc/clusterprof/sidecar-ca/ca.crt",
+            "--sidecar-tls-server-name=clusterprof-sidecar",
             "--workers=4",
             "--recorder-window-ms=30000",
             "--qps=50",
@@ -383,6 +411,15 @@ class ChartTest(unittest.TestCase):
                          ["secretName"], "clusterprof-sidecar-token")
         self.assertEqual({i["path"] for i in volumes[mounts["/etc/clusterprof/webhook"]]
                           ["secret"]["items"]}, {"tls.crt", "tls.key"})
+        # The sidecars' CA, and not their key, from the release namespace's serving Secret.
+        self.assertEqual(volumes[mounts["/etc/clusterprof/sidecar-ca"]]["secret"],
+                         {"secretName": SIDECAR_TLS, "items": [{"key": "ca.crt",
+                                                                "path": "ca.crt"}]})
+        # No mount of a Secret uses subPath, which the kubelet never updates: rotated Secrets
+        # reach the running operator.
+        for mount in container["volumeMounts"]:
+            self.assertNotIn("subPath", mount)
+            self.assertNotIn("subPathExpr", mount)
         # Writable scratch for a read-only root filesystem.
         self.assertIn("/tmp", mounts)
         self.assertEqual(pod["terminationGracePeriodSeconds"], 30)
@@ -550,9 +587,9 @@ class ChartTest(unittest.TestCase):
         docs = render(["--set", "certManager.enabled=true"])
         self.assertEqual([s["metadata"]["name"] for s in of_kind(docs, "Secret")],
                          ["clusterprof-sidecar-token"])
-        issuer = one(docs, "Issuer")
+        issuer = one(docs, "Issuer", f"{RELEASE}-selfsigned")
         self.assertEqual(issuer["spec"], {"selfSigned": {}})
-        certificate = one(docs, "Certificate")
+        certificate = one(docs, "Certificate", f"{RELEASE}-webhook-tls")
         self.assertEqual(certificate["spec"]["secretName"], f"{RELEASE}-webhook-tls")
         self.assertEqual(certificate["spec"]["issuerRef"], {"kind": "Issuer",
                                                             "name": issuer["metadata"]["name"]})
@@ -571,7 +608,7 @@ class ChartTest(unittest.TestCase):
                        "--set", "certManager.issuerRef.kind=ClusterIssuer",
                        "--set", "certManager.issuerRef.name=corp-ca"])
         self.assertEqual(of_kind(docs, "Issuer"), [])
-        self.assertEqual(one(docs, "Certificate")["spec"]["issuerRef"],
+        self.assertEqual(one(docs, "Certificate", f"{RELEASE}-webhook-tls")["spec"]["issuerRef"],
                          {"kind": "ClusterIssuer", "name": "corp-ca"})
 
     # --- Injection config and token ------------------------------------------------------------
@@ -642,8 +679,8 @@ class ChartTest(unittest.TestCase):
 
     def test_existing_token_secret(self):
         docs = render(["--set", "auth.existingSecret=my-token"])
-        self.assertEqual([s["metadata"]["name"] for s in of_kind(docs, "Secret")],
-                         [f"{RELEASE}-webhook-tls"])
+        self.assertEqual(sorted(s["metadata"]["name"] for s in of_kind(docs, "Secret")),
+                         sorted([f"{RELEASE}-webhook-tls", SIDECAR_CA, SIDECAR_TLS]))
         self.assertEqual(injection_config(docs)["token_secret"], "my-token")
         volumes = deployment(docs)["spec"]["template"]["spec"]["volumes"]
         self.assertIn("my-token", [v.get("secret", {}).get("secretName") for v in volumes])
@@ -652,13 +689,190 @@ class ChartTest(unittest.TestCase):
 
     def test_auth_off(self):
         docs = render(["--set", "auth.enabled=false"])
-        self.assertEqual([s["metadata"]["name"] for s in of_kind(docs, "Secret")],
-                         [f"{RELEASE}-webhook-tls"])
+        self.assertEqual(sorted(s["metadata"]["name"] for s in of_kind(docs, "Secret")),
+                         sorted([f"{RELEASE}-webhook-tls", SIDECAR_CA, SIDECAR_TLS]))
         self.assertEqual(injection_config(docs)["token_secret"], "")
         self.assertFalse([a for a in operator_container(docs)["args"]
                           if a.startswith("--sidecar-token-file")])
         self.assertNotIn("/etc/clusterprof/sidecar-token",
                          [m["mountPath"] for m in operator_container(docs)["volumeMounts"]])
+
+    # --- Sidecar TLS and rotation --------------------------------------------------------------
+
+    def test_sidecar_tls_secret_is_in_the_release_and_every_auth_namespace(self):
+        docs = render(["--set", "auth.namespaces={training,serving}"])
+        serving = secrets_named(docs, SIDECAR_TLS)
+        self.assertEqual(sorted(s["metadata"]["namespace"] for s in serving),
+                         sorted([NAMESPACE, "training", "serving"]))
+        for secret in serving:
+            self.assertEqual(secret["type"], "kubernetes.io/tls")
+            self.assertEqual(set(secret["data"]), {"tls.crt", "tls.key", "ca.crt"})
+            self.assertEqual(secret["data"], serving[0]["data"], "one certificate everywhere")
+        # The CA's key is in one Secret of the release namespace, and nowhere else.
+        [ca] = secrets_named(docs, SIDECAR_CA)
+        self.assertEqual(ca["metadata"]["namespace"], NAMESPACE)
+        self.assertEqual(ca["type"], "kubernetes.io/tls")
+        self.assertEqual(set(ca["data"]), {"tls.crt", "tls.key"})
+        self.assertEqual(serving[0]["data"]["ca.crt"], ca["data"]["tls.crt"])
+        ca_key = ca["data"]["tls.key"]
+        self.assertIn("PRIVATE KEY", base64.b64decode(ca_key).decode())
+        holders = [f"{d['kind']} {d['metadata'].get('namespace')}/{d['metadata']['name']}"
+                   for d in docs if ca_key in yaml.safe_dump(d)
+                   or base64.b64decode(ca_key).decode().strip() in yaml.safe_dump(d)]
+        self.assertEqual(holders, [f"Secret {NAMESPACE}/{SIDECAR_CA}"])
+        # The webhook mounts the Secret into the sidecars; the operator trusts its ca.crt.
+        self.assertEqual(injection_config(docs)["tls_secret"], SIDECAR_TLS)
+
+    def check_sidecar_certificate(self, secret, server_name, days):
+        """The serving certificate names server_name only, verifies against ca.crt for a TLS
+        server, holds an ECDSA key that is its own, and is valid for `days`."""
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = {}
+            for key in ["tls.crt", "tls.key", "ca.crt"]:
+                paths[key] = os.path.join(tmp, key)
+                with open(paths[key], "wb") as f:
+                    f.write(base64.b64decode(secret["data"][key]))
+            self.assertRegex(openssl(["x509", "-noout", "-text", "-in", paths["ca.crt"]]).stdout,
+                             r"CA:TRUE")
+            verified = openssl(["verify", "-CAfile", paths["ca.crt"], "-purpose", "sslserver",
+                                paths["tls.crt"]])
+            self.assertEqual(verified.returncode, 0, verified.stdout + verified.stderr)
+            self.assertIn(": OK", verified.stdout)
+            sans = openssl(["x509", "-noout", "-ext", "subjectAltName",
+                            "-in", paths["tls.crt"]]).stdout
+            self.assertEqual(re.findall(r"(?:DNS|IP Address):[^,\s]+", sans),
+                             [f"DNS:{server_name}"])
+            text = openssl(["x509", "-noout", "-text", "-in", paths["tls.crt"]]).stdout
+            self.assertIn("id-ecPublicKey", text)
+            self.assertIn("TLS Web Server Authentication", text)
+            cert_pub = openssl(["x509", "-noout", "-pubkey", "-in", paths["tls.crt"]]).stdout
+            key_pub = openssl(["pkey", "-pubout", "-in", paths["tls.key"]]).stdout
+            self.assertTrue(cert_pub)
+            self.assertEqual(cert_pub, key_pub)
+            # Valid `days` from now: not after then, and still a day before.
+            self.assertEqual(openssl(["x509", "-noout", "-checkend", str((days - 1) * 86400),
+                                      "-in", paths["tls.crt"]]).returncode, 0)
+            self.assertNotEqual(openssl(["x509", "-noout", "-checkend", str((days + 1) * 86400),
+                                         "-in", paths["tls.crt"]]).returncode, 0)
+
+    def test_sidecar_certificate_names_the_server_and_verifies_against_the_ca(self):
+        [secret] = secrets_named(render(), SIDECAR_TLS)
+        self.check_sidecar_certificate(secret, "clusterprof-sidecar", 365)
+        # Another name and lifetime: the certificate and the operator's flag follow.
+        docs = render(["--set", "sidecar.tls.serverName=profiler.internal",
+                       "--set", "sidecar.tls.validityDays=30"])
+        [secret] = secrets_named(docs, SIDECAR_TLS)
+        self.check_sidecar_certificate(secret, "profiler.internal", 30)
+        self.assertIn("--sidecar-tls-server-name=profiler.internal",
+                      operator_container(docs)["args"])
+
+    def test_sidecar_tls_off_renders_no_certificate_and_no_tls_setting(self):
+        docs = render(["--set", "sidecar.tls.enabled=false", "--set", "auth.namespaces={training}"])
+        self.assertEqual(secrets_named(docs, SIDECAR_TLS), [])
+        self.assertEqual(secrets_named(docs, SIDECAR_CA), [])
+        self.assertFalse([a for a in operator_container(docs)["args"]
+                          if a.startswith("--sidecar-tls-")])
+        self.assertNotIn("/etc/clusterprof/sidecar-ca",
+                         [m["mountPath"] for m in operator_container(docs)["volumeMounts"]])
+        config = injection_config(docs)
+        self.assertNotIn("tls_secret", config)
+        self.assertEqual(config["token_grace_seconds"], 300)
+        # cert-manager renders no sidecar Certificate either.
+        docs = render(["--set", "sidecar.tls.enabled=false", "--set", "certManager.enabled=true"])
+        self.assertEqual([c["metadata"]["name"] for c in of_kind(docs, "Certificate")],
+                         [f"{RELEASE}-webhook-tls"])
+
+    def test_sidecar_tls_existing_secret_is_used_as_it_is(self):
+        docs = render(["--set", "sidecar.tls.existingSecret=corp-sidecar-tls",
+                       "--set", "auth.namespaces={training}"])
+        self.assertEqual(secrets_named(docs, SIDECAR_TLS), [])
+        self.assertEqual(secrets_named(docs, SIDECAR_CA), [])
+        self.assertEqual(injection_config(docs)["tls_secret"], "corp-sidecar-tls")
+        volumes = {v["name"]: v for v in deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["sidecar-ca"]["secret"]["secretName"], "corp-sidecar-tls")
+        self.assertIn("--sidecar-tls-ca-file=/etc/clusterprof/sidecar-ca/ca.crt",
+                      operator_container(docs)["args"])
+        # With cert-manager too: no Certificate for it.
+        docs = render(["--set", "sidecar.tls.existingSecret=corp-sidecar-tls",
+                       "--set", "certManager.enabled=true"])
+        self.assertEqual([c["metadata"]["name"] for c in of_kind(docs, "Certificate")],
+                         [f"{RELEASE}-webhook-tls"])
+
+    def test_cert_manager_issues_the_sidecar_certificate_in_every_namespace(self):
+        docs = render(["--set", "certManager.enabled=true",
+                       "--set", "certManager.issuerRef.kind=ClusterIssuer",
+                       "--set", "certManager.issuerRef.name=corp-ca",
+                       "--set", "auth.namespaces={training,serving}"])
+        self.assertEqual(secrets_named(docs, SIDECAR_TLS), [], "cert-manager writes them")
+        certificates = [c for c in of_kind(docs, "Certificate")
+                        if c["metadata"]["name"] == SIDECAR_TLS]
+        self.assertEqual(sorted(c["metadata"]["namespace"] for c in certificates),
+                         sorted([NAMESPACE, "training", "serving"]))
+        for certificate in certificates:
+            spec = certificate["spec"]
+            self.assertEqual(spec["secretName"], SIDECAR_TLS)
+            self.assertEqual(spec["dnsNames"], ["clusterprof-sidecar"])
+            self.assertEqual(spec["privateKey"]["algorithm"], "ECDSA")
+            self.assertEqual(spec["privateKey"]["size"], 256)
+            self.assertIn("server auth", spec["usages"])
+            self.assertEqual(spec["issuerRef"], {"kind": "ClusterIssuer", "name": "corp-ca"})
+        # The operator trusts the ca.crt cert-manager writes into the release namespace's Secret.
+        volumes = {v["name"]: v for v in deployment(docs)["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(volumes["sidecar-ca"]["secret"]["secretName"], SIDECAR_TLS)
+        # A namespaced Issuer cannot sign in the workload namespaces: refused, saying what to do.
+        for issuer in [[], ["--set", "certManager.issuerRef.kind=Issuer",
+                            "--set", "certManager.issuerRef.name=team-ca"]]:
+            result = run_helm(["template", RELEASE, CHART, "--namespace", NAMESPACE] + BASE +
+                              ["--set", "certManager.enabled=true",
+                               "--set", "auth.namespaces={training}"] + issuer, check=False)
+            self.assertNotEqual(result.returncode, 0, result.stdout[:200])
+            self.assertIn("needs certManager.issuerRef.kind: ClusterIssuer", result.stderr)
+            self.assertIn("(training)", result.stderr)
+        # The chart's own issuer, release namespace only: a CA of its own signs the certificate,
+        # so that ca.crt is a CA and not the certificate itself.
+        docs = render(["--set", "certManager.enabled=true"])
+        ca = one(docs, "Certificate", SIDECAR_CA)
+        self.assertIs(ca["spec"]["isCA"], True)
+        self.assertEqual(ca["spec"]["issuerRef"], {"kind": "Issuer",
+                                                   "name": f"{RELEASE}-selfsigned"})
+        self.assertEqual(one(docs, "Issuer", SIDECAR_CA)["spec"],
+                         {"ca": {"secretName": ca["spec"]["secretName"]}})
+        self.assertEqual(one(docs, "Certificate", SIDECAR_TLS)["spec"]["issuerRef"],
+                         {"kind": "Issuer", "name": SIDECAR_CA})
+
+    def test_rotating_the_token_or_the_certificates_restarts_no_pod(self):
+        # Each render makes a new CA, certificates and, without auth.token, token: the operator's
+        # Deployment must not change with them (no checksum of those Secrets), so that
+        # `helm upgrade` with a new token or certificate rolls no pod.
+        first = render_text(["--set", "auth.token=" + "a" * 48, "--set", "auth.namespaces={t1}"])
+        second = render_text(["--set", "auth.token=" + "b" * 48, "--set", "auth.namespaces={t1}",
+                              "--set", "sidecar.tls.renew=true"])
+        docs = lambda text: [d for d in yaml.safe_load_all(text) if d]
+        tokens = lambda text: {base64.b64decode(s["data"]["token"]).decode()
+                               for s in secrets_named(docs(text), "clusterprof-sidecar-token")}
+        self.assertEqual(tokens(first), {"a" * 48})
+        self.assertEqual(tokens(second), {"b" * 48})
+        certificates = lambda text: {s["data"]["tls.crt"]
+                                     for s in secrets_named(docs(text), SIDECAR_TLS)}
+        self.assertEqual(len(certificates(first)), 1)
+        self.assertNotEqual(certificates(first), certificates(second))
+        self.assertEqual(document_text(first, "Deployment"), document_text(second, "Deployment"))
+        # So does the injection config, whose checksum is the pod template's only annotation.
+        self.assertEqual(document_text(first, "ConfigMap"), document_text(second, "ConfigMap"))
+        annotations = deployment(render())["spec"]["template"]["metadata"]["annotations"]
+        self.assertEqual(list(annotations), ["checksum/injection-config"])
+
+    def test_auth_token_and_grace(self):
+        docs = render(["--set", "auth.token=0123456789abcdef0123", "--set", "auth.namespaces={t1}",
+                       "--set", "auth.tokenGraceSeconds=60"])
+        secrets = secrets_named(docs, "clusterprof-sidecar-token")
+        self.assertEqual(len(secrets), 2)
+        for secret in secrets:
+            self.assertEqual(base64.b64decode(secret["data"]["token"]).decode(),
+                             "0123456789abcdef0123")
+        self.assertEqual(injection_config(docs)["token_grace_seconds"], 60)
+        self.assertEqual(injection_config(render(["--set", "auth.tokenGraceSeconds=0"]))
+                         ["token_grace_seconds"], 0)
 
     # --- NetworkPolicy, metrics, PDB -----------------------------------------------------------
 
@@ -945,6 +1159,17 @@ class ChartTest(unittest.TestCase):
             (["--set", "grafana.dashboard.namespace=Not_A_Namespace"], "grafana.dashboard.namespace"),
             (["--set", "podMonitor.namespaces={Not_A_Namespace}"], "podMonitor.namespaces"),
             (["--set", "podMonitor.bogus=1"], "bogus"),
+            (["--set", "sidecar.tls.bogus=1"], "bogus"),
+            (["--set", "sidecar.tls.enabled=yes"], "enabled"),
+            (["--set", "sidecar.tls.validityDays=0"], "sidecar.tls.validityDays"),
+            (["--set", "sidecar.tls.caValidityDays=0"], "sidecar.tls.caValidityDays"),
+            (["--set", "sidecar.tls.serverName=Not_A_Name"], "sidecar.tls.serverName"),
+            (["--set", "sidecar.tls.secretName="], "sidecar.tls.secretName"),
+            (["--set", "sidecar.tls.existingSecret=Not_A_Name"], "sidecar.tls.existingSecret"),
+            (["--set", "auth.tokenGraceSeconds=-1"], "auth.tokenGraceSeconds"),
+            (["--set", "auth.tokenGraceSeconds=86401"], "auth.tokenGraceSeconds"),
+            (["--set", "auth.token=short"], "auth.token"),
+            (["--set", "auth.token=has spaces in the token value"], "auth.token"),
         ]
         for extra, key in cases:
             with self.subTest(values=extra):

@@ -14,7 +14,9 @@ endif()
 
 # The chart rendered with helm lint and helm template, every document parsed and checked:
 # RBAC against the operator's calls, the Deployment, the webhook and its certificate (openssl),
-# the injection config, the token, the NetworkPolicy, the ServiceMonitor, the schema.
+# the injection config, the token, the sidecars' TLS certificate and CA (openssl), a Deployment
+# that a new token or certificate leaves unchanged, the NetworkPolicy, the ServiceMonitor, the
+# schema.
 add_test(NAME helm_chart_test
   COMMAND ${CLUSTERPROF_TEST_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/helm/chart_test.py)
 set_tests_properties(helm_chart_test PROPERTIES
@@ -22,7 +24,9 @@ set_tests_properties(helm_chart_test PROPERTIES
 
 # The rendered chart applied to a real kube-apiserver, and the operator binary run with the
 # chart's flags and files under exactly the rendered ClusterRole and lease Role, capturing a
-# ProfileJob from a real sidecar that requires the chart's token.
+# ProfileJob from a real sidecar that requires the chart's token and serves TLS with the chart's
+# certificate; then upgrades rendered against that server (lookup): the sidecars' CA, certificate
+# and token kept, the certificate renewed from the same CA, the token replaced.
 set_property(SOURCE helm/chart_apply_integration_test.cc
   APPEND PROPERTY COMPILE_DEFINITIONS CLUSTERPROF_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
 clusterprof_add_test(helm_chart_apply_integration_test ONE_PROCESS TIMEOUT 600

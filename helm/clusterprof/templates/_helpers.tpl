@@ -52,6 +52,20 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The sidecars' TLS Secret ("" with sidecar.tls off): mounted by the webhook into each sidecar,
+and its ca.crt by the operator, from the release namespace. */}}
+{{- define "clusterprof.sidecarTlsSecretName" -}}
+{{- if .Values.sidecar.tls.enabled -}}
+{{- default .Values.sidecar.tls.secretName .Values.sidecar.tls.existingSecret -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The CA that signs the sidecars' certificate: its key lives only in this Secret of the release
+namespace. */}}
+{{- define "clusterprof.sidecarCaSecretName" -}}
+{{- include "clusterprof.component" (dict "root" . "suffix" "sidecar-ca") -}}
+{{- end -}}
+
 {{/* Labels. */}}
 {{- define "clusterprof.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
@@ -142,6 +156,10 @@ http_port: {{ $sidecar.httpPort }}
 resources:
   {{- toYaml ($effective.resources | default dict) | nindent 2 }}
 token_secret: {{ include "clusterprof.tokenSecretName" . | quote }}
+token_grace_seconds: {{ .Values.auth.tokenGraceSeconds | int }}
+{{- with include "clusterprof.sidecarTlsSecretName" . }}
+tls_secret: {{ . | quote }}
+{{- end }}
 allowed_logdirs:
   {{- toYaml ($sidecar.allowedLogdirs | default list) | nindent 2 }}
 framework_profiler: {{ $effective.frameworkProfiler | default "" | quote }}
