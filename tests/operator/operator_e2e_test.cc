@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/base/strings.h"
+#include "common/grpc/tls.h"
 #include "cpprest/http_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -27,6 +28,7 @@
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_pki.h"
 
 namespace clusterprof {
 namespace {
@@ -260,6 +262,47 @@ TEST_F(OperatorE2eTest, ASidecarDownIsPartiallySucceededNamingThePod) {
     return failed.first != failed.second &&
            failed.first->second.find("trainer-down") != std::string::npos;
   }));
+}
+
+// The chart's default: sidecars serve TLS with a certificate for the fixed name, the operator
+// verifies it against the CA over the pod IP. A sidecar whose certificate another CA signed is
+// refused, its target failed with the cause, not retried, and counted.
+TEST_F(OperatorE2eTest, OverTlsTheJobSucceedsAndARefusedCertificateIsNamed) {
+  testing::TestCa ca;
+  testing::TestCa other_ca("another-ca");
+  const testing::IssuedPair good_pair = ca.Issue({tls::kDefaultServerName});
+  const testing::IssuedPair bad_pair = other_ca.Issue({tls::kDefaultServerName});
+  testing::PublishSecret(root_.Join("tls-good"),
+                         {{"tls.crt", good_pair.cert_pem}, {"tls.key", good_pair.key_pem}});
+  testing::PublishSecret(root_.Join("tls-bad"),
+                         {{"tls.crt", bad_pair.cert_pem}, {"tls.key", bad_pair.key_pem}});
+  testing::PublishSecret(root_.Join("ca"), {{"ca.crt", ca.ca_pem()}});
+  const auto tls_flags = [&](const std::string& dir) {
+    return std::vector<std::string>{"--tls-cert-file", root_.Join(dir + "/tls.crt"),
+                                    "--tls-key-file", root_.Join(dir + "/tls.key")};
+  };
+  testing::LocalHost good(root_, "trainer-0", logs_, kSidecar, kAnnotator, tls_flags("tls-good"));
+  testing::LocalHost bad(root_, "trainer-1", logs_, kSidecar, kAnnotator, tls_flags("tls-bad"));
+  CreateRunningPod(good.name(), good.port());
+  CreateRunningPod(bad.name(), bad.port());
+  auto op = StartOperator("a", {"--sidecar-tls-ca-file", root_.Join("ca/ca.crt")});
+  ASSERT_TRUE(CreateJob("tls", JobSpec()).ok());
+
+  value job = WaitForFinish("tls");
+  ASSERT_EQ(Phase(job), "PartiallySucceeded") << job.serialize();
+  EXPECT_EQ(Target(job, "trainer-0").at("phase").as_string(), "Succeeded");
+  const value& refused = Target(job, "trainer-1");
+  EXPECT_EQ(refused.at("phase").as_string(), "Failed");
+  EXPECT_THAT(refused.at("message").as_string(), HasSubstr("is not signed by a CA in"));
+  EXPECT_THAT(refused.at("message").as_string(), HasSubstr("CN=another-ca"));
+  EXPECT_EQ(refused.at("attempts").as_integer(), 1) << "a refused certificate is not retried";
+  EXPECT_TRUE(Eventually([&] {
+    return op->Http("/metrics")
+               .find(
+                   "clusterprof_operator_sidecar_refusals_total{reason=\"certificate_unknown_ca\"} "
+                   "1") != std::string::npos;
+  }));
+  EXPECT_THAT(op->Log(), HasSubstr("sidecars are reached over TLS"));
 }
 
 TEST_F(OperatorE2eTest, NoMatchingPodsFailsWithAClearCondition) {
