@@ -12,6 +12,7 @@
 #include "common/base/process.h"
 #include "common/grpc/log_bridge.h"
 #include "common/grpc/tls.h"
+#include "common/storage/logdir.h"
 #include "operator/kube/config.h"
 #include "operator/manager/manager.h"
 #include "spdlog/spdlog.h"
@@ -58,6 +59,16 @@ int main(int argc, char** argv) {
   app.add_option("--sidecar-token-file", options.jobs.sidecar_token_file,
                  "File with the bearer token the sidecars require (their --auth-token-file); "
                  "read for each capture");
+  std::vector<std::string> allowed_logdirs;
+  app.add_option("--allowed-logdir", allowed_logdirs,
+                 "A logdir prefix ProfileJobs may write under (repeatable; default: the "
+                 "injection config's allowed_logdirs, the sidecars' own); a job whose logdir "
+                 "lies elsewhere fails before anything is captured or written")
+      ->take_all();
+  app.add_flag("--allow-external-addresses", options.jobs.allow_external_addresses,
+               "Let spec.targets.addresses name servers that are not pods of the job's "
+               "namespace (TF/JAX servers outside the cluster); off, such jobs fail "
+               "AddressNotAllowed and nothing is sent to them");
   std::string sidecar_tls_ca_file;
   std::string sidecar_tls_server_name = clusterprof::tls::kDefaultServerName;
   app.add_option("--sidecar-tls-ca-file", sidecar_tls_ca_file,
@@ -137,6 +148,15 @@ int main(int argc, char** argv) {
     spdlog::warn(
         "sidecars are reached in plaintext (no --sidecar-tls-ca-file): their bearer token "
         "crosses the pod network readable");
+  }
+  if (allowed_logdirs.empty()) allowed_logdirs = options.webhook.injection.allowed_logdirs;
+  for (const std::string& prefix : allowed_logdirs) {
+    absl::StatusOr<clusterprof::storage::Logdir> logdir = clusterprof::storage::ParseLogdir(prefix);
+    if (!logdir.ok()) {
+      spdlog::error("--allowed-logdir: {}", std::string(logdir.status().message()));
+      return 2;
+    }
+    options.jobs.allowed_logdirs.push_back(*std::move(logdir));
   }
   options.lease_duration_ns = static_cast<int64_t>(lease_s * kNanosPerSecond);
   options.renew_deadline_ns = static_cast<int64_t>(renew_s * kNanosPerSecond);

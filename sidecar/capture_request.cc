@@ -12,30 +12,6 @@
 namespace clusterprof::sidecar {
 namespace {
 
-// The real path of `path`: symbolic links resolved in the longest part that exists, the rest
-// appended as written.
-std::string ResolveExisting(const std::string& path) {
-  std::filesystem::path existing(path);
-  std::filesystem::path rest;
-  std::error_code ec;
-  while (!existing.empty() && existing != existing.root_path() &&
-         !std::filesystem::exists(existing, ec)) {
-    rest = existing.filename() / rest;
-    existing = existing.parent_path();
-  }
-  std::filesystem::path resolved = std::filesystem::canonical(existing, ec);
-  if (ec) resolved = existing;
-  if (!rest.empty()) resolved /= rest;
-  std::string out = resolved.lexically_normal().string();
-  while (out.size() > 1 && out.back() == '/') out.pop_back();
-  return out;
-}
-
-bool HasPathPrefix(std::string_view path, std::string_view prefix) {
-  if (prefix == "/") return StartsWith(path, "/");
-  return path == prefix || (StartsWith(path, prefix) && path[prefix.size()] == '/');
-}
-
 // Lets each tracer check its own keys, and names the keys nobody reads: ignored, unless a tracer
 // that takes part hands the options on whole (the framework proxy).
 absl::Status CheckTracerOptions(const std::vector<const Tracer*>& tracers,
@@ -66,20 +42,6 @@ absl::Status CheckTracerOptions(const std::vector<const Tracer*>& tracers,
 }
 
 }  // namespace
-
-bool IsUnderPrefix(const storage::Logdir& root, const storage::Logdir& allowed) {
-  if (root.kind != allowed.kind) return false;
-  if (root.kind == storage::Logdir::Kind::kGcs) return HasPathPrefix(root.uri, allowed.uri);
-  // The path must name the prefix itself (as configured, or as its real path): that is where the
-  // files are then written from, walking down without leaving it (LocalStorageOptions::
-  // write_roots). A path that reaches the prefix only through a link elsewhere is refused here,
-  // before anything is captured.
-  const std::string real_allowed = ResolveExisting(allowed.uri);
-  if (!HasPathPrefix(root.uri, allowed.uri) && !HasPathPrefix(root.uri, real_allowed)) {
-    return false;
-  }
-  return HasPathPrefix(ResolveExisting(root.uri), real_allowed);
-}
 
 absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequest& request,
                                                    const RequestPolicy& policy,
@@ -169,7 +131,7 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
   bool allowed = false;
   std::string prefixes;
   for (const storage::Logdir& prefix : policy.allowed_logdirs) {
-    allowed = allowed || IsUnderPrefix(root, prefix);
+    allowed = allowed || storage::IsUnderPrefix(root, prefix);
     StrAppend(&prefixes, prefixes.empty() ? "" : ", ", prefix.uri);
   }
   if (!allowed) {

@@ -72,13 +72,6 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
                                                    const RequestPolicy& policy,
                                                    int64_t now_wall_ns);
 
-// Whether `root` (a parsed repository root) lies inside `allowed`. Local paths must name the
-// prefix (as given, or as its real path), and compare whole components after resolving symbolic
-// links of the parts that exist, so a link inside an allowed directory cannot lead out of it.
-// This is the early check; the write itself stays beneath the prefix even if a link is swapped
-// in afterwards (LocalStorageOptions::write_roots).
-bool IsUnderPrefix(const storage::Logdir& root, const storage::Logdir& allowed);
-
 }  // namespace clusterprof::sidecar
 
 #endif  // CLUSTERPROF_SIDECAR_CAPTURE_REQUEST_H_

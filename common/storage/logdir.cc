@@ -44,6 +44,30 @@ bool IsValidBucketName(std::string_view bucket) {
   return absl::ascii_isalnum(bucket.front()) && absl::ascii_isalnum(bucket.back());
 }
 
+// The real path of `path`: symbolic links resolved in the longest part that exists, the rest
+// appended as written.
+std::string ResolveExisting(const std::string& path) {
+  std::filesystem::path existing(path);
+  std::filesystem::path rest;
+  std::error_code ec;
+  while (!existing.empty() && existing != existing.root_path() &&
+         !std::filesystem::exists(existing, ec)) {
+    rest = existing.filename() / rest;
+    existing = existing.parent_path();
+  }
+  std::filesystem::path resolved = std::filesystem::canonical(existing, ec);
+  if (ec) resolved = existing;
+  if (!rest.empty()) resolved /= rest;
+  std::string out = resolved.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
+}
+
+bool HasComponentPrefix(std::string_view path, std::string_view prefix) {
+  if (prefix == "/") return StartsWith(path, "/");
+  return path == prefix || (StartsWith(path, prefix) && path[prefix.size()] == '/');
+}
+
 }  // namespace
 
 std::string Logdir::Join(std::string_view relative) const {
@@ -177,6 +201,20 @@ std::string RunLayout::ManifestPath() const { return StrCat(RunDir(), "/", kMani
 
 std::string DefaultRunName(int64_t wall_ns) {
   return absl::FormatTime("%Y_%m_%d_%H_%M_%S", absl::FromUnixNanos(wall_ns), absl::UTCTimeZone());
+}
+
+bool IsUnderPrefix(const Logdir& root, const Logdir& allowed) {
+  if (root.kind != allowed.kind) return false;
+  if (root.kind == Logdir::Kind::kGcs) return HasComponentPrefix(root.uri, allowed.uri);
+  // The path must name the prefix itself (as configured, or as its real path): that is where the
+  // files are then written from, walking down without leaving it (LocalStorageOptions::
+  // write_roots). A path that reaches the prefix only through a link elsewhere is refused here,
+  // before anything is captured.
+  const std::string real_allowed = ResolveExisting(allowed.uri);
+  if (!HasComponentPrefix(root.uri, allowed.uri) && !HasComponentPrefix(root.uri, real_allowed)) {
+    return false;
+  }
+  return HasComponentPrefix(ResolveExisting(root.uri), real_allowed);
 }
 
 }  // namespace clusterprof::storage

@@ -36,6 +36,13 @@ struct Logdir {
 // components with an InvalidArgument error that quotes the input.
 absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd = "");
 
+// Whether `root` (a parsed repository root) lies inside `allowed`. Local paths must name the
+// prefix (as given, or as its real path), and compare whole components after resolving symbolic
+// links of the parts that exist, so a link inside an allowed directory cannot lead out of it.
+// This is the early check; the write itself stays beneath the prefix even if a link is swapped
+// in afterwards (LocalStorageOptions::write_roots).
+bool IsUnderPrefix(const Logdir& root, const Logdir& allowed);
+
 // Checks that `value` can be a single path component: not empty, not "." or "..", at most 255
 // bytes, and no '/', '\\', control characters or NUL. `what` names it in the error ("run name").
 absl::Status ValidatePathComponent(std::string_view what, std::string_view value);

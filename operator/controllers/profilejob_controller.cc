@@ -5,6 +5,7 @@
 #include <future>
 #include <optional>
 
+#include "absl/strings/str_join.h"
 #include "common/base/check.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
@@ -249,6 +250,23 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
     return Fail(meta, job->json, std::move(status), "InvalidSpec",
                 StrCat(spec.status().message(),
                        ". The spec cannot change: delete the ProfileJob and create a fixed one."));
+  }
+  if (std::string why = LogdirOutsideAllowlist(spec->parsed_logdir, options_.allowed_logdirs);
+      !why.empty()) {
+    return Fail(meta, job->json, std::move(status), "LogdirNotAllowed", std::move(why));
+  }
+  if (!options_.allow_external_addresses && !spec->addresses.empty()) {
+    if (std::vector<std::string> outside =
+            AddressesOutsideNamespace(*spec, pods_->List(meta.namespace_));
+        !outside.empty()) {
+      return Fail(meta, job->json, std::move(status), "AddressNotAllowed",
+                  StrCat("spec.targets.addresses: ", absl::StrJoin(outside, ", "),
+                         outside.size() == 1 ? " is not the address" : " are not addresses",
+                         " of a pod in namespace ", meta.namespace_,
+                         ": a ProfileJob reaches only its own namespace's pods (the operator's "
+                         "--allow-external-addresses, the chart's "
+                         "operator.allowExternalAddresses, lets jobs name other servers)"));
+    }
   }
   if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
       cancel != nullptr && *cancel == "true" && status.phase == api::JobPhase::kPending) {

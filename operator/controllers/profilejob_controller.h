@@ -74,6 +74,15 @@ struct ProfileJobControllerOptions {
   int64_t final_status_retry_ns = 5 * 60 * kNanosPerSecond;
   // Where run manifests are written (common/storage/storage_set.h); nullptr: a set per capture.
   storage::StorageSet* storages = nullptr;
+  // Where jobs may write (the sidecars' --allowed-logdir, from the injection config): a job
+  // whose spec.logdir lies elsewhere fails LogdirNotAllowed before anything is captured or
+  // written (the run manifest included, which the operator writes with its own credentials).
+  // Empty: no check.
+  std::vector<storage::Logdir> allowed_logdirs;
+  // Whether spec.targets.addresses may name servers that are not pods of the job's namespace
+  // (--allow-external-addresses): TF/JAX servers outside the cluster. Off: such a job fails
+  // AddressNotAllowed, and no call, token included, goes to them.
+  bool allow_external_addresses = false;
   // Plaintext or TLS to the sidecars (--sidecar-tls-ca-file; common/grpc/tls.h); null:
   // plaintext.
   std::shared_ptr<const tls::ChannelSecurity> sidecar_security;

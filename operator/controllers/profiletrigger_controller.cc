@@ -303,7 +303,19 @@ void ProfileTriggerController::Follow(const std::string& key, const api::Profile
   std::vector<kube::ObjectPtr> pods;
   if (spec.capture.selector.has_value())
     pods = pods_->List(meta.namespace_, &*spec.capture.selector);
-  const TargetResolution resolution = ResolveTargets(spec.capture, pods);
+  TargetResolution resolution = ResolveTargets(spec.capture, pods);
+  if (!options_.allow_external_addresses && !spec.capture.addresses.empty()) {
+    const std::vector<std::string> outside =
+        AddressesOutsideNamespace(spec.capture, pods_->List(meta.namespace_));
+    std::erase_if(resolution.targets, [&outside](const ResolvedTarget& target) {
+      return std::find(outside.begin(), outside.end(), target.address) != outside.end();
+    });
+    for (const std::string& address : outside) {
+      resolution.skipped.push_back(
+          StrCat(address, ": not a pod of namespace ", meta.namespace_,
+                 " (the operator's --allow-external-addresses lets it be followed)"));
+    }
+  }
   std::vector<std::string> addresses;
   std::map<std::string, std::string> names;
   for (const ResolvedTarget& target : resolution.targets) {

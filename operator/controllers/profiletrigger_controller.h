@@ -60,6 +60,9 @@ struct ProfileTriggerControllerOptions {
   std::function<std::unique_ptr<coordinator::StepSource>()> step_source;
   std::string sidecar_token_file;
   std::shared_ptr<const tls::ChannelSecurity> sidecar_security;
+  // As ProfileJobControllerOptions::allow_external_addresses: off, capture.targets.addresses
+  // that are not pods of the trigger's namespace are not followed (and its jobs fail).
+  bool allow_external_addresses = false;
 };
 
 class ProfileTriggerController : public kube::ResourceEventHandler {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 
 #include "absl/strings/str_join.h"
 #include "common/base/strings.h"
@@ -163,6 +164,40 @@ TargetResolution ResolveTargets(const api::ProfileJobSpec& spec,
     resolution.targets.push_back({address, address, ""});
   }
   return resolution;
+}
+
+std::vector<std::string> AddressesOutsideNamespace(
+    const api::ProfileJobSpec& spec, const std::vector<kube::ObjectPtr>& namespace_pods) {
+  std::set<std::string> pod_ips;
+  for (const kube::ObjectPtr& object : namespace_pods) {
+    if (const auto* pod = dynamic_cast<const kube::Pod*>(object.get());
+        pod != nullptr && !pod->pod_ip.empty()) {
+      pod_ips.insert(pod->pod_ip);
+    }
+  }
+  std::vector<std::string> outside;
+  for (const std::string& address : spec.addresses) {
+    std::string host = address.substr(0, address.rfind(':'));
+    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    if (pod_ips.count(host) == 0) outside.push_back(address);
+  }
+  return outside;
+}
+
+std::string LogdirOutsideAllowlist(const storage::Logdir& logdir,
+                                   const std::vector<storage::Logdir>& allowed) {
+  if (allowed.empty()) return "";
+  std::string prefixes;
+  for (const storage::Logdir& prefix : allowed) {
+    if (storage::IsUnderPrefix(logdir, prefix)) return "";
+    StrAppend(&prefixes, prefixes.empty() ? "" : ", ", prefix.uri);
+  }
+  return StrCat("spec.logdir ", logdir.uri,
+                " is outside the logdirs the sidecars may write (the chart's "
+                "sidecar.allowedLogdirs: ",
+                prefixes, "); nothing was captured and no file written");
 }
 
 }  // namespace clusterprof::controllers

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/storage/logdir.h"
 #include "operator/api/types.h"
 #include "operator/kube/object.h"
 
@@ -54,6 +55,18 @@ bool HasSidecar(const kube::Pod& pod);
 // annotation, else the port named "clusterprof", else 8466. InvalidArgument for an annotation
 // that is not a port number.
 absl::StatusOr<int32_t> SidecarPort(const api::ProfileJobSpec& spec, const kube::Pod& pod);
+
+// The addresses of spec.targets.addresses that are not a pod IP (host:port, any port) of one of
+// `namespace_pods` (every pod of the job's namespace): a job may reach only its own namespace's
+// pods, with the install's token, unless the operator runs with --allow-external-addresses.
+std::vector<std::string> AddressesOutsideNamespace(
+    const api::ProfileJobSpec& spec, const std::vector<kube::ObjectPtr>& namespace_pods);
+
+// Why `logdir` is refused: "" when it lies under one of `allowed` (the sidecars'
+// --allowed-logdir, the chart's sidecar.allowedLogdirs) or when `allowed` is empty (no check);
+// else a sentence naming the logdir and the prefixes.
+std::string LogdirOutsideAllowlist(const storage::Logdir& logdir,
+                                   const std::vector<storage::Logdir>& allowed);
 
 // `pods` are the pods of the job's namespace that its selector matches (any other kind of object
 // is ignored).

@@ -321,6 +321,7 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
     if (trigger_options.sidecar_token_file.empty()) {
       trigger_options.sidecar_token_file = options.jobs.sidecar_token_file;
     }
+    trigger_options.allow_external_addresses = options.jobs.allow_external_addresses;
     if (trigger_options.sidecar_security == nullptr) {
       trigger_options.sidecar_security = options.jobs.sidecar_security;
     }

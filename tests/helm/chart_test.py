@@ -376,6 +376,9 @@ class ChartTest(unittest.TestCase):
                                           "--set", "operator.logLevel=debug"]))["args"]
         self.assertIn("--log-level=debug", args)
         self.assertEqual(args[-1], "--fan-out-lead-ms=300")
+        self.assertNotIn("--allow-external-addresses", args)
+        args = operator_container(render(["--set", "operator.allowExternalAddresses=true"]))["args"]
+        self.assertIn("--allow-external-addresses", args)
 
     def test_replicas_come_from_values(self):
         self.assertEqual(deployment(render())["spec"]["replicas"], 2)

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +37,7 @@ using ::testing::AllOf;
 using testing::FakeApiClient;
 using testing::FakeProfilers;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using web::json::value;
 
 constexpr char kNs[] = "team";
@@ -297,6 +299,52 @@ std::optional<value> WaitingCondition(const std::optional<value>& job) {
 bool Waiting(const std::optional<value>& job) {
   const std::optional<value> condition = WaitingCondition(job);
   return condition.has_value() && condition->at("status").as_string() == "True";
+}
+
+// docs/security.md: a job reaches only its own namespace's pods, and writes only under the
+// sidecars' allowed logdirs; the operator checks both before anything is sent or written.
+TEST_F(ProfileJobControllerTest, AJobThatNamesAnotherNamespacesServerFailsAndSendsNothing) {
+  AddPod("worker-0", "10.0.0.1");
+  servers_.Add("10.9.9.9:8466", {});
+  StartController();
+  CreateJob("outside",
+            JobSpec(R"({"targets": {"addresses": ["10.0.0.1:8466", "10.9.9.9:8466"]}})"));
+  const value job = WaitForFinish("outside");
+  EXPECT_EQ(Phase(job), "Failed");
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              AllOf(HasSubstr("10.9.9.9:8466 is not the address of a pod in namespace"),
+                    Not(HasSubstr("10.0.0.1:8466 is"))));
+  EXPECT_TRUE(servers_.ProfileRequests("10.9.9.9:8466").empty());
+  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty());
+}
+
+TEST_F(ProfileJobControllerTest, AnExternalAddressIsCapturedWhenTheOperatorAllowsIt) {
+  AddPod("worker-0", "10.0.0.1");
+  servers_.Add("10.9.9.9:8466", {});
+  ProfileJobControllerOptions options;
+  options.allow_external_addresses = true;
+  StartController(options);
+  CreateJob("outside", JobSpec(R"({"targets": {"addresses": ["10.9.9.9:8466"]}})"));
+  const value job = WaitForFinish("outside");
+  EXPECT_NE(Phase(job), "Failed") << job.serialize();
+  EXPECT_EQ(servers_.ProfileRequests("10.9.9.9:8466").size(), 1u);
+}
+
+TEST_F(ProfileJobControllerTest, ALogdirOutsideTheAllowlistFailsBeforeAnythingIsWritten) {
+  AddPod("worker-0", "10.0.0.1");
+  ProfileJobControllerOptions options;
+  options.allowed_logdirs.push_back(*storage::ParseLogdir(dir_.Join("allowed")));
+  StartController(options);
+  CreateJob("elsewhere", JobSpec(StrCat(R"({"logdir": ")", dir_.Join("allowed-not"), R"("})")));
+  const value job = WaitForFinish("elsewhere");
+  EXPECT_EQ(Phase(job), "Failed");
+  EXPECT_THAT(job.at("status").at("message").as_string(),
+              AllOf(HasSubstr("is outside the logdirs the sidecars may write"),
+                    HasSubstr(dir_.Join("allowed"))));
+  EXPECT_TRUE(servers_.ProfileRequests("10.0.0.1:8466").empty());
+  EXPECT_FALSE(std::filesystem::exists(dir_.Join("allowed-not")));
+  CreateJob("inside", JobSpec(StrCat(R"({"logdir": ")", dir_.Join("allowed/team"), R"("})")));
+  EXPECT_EQ(Phase(WaitForFinish("inside")), "Succeeded");
 }
 
 TEST_F(ProfileJobControllerTest, TooFewReadyTargetsFailsNamingTheOnesLeftOut) {

@@ -123,6 +123,8 @@ class ProfileTriggerControllerTest : public ::testing::Test {
     steps_ = nullptr;  // went with the controller
     ProfileTriggerControllerOptions options;
     options.recorder_window_ms = 30'000;
+    // The pods' addresses stand for them here, with no pod objects behind them.
+    options.allow_external_addresses = true;
     options.step_source = [this] {
       auto source = std::make_unique<FakeSteps>();
       steps_ = source.get();
