@@ -39,6 +39,8 @@ build/e2e/diagnostics/ for the reader of a failed run. Exit 77 (skipped) when th
 not start a node.
 """
 
+import base64
+import binascii
 import glob
 import json
 import os
@@ -767,28 +769,146 @@ spec:
         refused = kubectl(*as_operator, "delete", "deployment", "trainer", "-n", NS, check=False)
         self.assertIn("Forbidden", refused.stderr)
 
-        # A Profile call from another pod without the sidecar token: refused.
+        # A Profile call from another pod without the sidecar token: refused. In plaintext the
+        # sidecar's TLS port does not even answer; over TLS (the CA is no secret: this pod
+        # mounts it) the call is refused for want of the token.
         target = pods(NS, "app=e2e-trainer")[0]["status"]["podIP"]
-        apply("""
+        for name, flags, refusal in (
+                ("intruder-plain", '"--insecure"', r"(?i)unavailable|socket closed|handshake"),
+                ("intruder-tls", '"--tls-ca", "/ca/ca.crt"', r"(?i)unauthenticated.*bearer token")):
+            apply("""
 apiVersion: v1
 kind: Pod
-metadata: {name: intruder, labels: {clusterprof.io/inject: "false"}}
+metadata: {name: %s, labels: {clusterprof.io/inject: "false"}}
 spec:
   restartPolicy: Never
+  volumes:
+  - name: ca
+    secret: {secretName: clusterprof-sidecar-tls, items: [{key: ca.crt, path: ca.crt}]}
   containers:
   - name: cli
     image: %s:%s
     imagePullPolicy: Never
-    command: ["/usr/bin/clusterprof", "capture", "--service-addr", "%s:8466",
+    volumeMounts: [{name: ca, mountPath: /ca, readOnly: true}]
+    command: ["/usr/bin/clusterprof", "capture", "--service-addr", "%s:8466", %s,
               "--logdir", "%s", "--duration-ms", "500", "--num-tracing-attempts", "1"]
-""" % (OPERATOR_IMAGE, VERSION, target, LOGDIR), NS)
-        phase = wait_until("the intruder pod to end", lambda: kjson(
-            "get", "pod", "intruder", "-n", NS)["status"].get("phase") in ("Succeeded", "Failed")
-            and kjson("get", "pod", "intruder", "-n", NS)["status"]["phase"], timeout=60)
-        output = kubectl("logs", "intruder", "-n", NS).stdout
-        self.assertEqual(phase, "Failed", output)
-        self.assertRegex(output, r"(?i)unauthenticated|token", output)
-        kubectl("delete", "pod", "intruder", "-n", NS, "--wait=false")
+""" % (name, OPERATOR_IMAGE, VERSION, target, flags, LOGDIR), NS)
+            phase = wait_until("the %s pod to end" % name, lambda: kjson(
+                "get", "pod", name, "-n", NS)["status"].get("phase") in ("Succeeded", "Failed")
+                and kjson("get", "pod", name, "-n", NS)["status"]["phase"], timeout=60)
+            output = kubectl("logs", name, "-n", NS).stdout
+            self.assertEqual(phase, "Failed", output)
+            self.assertRegex(output, refusal, output)
+            kubectl("delete", "pod", name, "-n", NS, "--wait=false")
+
+    def test_05b_sniffed_pod_traffic_shows_no_token(self):
+        # Everything on the pod network during a capture, as a node-level observer sees it: the
+        # operator's calls to the sidecars are TLS, so the token is nowhere in the bytes. The
+        # same capture holds a canary sent in plaintext to the same port, which shows that the
+        # sniffer reads payloads (a token sent in plaintext would be found).
+        tcpdump = shutil.which("tcpdump") or "/usr/bin/tcpdump"
+        self.assertTrue(os.path.exists(tcpdump), "no tcpdump: scripts/install-deps installs it")
+        token = base64.b64decode(kjson("get", "secret", "clusterprof-sidecar-token", "-n",
+                                       NS)["data"]["token"])
+        target = pods(NS, "app=e2e-trainer")[0]["status"]["podIP"]
+        pcap = os.path.join(NODE_DIR, "sniff.pcap")
+        if os.path.exists(pcap):
+            os.remove(pcap)
+        sniffer = subprocess.Popen(
+            [KUBE_NODE, "exec", NODE_DIR, "--", tcpdump, "-i", "any", "-U", "-s", "0", "-w",
+             pcap, "tcp", "port", "8466"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            wait_until("tcpdump to listen", lambda: os.path.exists(pcap), timeout=20)
+            apply(profile_job("e2e-sniffed", duration_ms=500, delay_ms=500), NS)
+            status = wait_job_done("e2e-sniffed")["status"]
+            self.assertIn(status["phase"], ("Succeeded", "PartiallySucceeded"),
+                          json.dumps(status, indent=1))
+            canary = "canary-%d" % os.getpid()
+            self.in_node("python3", "-c", (
+                "import socket; s = socket.create_connection(('%s', 8466), 5); "
+                "s.sendall(b'PRI * HTTP/2.0\\r\\n\\r\\nSM\\r\\n\\r\\n"
+                "authorization: Bearer %s\\r\\n'); s.close()") % (target, canary))
+            time.sleep(1)  # the last packets reach the file (-U writes each as it comes)
+        finally:
+            sniffer.terminate()
+            sniffer.wait(timeout=20)
+        with open(pcap, "rb") as f:
+            captured = f.read()
+        log("sniffed %d bytes of pod traffic on port 8466" % len(captured))
+        self.assertIn(canary.encode(), captured, "the sniffer does not see payloads")
+        self.assertIn(b"clusterprof-sidecar", captured,
+                      "no TLS handshake (its server name) in the operator's traffic")
+        self.assertNotIn(token, captured, "the sidecar token crossed the pod network readable")
+        # The sidecar counted the canary's plaintext handshake.
+        metrics = self.in_node("curl", "-s", "http://%s:8467/metrics" % target).stdout
+        self.assertRegex(metrics, r"clusterprof_sidecar_handshake_failures_total\{[^}]*\} [1-9]")
+
+    def test_05b2_port_forward_reaches_the_plaintext_loopback_listener(self):
+        # kubectl port-forward arrives on the pod's loopback, where the sidecar also serves
+        # plaintext (XProf's capture button and jax.collect_profile speak nothing else); the
+        # token is still required there unless the chart's auth.allowPortForward says otherwise.
+        pod = pods(NS, "app=e2e-trainer")[0]["metadata"]["name"]
+        token_file = os.path.join(NODE_DIR, "port-forward.token")
+        with open(token_file, "wb") as f:
+            f.write(base64.b64decode(kjson("get", "secret", "clusterprof-sidecar-token", "-n",
+                                           NS)["data"]["token"]))
+        forward = subprocess.Popen(["kubectl", "port-forward", "-n", NS, "pod/" + pod, ":8466"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            line = forward.stdout.readline()
+            port = re.search(r"127\.0\.0\.1:(\d+)", line)
+            self.assertIsNotNone(port, line + forward.stderr.read() if not line else line)
+            address = "127.0.0.1:%s" % port.group(1)
+            top = os.path.join(BINARY_DIR, "cli", "clusterprof")
+            shown = run([top, "top", "--service-addr", address, "--token-file", token_file,
+                         "--once", "--timeout-ms", "5000"], check=False, timeout=60)
+            self.assertIn(pod, shown.stdout + shown.stderr, shown.stdout + shown.stderr)
+            self.assertNotRegex(shown.stdout + shown.stderr, r"(?i)unauthenticated")
+            refused = run([top, "top", "--service-addr", address, "--once", "--timeout-ms",
+                           "3000"], check=False, timeout=60)
+            self.assertRegex(refused.stdout + refused.stderr, r"(?i)bearer token",
+                             refused.stdout + refused.stderr)
+        finally:
+            forward.terminate()
+            forward.wait(timeout=20)
+            os.remove(token_file)
+
+    def test_05c_helm_upgrade_rotates_the_token_and_certificate_without_restarts(self):
+        def restarts():
+            return {p["metadata"]["name"]: (p["metadata"]["uid"], sum(
+                c.get("restartCount", 0) for c in p["status"].get("containerStatuses", []) +
+                p["status"].get("initContainerStatuses", [])))
+                for p in pods(NS, "app=e2e-trainer") + operator_pods()}
+
+        before = restarts()
+        old_token = base64.b64decode(kjson("get", "secret", "clusterprof-sidecar-token", "-n",
+                                           NS)["data"]["token"])
+        old_cert = kjson("get", "secret", "clusterprof-sidecar-tls", "-n", NS)["data"]["tls.crt"]
+        new_token = "rotated-%s" % binascii.hexlify(os.urandom(16)).decode()
+        run([self.helm, "upgrade", RELEASE, CHART, "-n", SYSTEM_NS, "--reuse-values",
+             "--set", "auth.token=%s" % new_token, "--set", "sidecar.tls.renew=true"],
+            timeout=120)
+        self.assertEqual(base64.b64decode(kjson("get", "secret", "clusterprof-sidecar-token",
+                                                "-n", NS)["data"]["token"]).decode(), new_token)
+        self.assertNotEqual(kjson("get", "secret", "clusterprof-sidecar-tls", "-n",
+                                  NS)["data"]["tls.crt"], old_cert)
+        target = pods(NS, "app=e2e-trainer")[0]
+        # The kubelet projects the new Secrets into the running pods; the sidecars and the
+        # operator reread them.
+        wait_until("a sidecar to take the new token", lambda: "reason" not in self.in_node(
+            "curl", "-s", "http://%s:8467/metrics" % target["status"]["podIP"]).stdout or
+            'file="token",result="ok"' in self.in_node(
+                "curl", "-s", "http://%s:8467/metrics" % target["status"]["podIP"]).stdout,
+            timeout=180, interval=2)
+        wait_until("the sidecar to serve the renewed certificate", lambda: "the serving "
+                   "certificate changed" in kubectl("logs", target["metadata"]["name"], "-n", NS,
+                                                    "-c", "clusterprof-sidecar").stdout,
+                   timeout=180, interval=2)
+        apply(profile_job("e2e-rotated", duration_ms=500, delay_ms=500), NS)
+        status = wait_job_done("e2e-rotated")["status"]
+        self.assertEqual(status["phase"], "Succeeded", json.dumps(status, indent=1))
+        self.assertEqual(restarts(), before, "a pod restarted or was replaced by the rotation")
+        self.assertNotEqual(old_token.decode(), new_token)
 
     # --- 5. the leader dies mid-capture ------------------------------------------------------
 
@@ -945,12 +1065,17 @@ spec:
         status, text = self.failed_job_names("no-token-1", namespace, "no-token")
         log("ProfileJob over it: %s" % status.get("message"))
 
-        # The Secret created in the namespace, as `helm upgrade --set auth.namespaces=...` would:
-        # the kubelet projects it into the optional volume and the sidecar serves.
-        token = kjson("get", "secret", secret[0]["secretName"], "-n", NS)
-        apply(json.dumps({"apiVersion": "v1", "kind": "Secret", "type": token.get("type"),
-                          "metadata": {"name": token["metadata"]["name"]},
-                          "data": token["data"]}), namespace)
+        # The Secrets created in the namespace, as `helm upgrade --set auth.namespaces=...`
+        # would: the token and the sidecar's TLS certificate; the kubelet projects them into the
+        # optional volumes and the sidecar serves.
+        names = [secret[0]["secretName"]] + [
+            v["secret"]["secretName"] for v in pod["spec"]["volumes"]
+            if v["name"] == "clusterprof-tls"]
+        for name in names:
+            copy = kjson("get", "secret", name, "-n", NS)
+            apply(json.dumps({"apiVersion": "v1", "kind": "Secret", "type": copy.get("type"),
+                              "metadata": {"name": copy["metadata"]["name"]},
+                              "data": copy["data"]}), namespace)
         wait_until("the sidecar to serve with its token", lambda: "serving" in kubectl(
             "logs", "no-token", "-n", namespace, "-c", "clusterprof-sidecar",
             check=False).stdout.split("starting it again")[-1], timeout=240, interval=2)
