@@ -11,6 +11,7 @@
 #include "common/base/logging.h"
 #include "common/base/process.h"
 #include "common/base/strings.h"
+#include "common/grpc/log_bridge.h"
 #include "google/protobuf/stubs/logging.h"
 #include "pplx/threadpool.h"
 #include "spdlog/spdlog.h"
@@ -407,6 +408,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : clusterprof::cli::kExitUsage;
   }
   (void)clusterprof::InitLogging(clusterprof::LogFormat::kText, "warn");
+  // gRPC's own lines (a sidecar's certificate refused, as this client sees it) as ours,
+  // rate-limited, instead of raw lines on stderr; the capture's own message names the cause.
+  clusterprof::grpclog::LogBridge grpc_log({});
+  (void)grpc_log.Install();
   // protobuf explains parse failures (e.g. invalid UTF-8 in a string field) through its log;
   // show that as a warning next to our own error instead of a raw "[libprotobuf ERROR ...]".
   google::protobuf::SetLogHandler(

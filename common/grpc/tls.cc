@@ -274,7 +274,6 @@ void ChannelSecurity::ConfigureArgs(grpc::ChannelArguments* args) const {
 }
 
 std::string ChannelSecurity::Diagnose(const std::string& address, int64_t timeout_ms) const {
-  if (!tls_) return "";
   const absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
   const int fd = ConnectTcp(address, deadline);
   if (fd < 0) return "";  // not a TLS matter: the call's own message says it
@@ -294,7 +293,14 @@ std::string ChannelSecurity::Diagnose(const std::string& address, int64_t timeou
   ERR_clear_error();
   const int connected = SSL_connect(ssl.get());
   std::string explanation;
-  if (connected != 1) {
+  if (!tls_) {
+    // A plaintext client whose server closed the connection: does the server speak TLS?
+    if (connected == 1) {
+      explanation = StrCat(address,
+                           " serves TLS, and this client spoke plaintext: give the CA of its "
+                           "certificate (--tls-ca; the operator's --sidecar-tls-ca-file)");
+    }
+  } else if (connected != 1) {
     const std::string why = TakeOpensslErrors();
     if (why.find("wrong version number") != std::string::npos ||
         why.find("packet length too long") != std::string::npos) {
@@ -358,6 +364,7 @@ std::string_view TlsFailureReason(std::string_view message) {
   if (has("answered a TLS handshake in plaintext") || has("wrong version number")) {
     return "plaintext_peer";
   }
+  if (has(" serves TLS, and this client spoke plaintext")) return "tls_peer";
   if (IsTlsVerificationFailure(message) || has("during the TLS handshake")) return "tls_other";
   return "";
 }

@@ -77,8 +77,8 @@ class ChannelSecurity {
 
   // After a call to `address` (host:port) failed to connect: what a TLS handshake with it shows,
   // as a sentence naming the cause ("the certificate of 10.0.0.2:8466 expired at
-  // 2026-01-01T00:00:00Z"), or "" when the handshake is not the problem (or plaintext). Blocks up
-  // to `timeout_ms`.
+  // 2026-01-01T00:00:00Z"; for a plaintext client, "10.0.0.2:8466 serves TLS ..."), or "" when
+  // the handshake is not the problem. Blocks up to `timeout_ms`.
   std::string Diagnose(const std::string& address, int64_t timeout_ms = 2000) const;
 
  private:
@@ -96,7 +96,8 @@ bool IsTlsVerificationFailure(std::string_view message);
 
 // The cause of a failed call's TLS trouble, from its message (with Diagnose's sentence where
 // there is one), for metrics: "certificate_expired", "certificate_unknown_ca",
-// "certificate_wrong_name", "plaintext_peer", "tls_other"; "" when the message is not of TLS.
+// "certificate_wrong_name", "plaintext_peer", "tls_peer" (a plaintext client met a TLS server),
+// "tls_other"; "" when the message is not of TLS.
 std::string_view TlsFailureReason(std::string_view message);
 
 }  // namespace clusterprof::tls

@@ -64,7 +64,7 @@ OperatorMetrics::OperatorMetrics() : registry_(std::make_shared<prometheus::Regi
                    .Help(
                        "Targets that failed because their sidecar refused the connection or the "
                        "call, by reason (certificate_expired, certificate_unknown_ca, "
-                       "certificate_wrong_name, tls_other, plaintext_peer, token)")
+                       "certificate_wrong_name, tls_other, plaintext_peer, tls_peer, token)")
                    .Register(*registry_);
   upload_failures_ =
       &prometheus::BuildCounter()

@@ -51,7 +51,8 @@ class OperatorMetrics {
   void TargetUploads(const coordinator::TargetResult& target);
   // Counts a failed target that its sidecar refused, by why (docs/security.md): its TLS
   // certificate was not accepted (certificate_expired, certificate_unknown_ca,
-  // certificate_wrong_name, tls_other), it answered in plaintext (plaintext_peer), or it refused
+  // certificate_wrong_name, tls_other), it answered in plaintext (plaintext_peer) or in TLS to a
+  // plaintext client (tls_peer), or it refused
   // the bearer token (token). Other failures count nothing here.
   void TargetRefused(const coordinator::TargetResult& target);
   // A ProfileJob stopped waiting in the queue for targets other jobs held, after `seconds`:

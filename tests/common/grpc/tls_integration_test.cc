@@ -120,9 +120,12 @@ TEST(TlsTest, VerifiesTheFixedNameOverAnIpAddress) {
   EXPECT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(subject, "CN=clusterprof-sidecar");
   EXPECT_EQ((*security)->Diagnose(server.address()), "");
-  // A plaintext client on the TLS port is refused.
-  EXPECT_EQ(Call(*ChannelSecurity::Insecure(), server.address()).error_code(),
-            grpc::StatusCode::UNAVAILABLE);
+  // A plaintext client on the TLS port is refused, and told why.
+  const grpc::Status plaintext = Call(*ChannelSecurity::Insecure(), server.address());
+  EXPECT_EQ(plaintext.error_code(), grpc::StatusCode::UNAVAILABLE);
+  const std::string diagnosis = ChannelSecurity::Insecure()->Diagnose(server.address());
+  EXPECT_THAT(diagnosis, HasSubstr("serves TLS, and this client spoke plaintext"));
+  EXPECT_EQ(TlsFailureReason(plaintext.error_message() + " (" + diagnosis + ")"), "tls_peer");
 }
 
 struct Refusal {
