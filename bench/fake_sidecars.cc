@@ -1,7 +1,12 @@
 // Many simulated clusterprof sidecars in one process, for the operator's scale benchmark
-// (bench/operator_scale.cc): one gRPC server listening on --count ports of 127.0.0.1, each port
-// standing for one pod's sidecar. A port is told apart by the :authority of the calls made to it
-// (the operator dials "127.0.0.1:PORT", and gRPC sends that as the authority).
+// (bench/operator_scale.cc): --count ports of 127.0.0.1, each standing for one pod's sidecar and
+// served by a gRPC server of its own, whose services know their port. A server per port, because
+// one server on every port cannot tell its ports apart: a TLS client sends the name it verifies
+// (the same for every sidecar) as the :authority, not the address it dials, and gRPC 1.51 gives a
+// handler no local address. The servers share gRPC's threads, the timer and the record.
+//
+// With --tls-cert-file and --tls-key-file every port serves TLS with that pair, as a sidecar with
+// --tls-cert-file does (common/grpc/tls.h), so clients pay the handshake they pay on a cluster.
 //
 // Ports stand for pods on nodes: port k of the process is pod --first-index + k, on node
 // (--first-index + k) / --pods-per-node, and every pod of a node reads one wall clock, the real
@@ -26,10 +31,15 @@
 // 0: the session had not started yet). --port-file gets the bound ports, one a line,
 // written whole (renamed into place) once the server serves.
 //
-//   fake_sidecars --count 250 --port-file ports.txt --record record.txt \
-//     --first-index 250 --pods-per-node 8 --node-offset-ms 20
+// The record ends with the process's own CPU time, user and system:
+//   cpu <ms>
+//
+//   fake_sidecars --count 250 --port-file ports.txt --record record.txt --first-index 250
+//       --pods-per-node 8 --node-offset-ms 20 [--tls-cert-file tls.crt --tls-key-file tls.key]
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -49,6 +59,7 @@
 #include "common/base/clock.h"
 #include "common/base/mutex.h"
 #include "common/base/strings.h"
+#include "common/grpc/tls.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/profile_options.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
@@ -213,25 +224,21 @@ class Timer {
   std::thread thread_;
 };
 
-// The port a call came in on, from its authority ("127.0.0.1:PORT"); 0 when there is none.
-int PortOf(grpc::CallbackServerContext* context) {
-  const grpc::string_ref authority = context->ExperimentalGetAuthority();
-  const std::string text(authority.data(), authority.size());
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos) return 0;
-  return std::atoi(text.c_str() + colon + 1);
-}
+// One simulated sidecar's port: 0 until its server bound it, set before the port is published
+// (the port file), so no call comes in before.
+using PortSlot = std::atomic<int>;
 
 class ProfilerService final : public tensorflow::ProfilerService::CallbackService {
  public:
-  ProfilerService(Recorder* recorder, Clock* clock, const NodeClocks* nodes, Timer* timer)
-      : recorder_(recorder), clock_(clock), nodes_(nodes), timer_(timer) {}
+  ProfilerService(const PortSlot* port, Recorder* recorder, Clock* clock, const NodeClocks* nodes,
+                  Timer* timer)
+      : port_(port), recorder_(recorder), clock_(clock), nodes_(nodes), timer_(timer) {}
 
   grpc::ServerUnaryReactor* Profile(grpc::CallbackServerContext* context,
                                     const tensorflow::ProfileRequest* request,
                                     tensorflow::ProfileResponse* response) override {
     const int64_t arrival = clock_->WallNs();
-    const int port = PortOf(context);
+    const int port = port_->load(std::memory_order_relaxed);
     const int64_t offset = nodes_->OffsetNs(port);
     const tensorflow::ProfileOptions& opts = request->opts();
     Session session;
@@ -266,6 +273,7 @@ class ProfilerService final : public tensorflow::ProfilerService::CallbackServic
   }
 
  private:
+  const PortSlot* port_;
   Recorder* recorder_;
   Clock* clock_;
   const NodeClocks* nodes_;
@@ -274,14 +282,14 @@ class ProfilerService final : public tensorflow::ProfilerService::CallbackServic
 
 class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackService {
  public:
-  SidecarService(Recorder* recorder, Clock* clock, const NodeClocks* nodes)
-      : recorder_(recorder), clock_(clock), nodes_(nodes) {}
+  SidecarService(const PortSlot* port, Recorder* recorder, Clock* clock, const NodeClocks* nodes)
+      : port_(port), recorder_(recorder), clock_(clock), nodes_(nodes) {}
 
   grpc::ServerUnaryReactor* GetInfo(grpc::CallbackServerContext* context,
                                     const clusterprof::v1alpha1::GetInfoRequest*,
                                     clusterprof::v1alpha1::GetInfoResponse* response) override {
     const int64_t wall = clock_->WallNs();
-    const int port = PortOf(context);
+    const int port = port_->load(std::memory_order_relaxed);
     response->set_wall_time_ns(wall + nodes_->OffsetNs(port));
     response->set_monotonic_time_ns(clock_->MonotonicNs());
     response->set_version("fake");
@@ -297,14 +305,15 @@ class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackServ
       grpc::CallbackServerContext* context, const clusterprof::v1alpha1::GetSessionRequest* request,
       clusterprof::v1alpha1::GetSessionResponse* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    const std::optional<Session> session = recorder_->Find(PortOf(context), request->session_id());
+    const int port = port_->load(std::memory_order_relaxed);
+    const std::optional<Session> session = recorder_->Find(port, request->session_id());
     if (!session.has_value()) {
       reactor->Finish(grpc::Status(grpc::StatusCode::NOT_FOUND,
                                    StrCat("no session '", request->session_id(), "'")));
       return reactor;
     }
     response->set_session_id(request->session_id());
-    const int64_t offset = nodes_->OffsetNs(PortOf(context));
+    const int64_t offset = nodes_->OffsetNs(port);
     if (session->achieved_start_ns == 0) {
       response->set_state(clusterprof::v1alpha1::SESSION_STATE_WAITING);
     } else if (clock_->WallNs() + offset <
@@ -329,10 +338,27 @@ class SidecarService final : public clusterprof::v1alpha1::Sidecar::CallbackServ
   }
 
  private:
+  const PortSlot* port_;
   Recorder* recorder_;
   Clock* clock_;
   const NodeClocks* nodes_;
 };
+
+// One port's server and the services that answer on it.
+struct SimulatedSidecar {
+  PortSlot port{0};
+  std::unique_ptr<ProfilerService> profiler;
+  std::unique_ptr<SidecarService> sidecar;
+  std::unique_ptr<grpc::Server> server;
+};
+
+// The process's CPU time so far, user and system, in ms.
+int64_t CpuMs() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return (usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) * 1000 +
+         (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1000;
+}
 
 bool WriteWhole(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
@@ -352,6 +378,9 @@ struct Options {
   int first_index = 0;
   int pods_per_node = 8;
   int64_t node_offset_ms = 0;
+  // Both or neither: TLS on every port.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 int Run(const Options& options) {
@@ -368,35 +397,47 @@ int Run(const Options& options) {
   // detector; with hundreds of connections that costs these processes CPU that the operator
   // under test would otherwise get on the same machine. Real sidecars sit on other hosts.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> made =
+        tls::MakeServerCredentials(options.tls_cert_file, options.tls_key_file);
+    if (!made.ok()) {
+      std::fprintf(stderr, "fake_sidecars: %s\n", std::string(made.status().message()).c_str());
+      return 2;
+    }
+    credentials = *std::move(made);
+  }
   RealClock clock;
   Recorder recorder;
   NodeClocks nodes;
   auto* timer = new Timer(&clock);  // lives until _Exit
-  ProfilerService profiler(&recorder, &clock, &nodes, timer);
-  SidecarService sidecar(&recorder, &clock, &nodes);
-  grpc::ServerBuilder builder;
-  // Without SO_REUSEPORT, port 0 is a port no other process listens on (with it, Linux may hand
-  // two processes' listeners one port when the ephemeral range is crowded, as 10,000 ports and
-  // their connections make it).
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  std::vector<int> ports(count, 0);
-  for (int& port : ports) {
-    builder.AddListeningPort(StrCat(address, ":0"), grpc::InsecureServerCredentials(), &port);
-  }
-  builder.RegisterService(&profiler);
-  builder.RegisterService(&sidecar);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    std::fprintf(stderr, "fake_sidecars: the server did not start on %s\n", address.c_str());
-    return 1;
-  }
+  std::vector<std::unique_ptr<SimulatedSidecar>> sidecars;
+  std::vector<int> ports;
   std::string lines;
-  for (int port : ports) {
-    if (port == 0) {
-      std::fprintf(stderr, "fake_sidecars: a port on %s could not be bound\n", address.c_str());
+  for (int k = 0; k < count; ++k) {
+    auto sidecar = std::make_unique<SimulatedSidecar>();
+    sidecar->profiler =
+        std::make_unique<ProfilerService>(&sidecar->port, &recorder, &clock, &nodes, timer);
+    sidecar->sidecar = std::make_unique<SidecarService>(&sidecar->port, &recorder, &clock, &nodes);
+    grpc::ServerBuilder builder;
+    // Without SO_REUSEPORT, port 0 is a port no other process listens on (with it, Linux may
+    // hand two processes' listeners one port when the ephemeral range is crowded, as 10,000
+    // ports and their connections make it).
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    int port = 0;
+    builder.AddListeningPort(StrCat(address, ":0"), credentials, &port);
+    builder.RegisterService(sidecar->profiler.get());
+    builder.RegisterService(sidecar->sidecar.get());
+    sidecar->server = builder.BuildAndStart();
+    if (sidecar->server == nullptr || port == 0) {
+      std::fprintf(stderr, "fake_sidecars: a port on %s could not be bound (%d bound)\n",
+                   address.c_str(), k);
       return 1;
     }
+    sidecar->port.store(port, std::memory_order_relaxed);
+    ports.push_back(port);
     StrAppend(&lines, port, "\n");
+    sidecars.push_back(std::move(sidecar));
   }
   nodes.Set(ports, options.first_index, options.pods_per_node,
             options.node_offset_ms * kNanosPerMilli);
@@ -408,7 +449,8 @@ int Run(const Options& options) {
 
   int signal = 0;
   sigwait(&signals, &signal);
-  if (!options.record.empty() && !WriteWhole(options.record, recorder.Lines())) {
+  if (!options.record.empty() &&
+      !WriteWhole(options.record, StrCat(recorder.Lines(), "cpu ", CpuMs(), "\n"))) {
     std::fprintf(stderr, "fake_sidecars: cannot write %s\n", options.record.c_str());
     return 1;
   }
@@ -441,6 +483,15 @@ int main(int argc, char** argv) {
                  "each node's clock is off the real one by a fixed amount up to this, either way")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  CLI::Option* cert =
+      app.add_option("--tls-cert-file", options.tls_cert_file,
+                     "serve TLS on every port with this PEM certificate (with --tls-key-file)")
+          ->check(CLI::ExistingFile);
+  CLI::Option* key = app.add_option("--tls-key-file", options.tls_key_file,
+                                    "the certificate's PEM private key (with --tls-cert-file)")
+                         ->check(CLI::ExistingFile);
+  cert->needs(key);
+  key->needs(cert);
   CLI11_PARSE(app, argc, argv);
   return clusterprof::bench::Run(options);
 }

@@ -12,14 +12,22 @@
 //   - |achieved start - requested start| on the sidecars, and status.targets[].startErrorNs;
 //   - the time to Succeeded.
 //
+// With --tls the simulated sidecars serve TLS (a CA and a certificate for the sidecars' fixed
+// name, made in process, in the work directory) and the operator (or the coordinator part)
+// verifies them with --sidecar-tls-ca-file, as a cluster with the chart's sidecar.tls does; run
+// it against a run without to see what the handshakes cost. The fan-out also reports the
+// operator's CPU time (from /proc, sampled with the job's status) and the simulated sidecars'.
+//
 // Memory: M realistic pods (bench/realistic_pod.h) and J ProfileJobs in the namespace the
 // operator watches (most finished, with a status of K targets each; a tenth with selectors
 // that match nothing, which the operator fails), then the operator's VmRSS and VmHWM once its
 // caches synced and its metrics count every job with none left Pending.
 //
-//   eval "$(scripts/install-kube-control-plane)"; export CLUSTERPROF_KUBE_APISERVER
-//   CLUSTERPROF_ETCD build/bench/operator_scale                 # 1,000 targets; 10,000 pods and
-//   100 jobs build/bench/operator_scale --quick         # 50 targets; 500 pods and 10 jobs
+//   eval "$(scripts/install-kube-control-plane)"
+//   export CLUSTERPROF_KUBE_APISERVER CLUSTERPROF_ETCD
+//   build/bench/operator_scale                     # 1,000 targets; 10,000 pods and 100 jobs
+//   build/bench/operator_scale --quick             # 50 targets; 500 pods and 10 jobs
+//   build/bench/operator_scale --only fanout --tls # 1,000 targets over TLS
 //
 // Exits 1 when something did not work (a job not Succeeded, a Profile request missing, the
 // metrics never counting the jobs), 77 when the control plane's binaries are not installed. It
@@ -51,6 +59,7 @@
 #include "common/base/mutex.h"
 #include "common/base/process.h"
 #include "common/base/strings.h"
+#include "common/grpc/tls.h"
 #include "common/storage/logdir.h"
 #include "coordinator/coordinator.h"
 #include "cpprest/http_client.h"
@@ -62,6 +71,7 @@
 #include "tests/support/local_http.h"
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/test_pki.h"
 
 namespace clusterprof::bench {
 namespace {
@@ -95,6 +105,7 @@ struct Options {
   int pods_per_node = 8;
   int64_t node_offset_ms = 20;
   std::string operator_path = kOperator;
+  std::string fake_sidecars_path = kFakeSidecars;
   int64_t duration_ms = 1000;
   int64_t delay_ms = 0;
   int pods = 10000;
@@ -104,9 +115,23 @@ struct Options {
   std::string work_dir;
   // Added to the operator's environment (experiments: LD_PRELOAD, MALLOC_ARENA_MAX, ...).
   std::map<std::string, std::string> operator_env;
+  // TLS to every simulated sidecar; the files are made by Run (MakeTlsFiles).
+  bool tls = false;
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
+
+// Appends each flag and its value to a command line.
+void AddFlags(std::vector<std::string>& args,
+              const std::vector<std::pair<std::string, std::string>>& flags) {
+  for (const auto& [flag, value] : flags) {
+    args.push_back(flag);
+    args.push_back(value);
+  }
+}
 
 // Runs fn(0..n-1) on `threads` threads; the first error, if any.
 absl::Status ParallelFor(int n, int threads, const std::function<absl::Status(int)>& fn) {
@@ -155,6 +180,27 @@ int64_t ProcStatusKib(pid_t pid, const std::string& field) {
   return -1;
 }
 
+// User plus system CPU time of process `pid` so far, in ms (clock-tick resolution); -1 when it
+// cannot be read.
+int64_t ProcCpuMs(pid_t pid) {
+  std::ifstream in(StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  if (!std::getline(in, line)) return -1;
+  // Fields after the command name (which may hold spaces), from the third: state, ppid, ...,
+  // utime (14th) and stime (15th).
+  const size_t paren = line.rfind(')');
+  if (paren == std::string::npos) return -1;
+  std::istringstream fields(line.substr(paren + 2));
+  std::string field;
+  int64_t utime = 0;
+  int64_t stime = 0;
+  for (int k = 3; k <= 15 && fields >> field; ++k) {
+    if (k == 14) utime = std::atoll(field.c_str());
+    if (k == 15) stime = std::atoll(field.c_str());
+  }
+  return (utime + stime) * 1000 / sysconf(_SC_CLK_TCK);
+}
+
 // Waits until `done()`, checking every `interval`; false after `timeout`.
 bool WaitFor(const std::function<bool()>& done, std::chrono::milliseconds timeout,
              std::chrono::milliseconds interval = std::chrono::milliseconds(50)) {
@@ -179,15 +225,20 @@ class OperatorProcess {
  public:
   OperatorProcess(const std::string& binary, const std::string& dir, const std::string& name,
                   const std::string& kubeconfig, const std::string& ns,
-                  const std::map<std::string, std::string>& env)
+                  const std::map<std::string, std::string>& env,
+                  const std::vector<std::string>& more_args = {})
       : log_(StrCat(dir, "/operator-", name, ".log")),
         port_file_(StrCat(dir, "/operator-", name, ".ports")) {
-    process_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{binary, "--kubeconfig", kubeconfig, "--namespace", ns,
-                                 "--health-port", "0", "--health-address", "127.0.0.1",
-                                 "--port-file", port_file_, "--log-format", "text", "--log-level",
-                                 "info"},
-        env, log_);
+    std::vector<std::string> args{binary};
+    AddFlags(args, {{"--kubeconfig", kubeconfig},
+                    {"--namespace", ns},
+                    {"--health-port", "0"},
+                    {"--health-address", "127.0.0.1"},
+                    {"--port-file", port_file_},
+                    {"--log-format", "text"},
+                    {"--log-level", "info"}});
+    args.insert(args.end(), more_args.begin(), more_args.end());
+    process_ = std::make_unique<Subprocess>(args, env, log_);
   }
 
   // Waits for /readyz and the controllers (the leader gauge turns 1 as they start).
@@ -274,7 +325,7 @@ struct InfoRecord {
 using NodeOffsets = std::map<int, int64_t>;
 
 void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
-                std::vector<InfoRecord>& infos, NodeOffsets& offsets) {
+                std::vector<InfoRecord>& infos, NodeOffsets& offsets, int64_t& cpu_ms) {
   std::ifstream in(path);
   std::string kind;
   while (in >> kind) {
@@ -295,6 +346,10 @@ void ReadRecord(const std::string& path, std::vector<ProfileRecord>& profiles,
       int64_t offset = 0;
       in >> port >> node >> offset;
       offsets[port] = offset;
+    } else if (kind == "cpu") {
+      int64_t ms = 0;
+      in >> ms;
+      cpu_ms += ms;
     } else {
       std::string rest;
       std::getline(in, rest);
@@ -344,10 +399,14 @@ struct FanoutFigures {
   int64_t max_threads = 0;
   int64_t max_files = 0;
   // The coordinator's own CPU time (user + system) until T0, and for the whole capture
-  // (coordinator part): what of the machine's two vCPUs it took, the rest being the simulated
-  // sidecars'. -1: not measured.
+  // (coordinator part), or the operator's from the job's creation to its first status poll at or
+  // after T0 and to the end (operator part): what of the machine's two vCPUs it took, the rest
+  // being the simulated sidecars' (and the control plane's). -1: not measured.
   int64_t cpu_to_t0_ms = -1;
   int64_t cpu_ms = -1;
+  // The simulated sidecars' CPU time (user + system, every process) from their start to the end.
+  int64_t sidecars_cpu_ms = 0;
+  bool tls = false;
   std::string label;
   // The job's JSON when it finished, and the operator's API requests (count, mean seconds).
   size_t job_bytes = 0;
@@ -368,15 +427,22 @@ absl::StatusOr<std::vector<SidecarProcess>> StartSidecars(const Options& options
     SidecarProcess sidecar;
     const std::string port_file = StrCat(dir, "/sidecars-", tag, "-", p, ".ports");
     sidecar.record = StrCat(dir, "/sidecars-", tag, "-", p, ".record");
-    sidecar.process = std::make_unique<Subprocess>(
-        std::vector<std::string>{kFakeSidecars, "--count", std::to_string(count), "--port-file",
-                                 port_file, "--record", sidecar.record, "--first-index",
-                                 std::to_string(first), "--pods-per-node",
-                                 std::to_string(options.pods_per_node), "--node-offset-ms",
-                                 std::to_string(options.node_offset_ms)},
-        std::map<std::string, std::string>{}, StrCat(dir, "/sidecars-", tag, "-", p, ".log"));
+    std::vector<std::string> args{options.fake_sidecars_path};
+    AddFlags(args, {{"--count", std::to_string(count)},
+                    {"--port-file", port_file},
+                    {"--record", sidecar.record},
+                    {"--first-index", std::to_string(first)},
+                    {"--pods-per-node", std::to_string(options.pods_per_node)},
+                    {"--node-offset-ms", std::to_string(options.node_offset_ms)}});
+    if (options.tls) {
+      AddFlags(args, {{"--tls-cert-file", options.tls_cert_file},
+                      {"--tls-key-file", options.tls_key_file}});
+    }
+    const std::string log = StrCat(dir, "/sidecars-", tag, "-", p, ".log");
+    sidecar.process = std::make_unique<Subprocess>(args, std::map<std::string, std::string>{}, log);
     if (!testing::WaitForFile(port_file, std::chrono::seconds(60))) {
-      return absl::InternalError(StrCat("fake_sidecars ", p, " did not start"));
+      return absl::InternalError(
+          StrCat("fake_sidecars ", p, " did not start; its log: ", testing::ReadFileOrDie(log)));
     }
     std::istringstream in(testing::ReadFileOrDie(port_file));
     for (int port; in >> port;) sidecar.ports.push_back(port);
@@ -402,7 +468,7 @@ void ReadSidecars(std::vector<SidecarProcess>& sidecars, int64_t created_ns,
   for (SidecarProcess& sidecar : sidecars) {
     sidecar.process->Signal(SIGTERM);
     sidecar.process->Wait(std::chrono::seconds(30));
-    ReadRecord(sidecar.record, profiles, infos, offsets);
+    ReadRecord(sidecar.record, profiles, infos, offsets, figures.sidecars_cpu_ms);
   }
   figures.profiles = static_cast<int64_t>(profiles.size());
   figures.first_profile_ns = INT64_MAX;
@@ -454,6 +520,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                         const std::string& dir, const std::string& ns) {
   FanoutFigures figures;
   figures.targets = options.targets;
+  figures.tls = options.tls;
   RealClock clock;
   if (absl::Status s = CreateNamespace(client, ns); !s.ok()) return s;
 
@@ -489,7 +556,10 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
                                               std::chrono::steady_clock::now() - pods_start)
                                               .count());
 
-  OperatorProcess op(options.operator_path, dir, "fanout", kubeconfig, ns, options.operator_env);
+  std::vector<std::string> operator_args;
+  if (options.tls) operator_args = {"--sidecar-tls-ca-file", options.tls_ca_file};
+  OperatorProcess op(options.operator_path, dir, "fanout", kubeconfig, ns, options.operator_env,
+                     operator_args);
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(120)); !running.ok()) {
     return running;
   }
@@ -505,6 +575,9 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   job["spec"]["runName"] = value::string("fanout");
   job["spec"]["logdir"] = value::string(StrCat(dir, "/logs"));
   std::fprintf(stderr, "creating the ProfileJob over %d targets...\n", options.targets);
+  // The operator's CPU time at each poll of the job: (ns from creation, ms of CPU).
+  std::vector<std::pair<int64_t, int64_t>> cpu_samples;
+  const int64_t cpu_at_create_ms = ProcCpuMs(op.pid());
   const int64_t created_ns = clock.WallNs();
   if (absl::Status s = client.Create(api::ProfileJobs(), ns, job).status(); !s.ok()) {
     return s;
@@ -516,6 +589,7 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
       [&] {
         absl::StatusOr<value> got = client.Get(api::ProfileJobs(), ns, "fanout");
         const int64_t now = clock.WallNs() - created_ns;
+        cpu_samples.emplace_back(now, ProcCpuMs(op.pid()));
         if (!got.ok() || !got->has_field("status")) return false;
         figures.job_bytes = got->serialize().size();
         absl::StatusOr<ProfileJobStatus> parsed = api::ParseProfileJobStatus(got->at("status"));
@@ -566,6 +640,16 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   }
   figures.targets_succeeded = StrCat(succeeded, "/", options.targets);
   figures.t0_ns = status.start_time_ns - created_ns;
+  // The operator's CPU from the job's creation to the first poll at or after T0, and to the end.
+  if (cpu_at_create_ms >= 0 && !cpu_samples.empty()) {
+    figures.cpu_ms = cpu_samples.back().second - cpu_at_create_ms;
+    for (const auto& [at_ns, cpu_ms] : cpu_samples) {
+      if (at_ns >= figures.t0_ns) {
+        figures.cpu_to_t0_ms = cpu_ms - cpu_at_create_ms;
+        break;
+      }
+    }
+  }
 
   // What the sidecars saw.
   ReadSidecars(sidecars, created_ns, figures);
@@ -594,7 +678,7 @@ int Fail(const absl::Status& status) {
 //   target <start_error_ns> <start_known> <offset_applied> <probed_via_node> <own_clock_warning>
 int CoordinatorChild(const std::string& targets_file, const std::string& result_file,
                      const std::string& logdir, bool per_node, bool release, int64_t duration_ms,
-                     int64_t delay_ms) {
+                     int64_t delay_ms, const std::string& tls_ca_file) {
   // As the operator's main() does (the CLI leaves glibc's arenas alone).
   ApplyProcessSettings({.malloc_arenas = 2});
   spdlog::set_level(spdlog::level::info);
@@ -612,6 +696,12 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
   options.delay_ms = delay_ms;
   options.num_tracing_attempts = 1;
   options.clock_probe_per_node = per_node;
+  if (!tls_ca_file.empty()) {
+    absl::StatusOr<std::shared_ptr<const tls::ChannelSecurity>> security =
+        tls::ChannelSecurity::Tls(tls_ca_file);
+    if (!security.ok()) return Fail(security.status());
+    options.security = *std::move(security);
+  }
   int64_t max_threads = 0;
   int64_t max_files = 0;
   const auto sample = [&] {
@@ -703,12 +793,16 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
     std::ofstream(targets_file) << lines;
     std::fprintf(stderr, "capturing %d targets, clock probes %s...\n", options.targets,
                  tag.c_str());
-    Subprocess child(
-        {self, "--coordinator-child", targets_file, "--child-result", result_file, "--child-logdir",
-         StrCat(dir, "/logs-", tag), "--child-per-node", per_node ? "1" : "0", "--child-release",
-         release ? "1" : "0", "--duration-ms", std::to_string(options.duration_ms), "--delay-ms",
-         std::to_string(options.delay_ms)},
-        {}, StrCat(dir, "/coordinator-", tag, ".log"));
+    std::vector<std::string> args{self};
+    AddFlags(args, {{"--coordinator-child", targets_file},
+                    {"--child-result", result_file},
+                    {"--child-logdir", StrCat(dir, "/logs-", tag)},
+                    {"--child-per-node", per_node ? "1" : "0"},
+                    {"--child-release", release ? "1" : "0"},
+                    {"--duration-ms", std::to_string(options.duration_ms)},
+                    {"--delay-ms", std::to_string(options.delay_ms)}});
+    if (options.tls) AddFlags(args, {{"--child-tls-ca-file", options.tls_ca_file}});
+    Subprocess child(args, {}, StrCat(dir, "/coordinator-", tag, ".log"));
     const std::optional<int> code = child.Wait(std::chrono::seconds(300));
     if (!code.has_value() || *code != 0) {
       return absl::InternalError(
@@ -717,8 +811,10 @@ absl::StatusOr<std::vector<FanoutFigures>> RunCoordinator(const Options& options
     }
     FanoutFigures figures;
     figures.targets = options.targets;
-    figures.label = StrCat("coordinator, clock probes ", per_node ? "per node" : "per target",
-                           release ? ", calls released" : ", calls held");
+    figures.tls = options.tls;
+    figures.label =
+        StrCat("coordinator, clock probes ", per_node ? "per node" : "per target",
+               release ? ", calls released" : ", calls held", options.tls ? ", TLS" : "");
     std::istringstream in(testing::ReadFileOrDie(result_file));
     int64_t created_ns = 0;
     int succeeded = 0;
@@ -913,11 +1009,11 @@ absl::StatusOr<MemoryFigures> RunMemory(const Options& options, kube::RestClient
 void PrintFanout(const FanoutFigures& f, const Options& options) {
   const auto p = [](const std::vector<int64_t>& v, double q) { return Ms(Percentile(v, q)); };
   std::printf(
-      "\nFan-out (%s): %d simulated sidecars in %d processes, %d pods a node, durationMs %lld, "
-      "delayMs %lld\n",
-      f.label.c_str(), f.targets, std::min(options.sidecar_processes, f.targets),
-      options.pods_per_node, static_cast<long long>(options.duration_ms),
-      static_cast<long long>(options.delay_ms));
+      "\nFan-out (%s): %d simulated sidecars (%s) in %d processes, %d pods a node, durationMs "
+      "%lld, delayMs %lld\n",
+      f.label.c_str(), f.targets, f.tls ? "TLS" : "plaintext",
+      std::min(options.sidecar_processes, f.targets), options.pods_per_node,
+      static_cast<long long>(options.duration_ms), static_cast<long long>(options.delay_ms));
   std::printf("  (times in ms from the ProfileJob's creation, wall clock)\n");
   std::printf("  %-58s %s, %s targets\n", "job phase", f.phase.c_str(),
               f.targets_succeeded.c_str());
@@ -964,9 +1060,12 @@ void PrintFanout(const FanoutFigures& f, const Options& options) {
   std::printf("  %-58s %9lld / %lld\n", "threads / open files at most (coordinator)",
               static_cast<long long>(f.max_threads), static_cast<long long>(f.max_files));
   if (f.cpu_ms >= 0) {
-    std::printf("  %-58s %9lld / %lld ms\n", "coordinator CPU (user + system) until T0 / in all",
+    std::printf("  %-58s %9lld / %lld ms\n",
+                "operator or coordinator CPU (user + system) to T0 / in all",
                 static_cast<long long>(f.cpu_to_t0_ms), static_cast<long long>(f.cpu_ms));
   }
+  std::printf("  %-58s %9lld ms\n", "simulated sidecars' CPU (all processes, start to end)",
+              static_cast<long long>(f.sidecars_cpu_ms));
   std::printf("  %-58s %9.1f MiB\n", "VmHWM (peak) of the operator or coordinator",
               f.operator_hwm_kib / 1024.0);
   std::printf("  %-58s %9zu B\n", "the finished ProfileJob's JSON", f.job_bytes);
@@ -1026,6 +1125,21 @@ void PrintTable(const std::vector<FanoutFigures>& rows) {
       "the coordinator's or operator's process)\n");
 }
 
+// A CA and the sidecars' serving pair (for tls::kDefaultServerName) under dir/tls, named in
+// `options`.
+void MakeTlsFiles(const std::string& dir, Options& options) {
+  const std::string tls_dir = StrCat(dir, "/tls");
+  std::filesystem::create_directories(tls_dir);
+  testing::TestCa ca;
+  const testing::IssuedPair pair = ca.Issue({tls::kDefaultServerName});
+  options.tls_ca_file = StrCat(tls_dir, "/ca.crt");
+  options.tls_cert_file = StrCat(tls_dir, "/tls.crt");
+  options.tls_key_file = StrCat(tls_dir, "/tls.key");
+  testing::WriteFileOrDie(options.tls_ca_file, ca.ca_pem());
+  testing::WriteFileOrDie(options.tls_cert_file, pair.cert_pem);
+  testing::WriteFileOrDie(options.tls_key_file, pair.key_pem);
+}
+
 int Run(Options options, const std::string& self, const std::vector<int>& sizes) {
   std::optional<testing::TempDir> temp;
   std::string dir = options.work_dir;
@@ -1033,6 +1147,7 @@ int Run(Options options, const std::string& self, const std::vector<int>& sizes)
     temp.emplace();
     dir = temp->path();
   }
+  if (options.tls) MakeTlsFiles(dir, options);
   std::vector<FanoutFigures> rows;
   if (options.coordinator) {
     for (int size : sizes) {
@@ -1084,7 +1199,7 @@ int Run(Options options, const std::string& self, const std::vector<int>& sizes)
       absl::StatusOr<FanoutFigures> figures =
           RunFanout(options, **plane, **client, kubeconfig, size_dir, StrCat("fanout-", size));
       if (!figures.ok()) return Fail(figures.status());
-      figures->label = "operator";
+      figures->label = options.tls ? "operator, TLS" : "operator";
       PrintFanout(*figures, options);
       rows.push_back(*std::move(figures));
     }
@@ -1130,6 +1245,9 @@ int main(int argc, char** argv) {
                  "the sessions back (as the operator does), on, off, or both (off, then on)")
       ->check(CLI::IsMember({"on", "off", "both"}))
       ->capture_default_str();
+  app.add_flag("--tls", options.tls,
+               "the simulated sidecars serve TLS (a CA and certificate made here) and the operator "
+               "or coordinator verifies them (--sidecar-tls-ca-file)");
   app.add_flag("--require-all", options.require_all,
                "coordinator part: fail unless every target was captured (a functional check)");
   app.add_option("--sidecar-processes", options.sidecar_processes,
@@ -1146,6 +1264,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--operator", options.operator_path,
                  "the clusterprof-operator binary to run (to compare builds)")
+      ->capture_default_str();
+  app.add_option("--fake-sidecars", options.fake_sidecars_path,
+                 "the fake_sidecars binary to run (to compare builds)")
       ->capture_default_str();
   app.add_option("--duration-ms", options.duration_ms, "the fan-out job's durationMs")
       ->check(CLI::PositiveNumber)
@@ -1176,16 +1297,18 @@ int main(int argc, char** argv) {
   std::string child_logdir;
   int child_per_node = 1;
   int child_release = 0;
+  std::string child_tls_ca_file;
   app.add_option("--coordinator-child", child_targets)->group("");
+  app.add_option("--child-tls-ca-file", child_tls_ca_file)->group("");
   app.add_option("--child-result", child_result)->group("");
   app.add_option("--child-logdir", child_logdir)->group("");
   app.add_option("--child-per-node", child_per_node)->group("");
   app.add_option("--child-release", child_release)->group("");
   CLI11_PARSE(app, argc, argv);
   if (!child_targets.empty()) {
-    return clusterprof::bench::CoordinatorChild(child_targets, child_result, child_logdir,
-                                                child_per_node != 0, child_release != 0,
-                                                options.duration_ms, options.delay_ms);
+    return clusterprof::bench::CoordinatorChild(
+        child_targets, child_result, child_logdir, child_per_node != 0, child_release != 0,
+        options.duration_ms, options.delay_ms, child_tls_ca_file);
   }
   for (const std::string& entry : operator_env) {
     const size_t eq = entry.find('=');
