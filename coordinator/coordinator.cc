@@ -70,6 +70,10 @@ constexpr int64_t kSendNsPerTarget = 200'000;
 // The most a target's connection may add to the lead (a first probe round slowed by something
 // else: a target timing out is left out of the measure, a machine paused is not).
 constexpr int64_t kMaxConnectNsPerTarget = 1'000'000;
+// The same over TLS, whose handshake costs the client about 1 ms of CPU more per connection with
+// OpenSSL 3 (bench/RESULTS.md, "TLS to every sidecar"): with the plaintext bound, the requests
+// of targets connecting as they go out reached some after T0.
+constexpr int64_t kMaxTlsConnectNsPerTarget = 4'000'000;
 constexpr auto kProgressInterval = std::chrono::milliseconds(100);
 constexpr char kNoTraceMessage[] =
     "No trace event was collected because there were no responses from clients or the responses "
@@ -1212,8 +1216,10 @@ absl::Status Run::PickStart(int attempt, bool first_attempt, const std::vector<s
   // the first probe round (connecting and a call), and more for its request taken, let go and
   // its connection closed: 1.6 times at 10,000 targets here; twice, to spare.
   if (release_calls_ && connect_ns_per_target_ > 0) {
+    const bool tls = options_.security != nullptr && options_.security->tls();
     const int64_t extra_ns =
-        std::min<int64_t>(kMaxConnectNsPerTarget, connect_ns_per_target_ * 2 - kSendNsPerTarget);
+        std::min<int64_t>(tls ? kMaxTlsConnectNsPerTarget : kMaxConnectNsPerTarget,
+                          connect_ns_per_target_ * 2 - kSendNsPerTarget);
     if (extra_ns > 0) {
       int64_t unconnected = 0;
       for (size_t i : subset) unconnected += targets_[i].connection == nullptr ? 1 : 0;
