@@ -274,9 +274,8 @@ TEST(TokenAuthIntegrationTest, EveryRpcNeedsTheTokenAndNoLogShowsIt) {
       const grpc::Status status = rpc(refused);
       EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
           << "authorization: " << refused;
-      EXPECT_THAT(status.error_message(),
-                  ::testing::AnyOf(HasSubstr("does not match"),
-                                   HasSubstr("is not \"Bearer <token>\"")));
+      EXPECT_THAT(status.error_message(), ::testing::AnyOf(HasSubstr("does not match"),
+                                                           HasSubstr("is not \"Bearer <token>\"")));
       EXPECT_THAT(status.error_message(), Not(HasSubstr(token)));
       EXPECT_THAT(status.error_message(), Not(HasSubstr(wrong)));
     }
