@@ -153,6 +153,8 @@ TEST_F(ProfileTriggerIntegrationTest, ADegradingRankFiresOnceAndItsCaptureReache
 
   ProfileTriggerControllerOptions options;
   options.status_interval_ms = 1000;
+  // The ranks are local sidecars named by address, with no pod objects behind them.
+  options.allow_external_addresses = true;
   controller_ = std::make_unique<ProfileTriggerController>(
       &api_, &clock_, triggers_.get(), jobs_.get(), pods_.get(), nullptr, nullptr, options);
   controller_->Start();  // the workers and the evaluator, as in the operator
