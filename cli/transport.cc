@@ -1,23 +1,12 @@
 #include "cli/transport.h"
 
-#include <arpa/inet.h>
-
 #include "common/base/strings.h"
 
 namespace clusterprof::cli {
 
 bool IsLoopbackAddress(std::string_view address) {
-  std::string_view host = address;
-  if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
-    host = host.substr(0, colon);
-  }
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost" || host == "::1") return true;
-  in_addr v4;
-  const std::string text(host);
-  return inet_pton(AF_INET, text.c_str(), &v4) == 1 && (ntohl(v4.s_addr) >> 24) == 127;
+  const std::string_view host = AddressHost(address);
+  return host == "localhost" || IsLoopbackIp(host);
 }
 
 absl::StatusOr<std::shared_ptr<const tls::ChannelSecurity>> ChooseTransport(

@@ -25,27 +25,8 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 }  // namespace
 
 bool IsLoopbackPeer(std::string_view peer) {
-  std::string_view host;
-  if (ConsumePrefix(&peer, "ipv4:")) {
-    host = peer.substr(0, peer.rfind(':'));
-  } else if (ConsumePrefix(&peer, "ipv6:[")) {
-    host = peer.substr(0, peer.find(']'));
-    if (host == "::1") return true;
-    if (!ConsumePrefix(&host, "::ffff:")) return false;
-  } else {
-    return false;
-  }
-  // 127.0.0.0/8: "127." and three more numbers.
-  if (!ConsumePrefix(&host, "127.")) return false;
-  int dots = 0;
-  for (char c : host) {
-    if (c == '.') {
-      ++dots;
-    } else if (c < '0' || c > '9') {
-      return false;
-    }
-  }
-  return dots == 2;
+  if (!ConsumePrefix(&peer, "ipv4:") && !ConsumePrefix(&peer, "ipv6:")) return false;
+  return IsLoopbackIp(AddressHost(peer));
 }
 
 bool TokenAuth::FileStamp::operator==(const FileStamp& other) const {

@@ -1,5 +1,8 @@
 #include "common/base/strings.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 namespace clusterprof {
 
 std::vector<std::string_view> SplitSkipEmpty(std::string_view s, char separator) {
@@ -31,6 +34,26 @@ std::optional<int> ParsePort(std::string_view text) {
   std::from_chars(text.data(), text.data() + text.size(), port);
   if (port < 1 || port > 65535) return std::nullopt;
   return port;
+}
+
+std::string_view AddressHost(std::string_view address) {
+  std::string_view host = address;
+  if (const size_t colon = host.rfind(':'); colon != std::string_view::npos) {
+    host = host.substr(0, colon);
+  }
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  return host;
+}
+
+bool IsLoopbackIp(std::string_view host) {
+  const std::string text(host);
+  in_addr v4;
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, text.c_str(), &v6) != 1) return false;
+  return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
 }
 
 bool IsHostPort(std::string_view address) {

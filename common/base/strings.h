@@ -67,6 +67,14 @@ std::optional<int> ParsePort(std::string_view text);
 // "host:port" or "[v6]:port": a non-empty host, then a port ParsePort takes.
 bool IsHostPort(std::string_view address);
 
+// The host of "host:port", without an IPv6 literal's brackets ("[::1]:8466" -> "::1"); the whole
+// text when it has no port.
+std::string_view AddressHost(std::string_view address);
+
+// Whether `host` is a loopback IP literal: 127.0.0.0/8, ::1 or ::ffff:127.0.0.0/104. Names
+// ("localhost") are not.
+bool IsLoopbackIp(std::string_view host);
+
 inline bool StartsWith(std::string_view s, std::string_view prefix) {
   return s.starts_with(prefix);
 }

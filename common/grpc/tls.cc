@@ -127,15 +127,10 @@ std::string NamesText(const CertificateInfo& info) {
 
 // A TCP connection to host:port within `deadline` (absl::Now()-based), or -1.
 int ConnectTcp(const std::string& address, absl::Time deadline) {
-  std::string host = address;
-  std::string port;
   const size_t colon = address.rfind(':');
   if (colon == std::string::npos) return -1;
-  host = address.substr(0, colon);
-  port = address.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const std::string host(AddressHost(address));
+  const std::string port = address.substr(colon + 1);
   addrinfo hints = {};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;

@@ -177,11 +177,7 @@ std::vector<std::string> AddressesOutsideNamespace(
   }
   std::vector<std::string> outside;
   for (const std::string& address : spec.addresses) {
-    std::string host = address.substr(0, address.rfind(':'));
-    if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-      host = host.substr(1, host.size() - 2);
-    }
-    if (pod_ips.count(host) == 0) outside.push_back(address);
+    if (pod_ips.count(std::string(AddressHost(address))) == 0) outside.push_back(address);
   }
   return outside;
 }

@@ -25,5 +25,22 @@ TEST(IsHostPortTest, NeedsAHostAndAPort) {
   }
 }
 
+TEST(AddressHostTest, StripsThePortAndTheBrackets) {
+  EXPECT_EQ(AddressHost("10.0.0.1:8466"), "10.0.0.1");
+  EXPECT_EQ(AddressHost("[::1]:8466"), "::1");
+  EXPECT_EQ(AddressHost("localhost:9012"), "localhost");
+  EXPECT_EQ(AddressHost("trainer-0"), "trainer-0");
+}
+
+TEST(IsLoopbackIpTest, OnlyLoopbackLiterals) {
+  for (const char* loopback : {"127.0.0.1", "127.10.0.3", "::1", "::ffff:127.0.0.1"}) {
+    EXPECT_TRUE(IsLoopbackIp(loopback)) << loopback;
+  }
+  for (const char* other : {"10.0.0.1", "128.0.0.1", "127.0.0.1.example", "::ffff:10.0.0.1",
+                            "fe80::1", "localhost", ""}) {
+    EXPECT_FALSE(IsLoopbackIp(other)) << other;
+  }
+}
+
 }  // namespace
 }  // namespace clusterprof
