@@ -2,7 +2,6 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -13,6 +12,7 @@
 
 #include "absl/time/time.h"
 #include "common/base/env.h"
+#include "common/base/file_stamp.h"
 #include "common/base/grpc_status.h"
 #include "common/base/mutex.h"
 #include "common/base/status.h"
@@ -431,14 +431,13 @@ void SidecarServer::Impl::StartCertificateWatch(const SidecarConfig& config) {
                   absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::FromUnixSeconds(info.not_after_s),
                                    absl::UTCTimeZone()));
   };
-  if (absl::StatusOr<tls::CertificateInfo> info = tls::ReadCertificate(config.tls_cert_file);
-      info.ok()) {
-    spdlog::info("serving TLS with the certificate {}", describe(*info));
-    metrics->SetCertificateExpiry(static_cast<double>(info->not_after_s));
+  std::optional<FileStamp> seen = StampFile(config.tls_cert_file);
+  absl::StatusOr<tls::CertificateInfo> served = tls::ReadCertificate(config.tls_cert_file);
+  if (served.ok()) {
+    spdlog::info("serving TLS with the certificate {}", describe(*served));
+    metrics->SetCertificateExpiry(static_cast<double>(served->not_after_s));
   }
-  certificate_watch = std::thread([this, config, describe] {
-    struct stat seen = {};
-    stat(config.tls_cert_file.c_str(), &seen);
+  certificate_watch = std::thread([this, config, describe, seen, served]() mutable {
     int64_t expired_logged_for = 0;
     while (true) {
       {
@@ -449,32 +448,29 @@ void SidecarServer::Impl::StartCertificateWatch(const SidecarConfig& config) {
           return;
         }
       }
-      struct stat now = {};
-      if (stat(config.tls_cert_file.c_str(), &now) != 0) continue;
-      const bool changed = now.st_ino != seen.st_ino || now.st_size != seen.st_size ||
-                           now.st_mtim.tv_sec != seen.st_mtim.tv_sec ||
-                           now.st_mtim.tv_nsec != seen.st_mtim.tv_nsec;
-      absl::StatusOr<tls::CertificateInfo> info = tls::ReadCertificate(config.tls_cert_file);
-      if (changed) {
+      // The certificate is read again only when its file changed.
+      const std::optional<FileStamp> now = StampFile(config.tls_cert_file);
+      if (now.has_value() && now != seen) {
         seen = now;
+        served = tls::ReadCertificate(config.tls_cert_file);
         if (absl::Status pair = tls::CheckKeyPair(config.tls_cert_file, config.tls_key_file);
-            !pair.ok() || !info.ok()) {
+            !pair.ok() || !served.ok()) {
           spdlog::error("the TLS files changed but cannot be served: {}",
-                        std::string(!pair.ok() ? pair.message() : info.status().message()));
+                        std::string(!pair.ok() ? pair.message() : served.status().message()));
           metrics->CredentialReloaded("certificate", "invalid");
           continue;
         }
-        spdlog::info("the serving certificate changed: new connections get {}", describe(*info));
+        spdlog::info("the serving certificate changed: new connections get {}", describe(*served));
         metrics->CredentialReloaded("certificate", "ok");
-        metrics->SetCertificateExpiry(static_cast<double>(info->not_after_s));
+        metrics->SetCertificateExpiry(static_cast<double>(served->not_after_s));
       }
-      if (info.ok() && info->not_after_s < clock->WallNs() / kNanosPerSecond &&
-          expired_logged_for != info->not_after_s) {
-        expired_logged_for = info->not_after_s;
+      if (served.ok() && served->not_after_s < clock->WallNs() / kNanosPerSecond &&
+          expired_logged_for != served->not_after_s) {
+        expired_logged_for = served->not_after_s;
         spdlog::error(
             "the serving certificate {} has expired: clients refuse it until it is "
             "renewed",
-            describe(*info));
+            describe(*served));
       }
     }
   });

@@ -1,7 +1,5 @@
 #include "sidecar/token_auth.h"
 
-#include <sys/stat.h>
-
 #include <cerrno>
 
 #include "common/base/status.h"
@@ -29,11 +27,6 @@ bool IsLoopbackPeer(std::string_view peer) {
   return IsLoopbackIp(AddressHost(peer));
 }
 
-bool TokenAuth::FileStamp::operator==(const FileStamp& other) const {
-  return inode == other.inode && size == other.size && mtime.tv_sec == other.mtime.tv_sec &&
-         mtime.tv_nsec == other.mtime.tv_nsec;
-}
-
 TokenAuth::TokenAuth(Options options)
     : options_(std::move(options)),
       clock_(options_.clock != nullptr ? *options_.clock : SystemClock()) {}
@@ -53,47 +46,35 @@ absl::StatusOr<std::unique_ptr<TokenAuth>> TokenAuth::Create(Options options) {
   return auth;
 }
 
-namespace {
-
-absl::StatusOr<struct stat> Stat(const std::string& path) {
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoToStatus(errno, "cannot stat the token file", path);
-  return st;
-}
-
-}  // namespace
-
 absl::Status TokenAuth::ReloadLocked() {
   const auto report = [this](std::string_view result) {
     if (options_.on_reload) options_.on_reload(result);
   };
-  absl::StatusOr<struct stat> before = Stat(options_.path);
-  if (!before.ok()) {
+  const std::optional<FileStamp> before = StampFile(options_.path);
+  if (!before.has_value()) {
+    const absl::Status missing = ErrnoToStatus(errno, "cannot stat the token file", options_.path);
     // Missing (a Secret being replaced, or deleted): the token in force stays.
-    if (stamp_.size != -2) {
-      stamp_ = {.size = -2};
+    if (stamp_ != FileStamp()) {
+      stamp_ = FileStamp();
       if (!token_.empty()) {
-        spdlog::warn("{}; keeping the bearer token read before",
-                     std::string(before.status().message()));
+        spdlog::warn("{}; keeping the bearer token read before", std::string(missing.message()));
         report("unreadable");
       }
     }
-    return before.status();
+    return missing;
   }
-  const FileStamp stamp{before->st_ino, before->st_size, before->st_mtim};
-  if (!token_.empty() && stamp == stamp_) return absl::OkStatus();
+  if (!token_.empty() && before == stamp_) return absl::OkStatus();
   absl::StatusOr<std::string> read = ReadTokenFile(options_.path);
-  absl::StatusOr<struct stat> after = Stat(options_.path);
-  if (read.ok() && after.ok() &&
-      !(FileStamp{after->st_ino, after->st_size, after->st_mtim} == stamp)) {
+  const std::optional<FileStamp> after = StampFile(options_.path);
+  if (read.ok() && after.has_value() && after != before) {
     // Changed while read: read again at the next call, when it has settled.
     return absl::UnavailableError(StrCat("the token file ", options_.path, " is being rewritten"));
   }
-  stamp_ = stamp;
+  stamp_ = before;
   if (!read.ok()) {
     if (!token_.empty()) {
-      const bool empty = before->st_size == 0 ||
-                         read.status().message().find("is empty") != std::string_view::npos;
+      const bool empty =
+          before->size == 0 || read.status().message().find("is empty") != std::string_view::npos;
       spdlog::warn("{}; keeping the bearer token read before",
                    std::string(read.status().message()));
       report(empty ? "empty" : "unreadable");

@@ -9,16 +9,15 @@
 #ifndef CLUSTERPROF_SIDECAR_TOKEN_AUTH_H_
 #define CLUSTERPROF_SIDECAR_TOKEN_AUTH_H_
 
-#include <sys/types.h>
-
-#include <ctime>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
 #include "common/base/clock.h"
+#include "common/base/file_stamp.h"
 #include "common/base/mutex.h"
 #include "grpcpp/grpcpp.h"
 
@@ -72,14 +71,8 @@ class TokenAuth {
   // The token before the last change, accepted until previous_until_ns_ (monotonic).
   std::string previous_ ABSL_GUARDED_BY(mu_);
   int64_t previous_until_ns_ ABSL_GUARDED_BY(mu_) = 0;
-  // The file as last read (or last found unreadable): inode, size and mtime.
-  struct FileStamp {
-    ino_t inode = 0;
-    off_t size = -1;
-    timespec mtime = {};
-    bool operator==(const FileStamp& other) const;
-  };
-  FileStamp stamp_ ABSL_GUARDED_BY(mu_);
+  // The file as last read; FileStamp() when it was last found missing. nullopt: not looked at yet.
+  std::optional<FileStamp> stamp_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace clusterprof::sidecar

@@ -3,7 +3,6 @@
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
-#include <sys/stat.h>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ssl.hpp>
@@ -17,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/base/file_stamp.h"
 #include "common/base/status.h"
 #include "common/base/strings.h"
 #include "prometheus/counter.h"
@@ -40,19 +40,8 @@ std::string OpenSslError() {
   return text;
 }
 
-struct FileStamp {
-  int64_t mtime_ns = -1;
-  int64_t size = -1;
-  int64_t inode = -1;
-  bool operator==(const FileStamp&) const = default;
-};
-
-FileStamp Stamp(const std::string& path) {
-  struct stat info;
-  if (stat(path.c_str(), &info) != 0) return {};
-  return {int64_t{info.st_mtim.tv_sec} * 1'000'000'000 + info.st_mtim.tv_nsec,
-          static_cast<int64_t>(info.st_size), static_cast<int64_t>(info.st_ino)};
-}
+// A missing file has the empty stamp.
+FileStamp Stamp(const std::string& path) { return StampFile(path).value_or(FileStamp()); }
 
 // A certificate chain and its key, as read from PEM files.
 struct KeyPair {
