@@ -1359,9 +1359,10 @@ void Run::ExplainConnectFailures() {
   // The same fault (one CA, one certificate) usually fails every target alike: a few are looked
   // at, in parallel, and their finding is given to the others whose error reads the same.
   constexpr size_t kExplained = 8;
-  std::vector<size_t> failed;
-  std::map<std::string, std::vector<size_t>> by_error;
+  // The failed targets grouped by what their error says, the groups in target order.
+  std::vector<std::vector<size_t>> groups;
   {
+    std::map<std::string, size_t> group_of;
     MutexLock lock(&pending_.mu());
     for (size_t i = 0; i < targets_.size(); ++i) {
       const TargetResult& result = targets_[i].result;
@@ -1374,33 +1375,31 @@ void Run::ExplainConnectFailures() {
       if (const size_t at = why.find(result.address); at != std::string_view::npos) {
         why.remove_prefix(at + result.address.size());
       }
-      std::vector<size_t>& same = by_error[std::string(why)];
-      if (same.empty() && failed.size() < kExplained) failed.push_back(i);
-      same.push_back(i);
+      const auto [it, added] = group_of.emplace(std::string(why), groups.size());
+      if (added) groups.emplace_back();
+      groups[it->second].push_back(i);
     }
   }
-  if (failed.empty()) return;
-  std::vector<std::string> found(failed.size());
+  // The first target of each of the first kExplained groups is looked at.
+  const size_t explained = std::min(groups.size(), kExplained);
+  if (explained == 0) return;
+  std::vector<std::string> found(explained);
   std::vector<std::thread> threads;
-  for (size_t k = 0; k < failed.size(); ++k) {
-    threads.emplace_back([this, &found, k, address = targets_[failed[k]].result.address] {
+  for (size_t k = 0; k < explained; ++k) {
+    threads.emplace_back([this, &found, k, address = targets_[groups[k].front()].result.address] {
       found[k] = connector_->ExplainConnectFailure(address);
     });
   }
   for (std::thread& thread : threads) thread.join();
   MutexLock lock(&pending_.mu());
-  for (auto& [why, members] : by_error) {
-    const auto first = std::find_if(failed.begin(), failed.end(), [&](size_t i) {
-      return std::find(members.begin(), members.end(), i) != members.end();
-    });
-    if (first == failed.end()) continue;
-    const std::string& finding = found[first - failed.begin()];
-    if (finding.empty()) continue;
-    for (size_t i : members) {
+  for (size_t k = 0; k < explained; ++k) {
+    if (found[k].empty()) continue;
+    const size_t first = groups[k].front();
+    for (size_t i : groups[k]) {
       TargetResult& result = targets_[i].result;
-      result.message = i == *first ? StrCat(result.message, " (", finding, ")")
-                                   : StrCat(result.message, " (as for ",
-                                            targets_[*first].result.address, ": ", finding, ")");
+      result.message = i == first ? StrCat(result.message, " (", found[k], ")")
+                                  : StrCat(result.message, " (as for ",
+                                           targets_[first].result.address, ": ", found[k], ")");
     }
   }
 }
