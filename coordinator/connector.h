@@ -7,13 +7,21 @@
 
 #include <cstdint>
 #include <functional>
+#include <list>
+#include <map>
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "clusterprof/v1alpha1/sidecar.pb.h"
+#include "common/base/mutex.h"
 #include "common/grpc/tls.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
+
+namespace grpc {
+class Channel;
+}  // namespace grpc
 
 namespace clusterprof::coordinator {
 
@@ -60,18 +68,61 @@ class ProfilerConnector {
   virtual std::string ExplainConnectFailure(const std::string& address) { return ""; }
 };
 
+// gRPC channels to profiler servers kept across captures (the operator's): the connections, TLS
+// handshakes included, are made once, ahead of the captures when warmed (a pod that became
+// Ready), and every capture and session read reuses them, so that no handshake is on a capture's
+// path. Pooled channels keep their connection while idle and send keepalive pings (the sidecar
+// permits them) so that one dropped on the way is found before a capture uses it. At most
+// `max_channels`; beyond, the least recently used is dropped (its connection closes once no call
+// holds it). Thread-safe.
+class ChannelPool {
+ public:
+  struct Options {
+    std::shared_ptr<const tls::ChannelSecurity> security;  // null: plaintext
+    size_t max_channels = 2048;
+  };
+
+  explicit ChannelPool(Options options);
+  ~ChannelPool();
+  ChannelPool(const ChannelPool&) = delete;
+  ChannelPool& operator=(const ChannelPool&) = delete;
+
+  // The channel to `address` (host:port), made when there is none.
+  std::shared_ptr<grpc::Channel> Get(const std::string& address);
+  // Makes the channel to `address` if there is none and the pool has room (warming never drops
+  // another channel), and starts connecting it now. False when there was no room.
+  bool Warm(const std::string& address);
+  // Drops the channel to `address` (its pod went away).
+  void Forget(const std::string& address);
+  size_t size() const;
+  const std::shared_ptr<const tls::ChannelSecurity>& security() const { return security_; }
+
+ private:
+  struct Entry;
+  std::shared_ptr<grpc::Channel> GetLocked(const std::string& address, bool* made)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<const tls::ChannelSecurity> security_;
+  const size_t max_channels_;
+  mutable Mutex mu_;
+  // Most recently used first.
+  std::list<std::string> order_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
+};
+
 // gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent
 // as "authorization: Bearer <token>" on every call (sidecars started with --auth-token-file
 // refuse calls without it; TF/JAX servers ignore it). `previous_auth_token` non-empty: a call
 // that a sidecar refuses (UNAUTHENTICATED) with `auth_token` is made again with it: during a
 // rotation a sidecar may still hold the token before (the kubelet updates each pod's copy of a
 // Secret in its own time), and the connection keeps to the token that worked. `security`:
-// plaintext or TLS (common/grpc/tls.h); null: plaintext.
+// plaintext or TLS (common/grpc/tls.h); null: plaintext. `pool` non-null: its channels (and
+// its security) are used instead of a channel per connection.
 class GrpcConnector final : public ProfilerConnector {
  public:
   explicit GrpcConnector(std::string auth_token = "",
                          std::shared_ptr<const tls::ChannelSecurity> security = nullptr,
-                         std::string previous_auth_token = "");
+                         std::string previous_auth_token = "", ChannelPool* pool = nullptr);
   std::unique_ptr<ProfilerConnection> Connect(const std::string& address) override;
   std::string ExplainConnectFailure(const std::string& address) override;
 
@@ -79,6 +130,7 @@ class GrpcConnector final : public ProfilerConnector {
   const std::string auth_token_;
   const std::shared_ptr<const tls::ChannelSecurity> security_;
   const std::string previous_auth_token_;
+  ChannelPool* const pool_;
 };
 
 }  // namespace clusterprof::coordinator

@@ -321,8 +321,9 @@ class Run {
 void Run::Connect() {
   connector_ = options_.connector;
   if (connector_ == nullptr) {
-    own_connector_ = std::make_unique<GrpcConnector>(options_.auth_token, options_.security,
-                                                     options_.previous_auth_token);
+    own_connector_ =
+        std::make_unique<GrpcConnector>(options_.auth_token, options_.security,
+                                        options_.previous_auth_token, options_.channel_pool);
     connector_ = own_connector_.get();
   }
   targets_.reserve(options_.targets.size());
@@ -1216,7 +1217,9 @@ absl::Status Run::PickStart(int attempt, bool first_attempt, const std::vector<s
   // the first probe round (connecting and a call), and more for its request taken, let go and
   // its connection closed: 1.6 times at 10,000 targets here; twice, to spare.
   if (release_calls_ && connect_ns_per_target_ > 0) {
-    const bool tls = options_.security != nullptr && options_.security->tls();
+    const bool tls =
+        (options_.channel_pool != nullptr && options_.channel_pool->security()->tls()) ||
+        (options_.security != nullptr && options_.security->tls());
     const int64_t extra_ns =
         std::min<int64_t>(tls ? kMaxTlsConnectNsPerTarget : kMaxConnectNsPerTarget,
                           connect_ns_per_target_ * 2 - kSendNsPerTarget);

@@ -44,6 +44,7 @@ struct RunReport;
 
 namespace clusterprof::coordinator {
 
+class ChannelPool;
 class ProfilerConnector;
 
 struct Target {
@@ -107,6 +108,9 @@ struct CaptureOptions {
   // Plaintext or TLS to the servers (common/grpc/tls.h); null: plaintext. Only for the default
   // connector.
   std::shared_ptr<const tls::ChannelSecurity> security;
+  // Channels kept across captures (connector.h; the operator's): with it, the default connector
+  // takes its channels, and its security, from there. nullptr: a channel per connection.
+  ChannelPool* channel_pool = nullptr;
   // How the servers are reached (connector.h); nullptr: gRPC (GrpcConnector with auth_token and
   // security).
   ProfilerConnector* connector = nullptr;

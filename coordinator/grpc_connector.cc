@@ -22,6 +22,9 @@ namespace {
 
 // The largest answer taken from a clusterprof sidecar (GetInfo, GetSession, ...).
 constexpr int64_t kMaxSidecarResponseBytes = 64 << 20;
+// Pooled channels ping their server this often while idle (the sidecar permits pings this far
+// apart: sidecar/server.cc).
+constexpr int kPoolKeepaliveMs = 120'000;
 
 // An IP literal (a pod IP) goes straight to gRPC's ipv4:/ipv6: resolver, with no DNS resolver
 // and its machinery per channel; a name keeps the default (DNS).
@@ -38,22 +41,36 @@ std::string ChannelTarget(const std::string& address) {
   return address;
 }
 
+// A channel to `address` as captures use it; `pooled`: kept while idle, with keepalive pings.
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address,
+                                           const tls::ChannelSecurity& security, bool pooled) {
+  grpc::ChannelArguments args;
+  // A TF/JAX server answers Profile with the whole XSpace: no bound but gRPC's own. A
+  // clusterprof sidecar's answers are small (a session's digest is at most 8 MiB,
+  // analysis/digest_proto.h): one over kMaxSidecarResponseBytes is refused before it is held,
+  // and the target's session is named as unread, its capture kept.
+  args.SetMaxReceiveMessageSize(INT32_MAX);
+  args.SetServiceConfigJSON(
+      StrCat(R"({"methodConfig": [{"name": [{"service": "clusterprof.v1alpha1.Sidecar"}], )",
+             R"("maxResponseMessageBytes": )", kMaxSidecarResponseBytes, "}]}"));
+  if (pooled) {
+    // Kept between captures, hours apart: never idle, and a connection that died on the way is
+    // found by its pings (at most every kPoolKeepaliveMs; the sidecar permits that) instead of
+    // by the next capture's calls.
+    args.SetInt(GRPC_ARG_CLIENT_IDLE_TIMEOUT_MS, INT32_MAX);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kPoolKeepaliveMs);
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20'000);
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  security.ConfigureArgs(&args);
+  return grpc::CreateCustomChannel(ChannelTarget(address), security.credentials(), args);
+}
+
 class GrpcConnection final : public ProfilerConnection {
  public:
-  GrpcConnection(const std::string& address, std::vector<std::string> auth_tokens,
-                 const tls::ChannelSecurity& security)
-      : auth_tokens_(std::move(auth_tokens)) {
-    grpc::ChannelArguments args;
-    // A TF/JAX server answers Profile with the whole XSpace: no bound but gRPC's own. A
-    // clusterprof sidecar's answers are small (a session's digest is at most 8 MiB,
-    // analysis/digest_proto.h): one over kMaxSidecarResponseBytes is refused before it is held,
-    // and the target's session is named as unread, its capture kept.
-    args.SetMaxReceiveMessageSize(INT32_MAX);
-    args.SetServiceConfigJSON(
-        StrCat(R"({"methodConfig": [{"name": [{"service": "clusterprof.v1alpha1.Sidecar"}], )",
-               R"("maxResponseMessageBytes": )", kMaxSidecarResponseBytes, "}]}"));
-    security.ConfigureArgs(&args);
-    channel_ = grpc::CreateCustomChannel(ChannelTarget(address), security.credentials(), args);
+  GrpcConnection(std::shared_ptr<grpc::Channel> channel, std::vector<std::string> auth_tokens)
+      : auth_tokens_(std::move(auth_tokens)), channel_(std::move(channel)) {
     profiler_ = tensorflow::ProfilerService::NewStub(channel_);
     sidecar_ = v1alpha1::Sidecar::NewStub(channel_);
   }
@@ -252,12 +269,87 @@ class GrpcConnection final : public ProfilerConnection {
 
 }  // namespace
 
+struct ChannelPool::Entry {
+  std::shared_ptr<grpc::Channel> channel;
+  std::list<std::string>::iterator position;
+};
+
+ChannelPool::ChannelPool(Options options)
+    : security_(options.security != nullptr ? std::move(options.security)
+                                            : tls::ChannelSecurity::Insecure()),
+      max_channels_(std::max<size_t>(1, options.max_channels)) {}
+
+ChannelPool::~ChannelPool() = default;
+
+std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address, bool* made) {
+  auto it = channels_.find(address);
+  if (it != channels_.end()) {
+    order_.splice(order_.begin(), order_, it->second.position);
+    *made = false;
+    return it->second.channel;
+  }
+  *made = true;
+  order_.push_front(address);
+  Entry& entry = channels_[address];
+  entry.channel = MakeChannel(address, *security_, /*pooled=*/true);
+  entry.position = order_.begin();
+  return entry.channel;
+}
+
+std::shared_ptr<grpc::Channel> ChannelPool::Get(const std::string& address) {
+  std::shared_ptr<grpc::Channel> dropped;
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    MutexLock lock(&mu_);
+    bool made = false;
+    channel = GetLocked(address, &made);
+    if (channels_.size() > max_channels_) {
+      // Dropped outside the mutex, on this (the caller's) thread.
+      auto last = channels_.find(order_.back());
+      dropped = std::move(last->second.channel);
+      channels_.erase(last);
+      order_.pop_back();
+    }
+  }
+  return channel;
+}
+
+bool ChannelPool::Warm(const std::string& address) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    MutexLock lock(&mu_);
+    if (channels_.count(address) == 0 && channels_.size() >= max_channels_) return false;
+    bool made = false;
+    channel = GetLocked(address, &made);
+  }
+  channel->GetState(/*try_to_connect=*/true);
+  return true;
+}
+
+void ChannelPool::Forget(const std::string& address) {
+  std::shared_ptr<grpc::Channel> dropped;  // outside the mutex, on the caller's thread
+  MutexLock lock(&mu_);
+  auto it = channels_.find(address);
+  if (it == channels_.end()) return;
+  dropped = std::move(it->second.channel);
+  order_.erase(it->second.position);
+  channels_.erase(it);
+}
+
+size_t ChannelPool::size() const {
+  MutexLock lock(&mu_);
+  return channels_.size();
+}
+
 GrpcConnector::GrpcConnector(std::string auth_token,
                              std::shared_ptr<const tls::ChannelSecurity> security,
-                             std::string previous_auth_token)
+                             std::string previous_auth_token, ChannelPool* pool)
     : auth_token_(std::move(auth_token)),
-      security_(security != nullptr ? std::move(security) : tls::ChannelSecurity::Insecure()),
-      previous_auth_token_(std::move(previous_auth_token)) {}
+      security_(pool != nullptr       ? pool->security()
+                : security != nullptr ? std::move(security)
+                                      : tls::ChannelSecurity::Insecure()),
+      previous_auth_token_(std::move(previous_auth_token)),
+      pool_(pool) {}
 
 std::unique_ptr<ProfilerConnection> GrpcConnector::Connect(const std::string& address) {
   std::vector<std::string> tokens;
@@ -265,7 +357,9 @@ std::unique_ptr<ProfilerConnection> GrpcConnector::Connect(const std::string& ad
   if (!previous_auth_token_.empty() && previous_auth_token_ != auth_token_) {
     tokens.push_back(previous_auth_token_);
   }
-  return std::make_unique<GrpcConnection>(address, std::move(tokens), *security_);
+  return std::make_unique<GrpcConnection>(
+      pool_ != nullptr ? pool_->Get(address) : MakeChannel(address, *security_, /*pooled=*/false),
+      std::move(tokens));
 }
 
 std::string GrpcConnector::ExplainConnectFailure(const std::string& address) {

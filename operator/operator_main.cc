@@ -69,6 +69,11 @@ int main(int argc, char** argv) {
                "Let spec.targets.addresses name servers that are not pods of the job's "
                "namespace (TF/JAX servers outside the cluster); off, such jobs fail "
                "AddressNotAllowed and nothing is sent to them");
+  app.add_option("--sidecar-connections", options.sidecar_connections,
+                 "Connections to sidecars the leader keeps across captures, made (TLS handshake "
+                 "included) as their pods become Ready, so that no capture waits for them (0: "
+                 "each capture connects anew)")
+      ->capture_default_str();
   std::string sidecar_tls_ca_file;
   std::string sidecar_tls_server_name = clusterprof::tls::kDefaultServerName;
   app.add_option("--sidecar-tls-ca-file", sidecar_tls_ca_file,

@@ -388,6 +388,10 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
       builder.AddListeningPort(StrCat("[::1]:", config.port), grpc::InsecureServerCredentials());
     }
   }
+  // The operator keeps its connections between captures and pings them while idle (at most every
+  // 2 minutes: coordinator/grpc_connector.cc, kPoolKeepaliveMs).
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 60'000);
   // Connections that never finish their handshakes are closed after this (default 120 s).
   builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
                              static_cast<int>(config.handshake_timeout_ms));

@@ -111,6 +111,7 @@ coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
   options.auth_token = settings.auth_token;
   options.previous_auth_token = settings.previous_auth_token;
   options.security = settings.security;
+  options.channel_pool = settings.channel_pool;
   options.connector = settings.connector;
   options.storages = settings.storages;
   options.start_at_ns = status.start_time_ns;

@@ -34,6 +34,7 @@ struct CaptureSettings {
   std::string auth_token;
   std::string previous_auth_token;
   std::shared_ptr<const tls::ChannelSecurity> security;
+  coordinator::ChannelPool* channel_pool = nullptr;
   coordinator::ProfilerConnector* connector = nullptr;
   storage::StorageSet* storages = nullptr;
 };

@@ -703,6 +703,7 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                            .grace_ms = options_.grace_ms,
                            .clock_probes = options_.clock_probes,
                            .security = options_.sidecar_security,
+                           .channel_pool = options_.channel_pool,
                            .connector = options_.connector,
                            .storages = options_.storages};
   if (!options_.sidecar_token_file.empty()) {

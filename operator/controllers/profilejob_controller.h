@@ -53,6 +53,7 @@ class StorageSet;
 }  // namespace clusterprof::storage
 
 namespace clusterprof::coordinator {
+class ChannelPool;
 class ProfilerConnector;
 struct RunResult;
 }  // namespace clusterprof::coordinator
@@ -86,6 +87,9 @@ struct ProfileJobControllerOptions {
   // Plaintext or TLS to the sidecars (--sidecar-tls-ca-file; common/grpc/tls.h); null:
   // plaintext.
   std::shared_ptr<const tls::ChannelSecurity> sidecar_security;
+  // Connections to the sidecars kept across captures and warmed as pods become Ready
+  // (coordinator/connector.h, ConnectionWarmer); nullptr: each capture connects anew.
+  coordinator::ChannelPool* channel_pool = nullptr;
   // How sidecars are reached (coordinator/connector.h); nullptr: gRPC, with the token file's
   // token and sidecar_security.
   coordinator::ProfilerConnector* connector = nullptr;

@@ -15,6 +15,7 @@
 #include "common/storage/storage_set.h"
 #include "operator/api/trigger.h"
 #include "operator/api/types.h"
+#include "operator/controllers/connection_warmer.h"
 #include "operator/controllers/metrics.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
@@ -295,6 +296,15 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   const std::string identity = options.identity.empty() ? DefaultIdentity() : options.identity;
 
   const std::string& ns = options.namespace_;
+  // Declared before the informers, which call the warmer, and the controllers, which use the pool.
+  std::unique_ptr<coordinator::ChannelPool> channel_pool;
+  std::unique_ptr<controllers::ConnectionWarmer> warmer;
+  if (options.jobs.connector == nullptr && options.jobs.channel_pool == nullptr &&
+      options.sidecar_connections > 0) {
+    channel_pool = std::make_unique<coordinator::ChannelPool>(coordinator::ChannelPool::Options{
+        .security = options.jobs.sidecar_security, .max_channels = options.sidecar_connections});
+    warmer = std::make_unique<controllers::ConnectionWarmer>(channel_pool.get());
+  }
   kube::Informer jobs(client.get(), &clock,
                       InformerOptionsFor(api::ProfileJobs(), ns, "profilejobs"));
   kube::Informer schedules(client.get(), &clock,
@@ -306,6 +316,10 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   storage::StorageSet storages(storage::StorageSetOptions{.clock = &clock});
   ProfileJobControllerOptions job_options = options.jobs;
   if (job_options.storages == nullptr) job_options.storages = &storages;
+  if (channel_pool != nullptr) {
+    job_options.channel_pool = channel_pool.get();
+    pods.AddEventHandler(warmer.get());
+  }
   ProfileJobController job_controller(client.get(), &clock, &jobs, &pods, &recorder, &metrics,
                                       job_options);
   ProfileScheduleController schedule_controller(client.get(), &clock, &schedules, &jobs, &recorder,
@@ -360,6 +374,7 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
       job_controller.Start();
       schedule_controller.Start();
       if (trigger_controller != nullptr) trigger_controller->Start();
+      if (warmer != nullptr) warmer->Activate(pods.List());
       started = true;
     }
     if (clock.MonotonicNs() >= next_refresh_ns) {

@@ -47,6 +47,9 @@ struct ManagerOptions {
   // container, with a warning.
   webhook::WebhookServerOptions webhook = {.port = -1};
   controllers::ProfileJobControllerOptions jobs;
+  // Connections to sidecars the leader keeps across captures, warmed as their pods become Ready
+  // (--sidecar-connections; coordinator/connector.h, ChannelPool). 0: each capture connects anew.
+  size_t sidecar_connections = 2048;
   controllers::ProfileScheduleControllerOptions schedules;
   controllers::ProfileTriggerControllerOptions triggers;
   // On shutdown, how long running captures may take to finish.

@@ -1,12 +1,15 @@
 // GrpcConnector against a real gRPC server on loopback: relative deadlines, cancellation, the
 // bearer token, and a server without the Sidecar service (a TF/JAX profiler server).
 #include <atomic>
+#include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "clusterprof/v1alpha1/sidecar.grpc.pb.h"
+#include "common/base/clock.h"
 #include "common/base/mutex.h"
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
@@ -264,6 +267,64 @@ TEST(GrpcConnectorNoServerTest, NobodyListeningIsUnavailable) {
   });
   done.WaitForNotification();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+}
+
+// GetInfo answers with the peer it saw: one connection keeps one client port.
+class PeerEcho final : public v1alpha1::Sidecar::Service {
+  grpc::Status GetInfo(grpc::ServerContext* context, const v1alpha1::GetInfoRequest*,
+                       v1alpha1::GetInfoResponse* response) override {
+    response->set_host_name(context->peer());
+    return grpc::Status::OK;
+  }
+};
+
+std::string PeerSeenBy(ProfilerConnector& connector, const std::string& address) {
+  std::unique_ptr<ProfilerConnection> connection = connector.Connect(address);
+  std::promise<absl::StatusOr<v1alpha1::GetInfoResponse>> answered;
+  connection->GetInfo(5 * kNanosPerSecond, [&](absl::StatusOr<v1alpha1::GetInfoResponse> info) {
+    answered.set_value(std::move(info));
+  });
+  absl::StatusOr<v1alpha1::GetInfoResponse> info = answered.get_future().get();
+  return info.ok() ? info->host_name() : std::string(info.status().message());
+}
+
+TEST(ChannelPoolTest, ConnectionsOfAPoolOutliveTheirCapturesConnections) {
+  PeerEcho service;
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartServer({&service}, &address);
+  ChannelPool pool({});
+  GrpcConnector pooled("", nullptr, "", &pool);
+  const std::string first = PeerSeenBy(pooled, address);
+  ASSERT_EQ(first.rfind("ipv4:127.0.0.1:", 0), 0u) << first;
+  EXPECT_EQ(PeerSeenBy(pooled, address), first) << "the same connection, no new handshake";
+  EXPECT_EQ(pool.size(), 1u);
+  // Without a pool, each connection makes its own.
+  GrpcConnector fresh;
+  const std::string a = PeerSeenBy(fresh, address);
+  EXPECT_NE(PeerSeenBy(fresh, address), a);
+}
+
+TEST(ChannelPoolTest, WarmingConnectsAheadAndNeverDropsAnother) {
+  PeerEcho service;
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartServer({&service}, &address);
+  ChannelPool pool({.max_channels = 2});
+  EXPECT_TRUE(pool.Warm(address));
+  std::shared_ptr<grpc::Channel> channel = pool.Get(address);
+  EXPECT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(10)))
+      << "a warmed channel connects without a call";
+  EXPECT_TRUE(pool.Warm("127.0.0.1:1"));
+  EXPECT_FALSE(pool.Warm("127.0.0.1:2")) << "full: warming drops nothing";
+  EXPECT_TRUE(pool.Warm(address)) << "already there";
+  EXPECT_EQ(pool.size(), 2u);
+  // A capture's own connection does take the place of the least recently used.
+  pool.Get("127.0.0.1:3");
+  EXPECT_EQ(pool.size(), 2u);
+  EXPECT_EQ(pool.Get(address), channel) << "used last, kept";
+  pool.Forget(address);
+  EXPECT_EQ(pool.size(), 1u);
+  EXPECT_NE(pool.Get(address), channel) << "made again after Forget";
 }
 
 }  // namespace
