@@ -108,6 +108,8 @@ struct Options {
   std::string fake_sidecars_path = kFakeSidecars;
   int64_t duration_ms = 1000;
   int64_t delay_ms = 0;
+  // How long the operator runs, its pods' connections warming, before the job is created.
+  int64_t settle_ms = 500;
   int pods = 10000;
   int jobs = 100;
   int job_targets = 64;
@@ -563,8 +565,10 @@ absl::StatusOr<FanoutFigures> RunFanout(const Options& options,
   if (absl::Status running = op.WaitUntilRunning(std::chrono::seconds(120)); !running.ok()) {
     return running;
   }
-  // Past the controllers' start, so that the job meets a running controller.
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  // Past the controllers' start, so that the job meets a running controller (and, with
+  // --settle-ms, one that has connected to the pods, as pods that ran a while before their
+  // capture find it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(options.settle_ms));
 
   value job = value::object();
   job["metadata"]["name"] = value::string("fanout");
@@ -1270,6 +1274,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--duration-ms", options.duration_ms, "the fan-out job's durationMs")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--settle-ms", options.settle_ms,
+                 "how long the operator runs before the fan-out job is created (its connections "
+                 "to the pods warming meanwhile)")
       ->capture_default_str();
   app.add_option("--delay-ms", options.delay_ms, "the fan-out job's delayMs")
       ->check(CLI::NonNegativeNumber)

@@ -99,7 +99,10 @@ class ChannelPool {
 
  private:
   struct Entry;
-  std::shared_ptr<grpc::Channel> GetLocked(const std::string& address, bool* made)
+  // A channel in TRANSIENT_FAILURE (its server was down) is replaced, the old one handed out in
+  // `dropped` to be let go outside the mutex.
+  std::shared_ptr<grpc::Channel> GetLocked(const std::string& address, bool* made,
+                                           std::shared_ptr<grpc::Channel>* dropped)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<const tls::ChannelSecurity> security_;

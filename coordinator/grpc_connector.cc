@@ -281,12 +281,21 @@ ChannelPool::ChannelPool(Options options)
 
 ChannelPool::~ChannelPool() = default;
 
-std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address, bool* made) {
+std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address, bool* made,
+                                                      std::shared_ptr<grpc::Channel>* dropped) {
   auto it = channels_.find(address);
   if (it != channels_.end()) {
-    order_.splice(order_.begin(), order_, it->second.position);
-    *made = false;
-    return it->second.channel;
+    const grpc_connectivity_state state = it->second.channel->GetState(/*try_to_connect=*/false);
+    if (state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_SHUTDOWN) {
+      order_.splice(order_.begin(), order_, it->second.position);
+      *made = false;
+      return it->second.channel;
+    }
+    // A server that was down (a sidecar restarting): a new channel connects at once, where this
+    // one would wait out its reconnect backoff and fail the capture's calls meanwhile.
+    *dropped = std::move(it->second.channel);
+    order_.erase(it->second.position);
+    channels_.erase(it);
   }
   *made = true;
   order_.push_front(address);
@@ -298,11 +307,12 @@ std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address
 
 std::shared_ptr<grpc::Channel> ChannelPool::Get(const std::string& address) {
   std::shared_ptr<grpc::Channel> dropped;
+  std::shared_ptr<grpc::Channel> replaced;
   std::shared_ptr<grpc::Channel> channel;
   {
     MutexLock lock(&mu_);
     bool made = false;
-    channel = GetLocked(address, &made);
+    channel = GetLocked(address, &made, &replaced);
     if (channels_.size() > max_channels_) {
       // Dropped outside the mutex, on this (the caller's) thread.
       auto last = channels_.find(order_.back());
@@ -315,12 +325,13 @@ std::shared_ptr<grpc::Channel> ChannelPool::Get(const std::string& address) {
 }
 
 bool ChannelPool::Warm(const std::string& address) {
+  std::shared_ptr<grpc::Channel> replaced;
   std::shared_ptr<grpc::Channel> channel;
   {
     MutexLock lock(&mu_);
     if (channels_.count(address) == 0 && channels_.size() >= max_channels_) return false;
     bool made = false;
-    channel = GetLocked(address, &made);
+    channel = GetLocked(address, &made, &replaced);
   }
   channel->GetState(/*try_to_connect=*/true);
   return true;

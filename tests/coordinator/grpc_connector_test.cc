@@ -327,5 +327,35 @@ TEST(ChannelPoolTest, WarmingConnectsAheadAndNeverDropsAnother) {
   EXPECT_NE(pool.Get(address), channel) << "made again after Forget";
 }
 
+// A sidecar that restarts: the pool's channel, failed meanwhile, is replaced at the next use
+// instead of failing the capture's calls while it waits out its reconnect backoff.
+TEST(ChannelPoolTest, AChannelWhoseServerWasDownIsReplaced) {
+  PeerEcho service;
+  std::string address;
+  std::unique_ptr<grpc::Server> server = StartServer({&service}, &address);
+  ChannelPool pool({});
+  GrpcConnector pooled("", nullptr, "", &pool);
+  ASSERT_EQ(PeerSeenBy(pooled, address).rfind("ipv4:", 0), 0u);
+  std::shared_ptr<grpc::Channel> before = pool.Get(address);
+  server->Shutdown();
+  server->Wait();
+  server.reset();
+  EXPECT_NE(PeerSeenBy(pooled, address).rfind("ipv4:", 0), 0u) << "down: the call fails";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (before->GetState(false) != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(before->GetState(false), GRPC_CHANNEL_TRANSIENT_FAILURE);
+  // Back on the same port.
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials());
+  builder.RegisterService(&service);
+  server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(PeerSeenBy(pooled, address).rfind("ipv4:", 0), 0u) << "answered at once";
+  EXPECT_NE(pool.Get(address), before);
+}
+
 }  // namespace
 }  // namespace clusterprof::coordinator
