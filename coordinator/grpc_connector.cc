@@ -15,6 +15,7 @@
 #include "coordinator/connector.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/profile_options.h"
+#include "spdlog/spdlog.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 
 namespace clusterprof::coordinator {
@@ -298,6 +299,7 @@ std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address
     channels_.erase(it);
   }
   *made = true;
+  spdlog::debug("ChannelPool: new channel to {}", address);
   order_.push_front(address);
   Entry& entry = channels_[address];
   entry.channel = MakeChannel(address, *security_, /*pooled=*/true);

@@ -2,6 +2,7 @@
 
 #include "common/base/strings.h"
 #include "operator/controllers/targets.h"
+#include "spdlog/spdlog.h"
 
 namespace clusterprof::controllers {
 namespace {
@@ -27,6 +28,8 @@ void ConnectionWarmer::Activate(const std::vector<kube::ObjectPtr>& pods) {
     active_ = true;
   }
   for (const kube::ObjectPtr& pod : pods) Update(pod);
+  spdlog::info("keeping connections to the sidecars of {} pod(s) ready for captures",
+               Warmed().size());
 }
 
 void ConnectionWarmer::OnAdd(const kube::ObjectPtr& pod, bool) { Update(pod); }
