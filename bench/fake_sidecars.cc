@@ -424,6 +424,9 @@ int Run(const Options& options) {
     // hand two processes' listeners one port when the ephemeral range is crowded, as 10,000
     // ports and their connections make it).
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    // As the sidecar: the operator's kept connections may ping while idle.
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 60'000);
     int port = 0;
     builder.AddListeningPort(StrCat(address, ":0"), credentials, &port);
     builder.RegisterService(sidecar->profiler.get());
