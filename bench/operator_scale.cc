@@ -1151,6 +1151,7 @@ int Run(Options options, const std::string& self, const std::vector<int>& sizes)
     temp.emplace();
     dir = temp->path();
   }
+  std::filesystem::create_directories(dir);
   if (options.tls) MakeTlsFiles(dir, options);
   std::vector<FanoutFigures> rows;
   if (options.coordinator) {

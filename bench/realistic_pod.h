@@ -10,11 +10,14 @@
 
 namespace clusterprof::bench {
 
-// `"status":{...}` as a kubelet reports a running, ready pod.
+// `"status":{...}` as a kubelet reports a running, ready pod. Its pod IP is a loopback address
+// (127.64.x.y where a cluster would have 10.64.x.y), at which nothing listens: an
+// operator watching these pods connects to their sidecars ahead of captures, and a benchmark's
+// connections stay on this machine.
 inline std::string RealisticPodStatusJson(int index) {
   return StrCat(
-      R"("status":{"phase":"Running","hostIP":"10.128.0.)", index % 250, R"(","podIP":"10.64.)",
-      index / 250 % 250, ".", index % 250, R"(","podIPs":[{"ip":"10.64.)", index / 250 % 250, ".",
+      R"("status":{"phase":"Running","hostIP":"10.128.0.)", index % 250, R"(","podIP":"127.64.)",
+      index / 250 % 250, ".", index % 250, R"(","podIPs":[{"ip":"127.64.)", index / 250 % 250, ".",
       index % 250, R"("}],"startTime":"2026-11-22T06:00:05Z","qosClass":"Burstable",)",
       R"("conditions":[{"type":"Initialized","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-22T06:00:05Z"},)",
       R"({"type":"Ready","status":"True","lastProbeTime":null,"lastTransitionTime":"2026-11-22T06:01:10Z"},)",

@@ -74,7 +74,10 @@ class ProfilerConnector {
 // path. Pooled channels keep their connection while idle and send keepalive pings (the sidecar
 // permits them) so that one dropped on the way is found before a capture uses it. At most
 // `max_channels`; beyond, the least recently used is dropped (its connection closes once no call
-// holds it). Thread-safe.
+// holds it). A thread of the pool's polls gRPC's sockets all the while, so that a connection
+// warmed ahead finishes its TLS handshake then, and keepalive pings are answered, rather than
+// when a capture's calls first poll (gRPC advances a connection only while some thread polls).
+// Thread-safe.
 class ChannelPool {
  public:
   struct Options {
@@ -99,6 +102,7 @@ class ChannelPool {
 
  private:
   struct Entry;
+  class Poller;
   // A channel in TRANSIENT_FAILURE (its server was down) is replaced, the old one handed out in
   // `dropped` to be let go outside the mutex.
   std::shared_ptr<grpc::Channel> GetLocked(const std::string& address, bool* made,
@@ -111,6 +115,7 @@ class ChannelPool {
   // Most recently used first.
   std::list<std::string> order_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Entry> channels_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<Poller> poller_;
 };
 
 // gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +14,7 @@
 #include "common/base/mutex.h"
 #include "common/base/strings.h"
 #include "coordinator/connector.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/profile_options.h"
 #include "spdlog/spdlog.h"
@@ -275,10 +277,52 @@ struct ChannelPool::Entry {
   std::list<std::string>::iterator position;
 };
 
+// A thread that waits on a completion queue of its own, an alarm far ahead its only event, and
+// so polls gRPC's sockets (all of them: the Linux poller, epoll1, keeps every socket in one set)
+// until it is stopped.
+class ChannelPool::Poller {
+ public:
+  Poller() : thread_([this] { Run(); }) {}
+  ~Poller() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      alarm_.Cancel();
+    }
+    thread_.join();
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      {
+        MutexLock lock(&mu_);
+        if (stopping_) break;
+        alarm_.Set(&cq_, std::chrono::system_clock::now() + std::chrono::hours(1), &alarm_);
+      }
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq_.Next(&tag, &ok)) break;
+    }
+    cq_.Shutdown();
+    void* tag = nullptr;
+    bool ok = false;
+    while (cq_.Next(&tag, &ok)) {
+    }
+  }
+
+  Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::CompletionQueue cq_;
+  grpc::Alarm alarm_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;  // last: started once the rest is made
+};
+
 ChannelPool::ChannelPool(Options options)
     : security_(options.security != nullptr ? std::move(options.security)
                                             : tls::ChannelSecurity::Insecure()),
-      max_channels_(std::max<size_t>(1, options.max_channels)) {}
+      max_channels_(std::max<size_t>(1, options.max_channels)),
+      poller_(std::make_unique<Poller>()) {}
 
 ChannelPool::~ChannelPool() = default;
 

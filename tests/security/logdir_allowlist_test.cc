@@ -159,7 +159,7 @@ class LogdirAllowlistTest : public ::testing::Test {
 
 // Bucket names and prefixes that only look like the allowed ones.
 TEST_F(LogdirAllowlistTest, OtherBucketsAndLookAlikePrefixesAreRefusedBySidecar) {
-  for (const std::string& logdir : {
+  for (const char* logdir : {
            "gs://team-bucket-evil/tb",          // a bucket whose name starts the same
            "gs://team-bucket.evil.example/tb",  // a domain-named bucket
            "gs://other-bucket/tb",              // another bucket, same prefix
@@ -181,7 +181,7 @@ TEST_F(LogdirAllowlistTest, OtherBucketsAndLookAlikePrefixesAreRefusedBySidecar)
 // `..`, `.`, bad bucket names, other schemes and relative paths never get past the operator's
 // spec check (nor the sidecar's, for a caller that sends them itself).
 TEST_F(LogdirAllowlistTest, DotDotRelativePathsAndSchemeTricksAreRefusedByBoth) {
-  for (const std::string& logdir : {
+  for (const char* logdir : {
            "gs://team-bucket/tb/../other", "gs://team-bucket/tb/..", "gs://team-bucket/tb/./x",
            "gs://Team-Bucket/tb",       // not a bucket name: no case folding to the allowed one
            "gs://team-bucket@evil/tb",  //
@@ -235,7 +235,7 @@ TEST_F(LogdirAllowlistTest, LocalPathsOutsideTheAllowedDirectoryAreRefused) {
 // What is allowed stays beneath the prefix however it is spelled: doubled slashes, `.`
 // components of local paths, percent signs (names, not escapes) and a file:// URI.
 TEST_F(LogdirAllowlistTest, AllowedSpellingsLandBeneathThePrefix) {
-  for (const std::string& logdir : {
+  for (const char* logdir : {
            "gs://team-bucket/tb",
            "gs://team-bucket/tb/",
            "gs://team-bucket//tb//llama",

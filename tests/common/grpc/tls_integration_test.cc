@@ -70,10 +70,6 @@ grpc::Status Call(const ChannelSecurity& security, const std::string& address,
   return status;
 }
 
-void WriteFile(const std::string& path, const std::string& text) {
-  PublishSecret(path.substr(0, path.rfind('/')), {{path.substr(path.rfind('/') + 1), text}});
-}
-
 TEST(TlsTest, ReadsCertificatesAndChecksPairs) {
   TempDir dir;
   TestCa ca;
