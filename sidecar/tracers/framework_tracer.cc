@@ -2,17 +2,14 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <filesystem>
 
 #include "common/base/clock.h"
-#include "common/base/grpc_status.h"
 #include "common/base/strings.h"
 #include "common/xspace/merge.h"
 #include "common/xspace/xspace_io.h"
-#include "grpcpp/grpcpp.h"
 #include "proto/profile_options.h"
-#include "tsl/profiler/protos/profiler_service.grpc.pb.h"
+#include "tsl/profiler/protos/profiler_service.pb.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
 namespace clusterprof::sidecar {
@@ -23,12 +20,6 @@ using tensorflow::profiler::XSpace;
 // What a framework server knows this capture by (it names the run directory of older servers).
 constexpr char kFrameworkHost[] = "framework";
 constexpr std::string_view kOwnKeyPrefix = "clusterprof_";
-
-std::chrono::system_clock::time_point WallTime(int64_t ns) {
-  return std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::nanoseconds(ns)));
-}
 
 }  // namespace
 
@@ -46,17 +37,15 @@ absl::StatusOr<std::unique_ptr<FrameworkTracer>> FrameworkTracer::Create(Options
   return std::unique_ptr<FrameworkTracer>(new FrameworkTracer(std::move(options)));
 }
 
-FrameworkTracer::FrameworkTracer(Options options) : options_(std::move(options)) {
-  grpc::ChannelArguments args;
-  // A framework's XSpace (TPU activity, the Python tracer) easily passes gRPC's 4 MiB default.
-  args.SetMaxReceiveMessageSize(INT32_MAX);
-  channel_ = grpc::CreateCustomChannel(options_.address, grpc::InsecureChannelCredentials(), args);
-}
+FrameworkTracer::FrameworkTracer(Options options)
+    : options_(std::move(options)),
+      client_(options_.client != nullptr ? options_.client
+                                         : MakeGrpcFrameworkClient(options_.address)) {}
 
 FrameworkTracer::~FrameworkTracer() {
   {
     MutexLock lock(&mu_);
-    if (context_ != nullptr && !done_) context_->TryCancel();
+    if (launched_ && !done_) client_->Cancel();
   }
   JoinCall();
 }
@@ -119,20 +108,18 @@ void FrameworkTracer::LaunchLocked(const CaptureWindow& window, const CaptureCon
   request.set_emit_xspace(true);
   if (config.max_events > 0) request.set_max_events(config.max_events);
 
-  context_ = std::make_unique<grpc::ClientContext>();
-  context_->set_deadline(WallTime(window.planned_stop_ns + options_.grace_ms * 1'000'000));
+  const int64_t deadline_ns = window.planned_stop_ns + options_.grace_ms * 1'000'000;
   response_ = std::make_unique<tensorflow::ProfileResponse>();
   done_ = false;
   launched_ = true;
   call_status_ = absl::OkStatus();
-  call_ = std::thread(
-      [this, request = std::move(request), context = context_.get(), response = response_.get()] {
-        const grpc::Status status =
-            tensorflow::ProfilerService::NewStub(channel_)->Profile(context, request, response);
-        MutexLock lock(&mu_);
-        call_status_ = FromGrpcStatus(status);
-        done_ = true;
-      });
+  call_ = std::thread([this, request = std::move(request), deadline_ns] {
+    absl::StatusOr<tensorflow::ProfileResponse> answer = client_->Profile(request, deadline_ns);
+    MutexLock lock(&mu_);
+    call_status_ = answer.status();
+    if (answer.ok()) *response_ = std::move(*answer);
+    done_ = true;
+  });
 }
 
 void FrameworkTracer::JoinCall() {
@@ -150,12 +137,7 @@ absl::Status FrameworkTracer::Stop(int64_t stop_ns) {
   }
   // Stopped early (Terminate, a client gone): the framework ends its capture too, and its data
   // is still collected.
-  tensorflow::TerminateRequest request;
-  request.set_session_id(session);
-  tensorflow::TerminateResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(GrpcTimeout(5 * kNanosPerSecond));
-  (void)tensorflow::ProfilerService::NewStub(channel_)->Terminate(&context, request, &response);
+  (void)client_->Terminate(session, 5 * kNanosPerSecond);
   return absl::OkStatus();
 }
 

@@ -22,12 +22,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/mutex.h"
+#include "sidecar/tracers/framework_client.h"
 #include "sidecar/tracers/tracer.h"
 
-namespace grpc {
-class Channel;
-class ClientContext;
-}  // namespace grpc
 namespace tensorflow {
 class ProfileResponse;
 }  // namespace tensorflow
@@ -39,6 +36,8 @@ class FrameworkTracer final : public Tracer {
   struct Options {
     // host:port of the framework's ProfilerService.
     std::string address;
+    // How it is called (framework_client.h); null: gRPC to `address`.
+    std::shared_ptr<FrameworkClient> client;
     // A directory of the sidecar's own: older servers write their file under it.
     std::string work_dir;
     // How long after the planned stop the framework's answer is awaited (a large XSpace takes a
@@ -73,7 +72,7 @@ class FrameworkTracer final : public Tracer {
   void JoinCall();
 
   const Options options_;
-  std::shared_ptr<grpc::Channel> channel_;
+  const std::shared_ptr<FrameworkClient> client_;
 
   Mutex mu_;
   CaptureWindow window_ ABSL_GUARDED_BY(mu_);
@@ -81,7 +80,6 @@ class FrameworkTracer final : public Tracer {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
   std::string session_id_ ABSL_GUARDED_BY(mu_);
   std::string repository_root_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<grpc::ClientContext> context_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<tensorflow::ProfileResponse> response_ ABSL_GUARDED_BY(mu_);
   absl::Status call_status_ ABSL_GUARDED_BY(mu_);
   uint64_t captures_ ABSL_GUARDED_BY(mu_) = 0;
