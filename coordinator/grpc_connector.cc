@@ -277,9 +277,9 @@ struct ChannelPool::Entry {
   std::list<std::string>::iterator position;
 };
 
-// A thread that waits on a completion queue of its own, an alarm far ahead its only event, and
-// so polls gRPC's sockets (all of them: the Linux poller, epoll1, keeps every socket in one set)
-// until it is stopped.
+// A thread that waits on a completion queue of its own, whose only event is an alarm that never
+// fires (the destructor cancels it), and so polls gRPC's sockets (all of them: the Linux poller,
+// epoll1, keeps every socket in one set) until it is stopped.
 class ChannelPool::Poller {
  public:
   Poller() : thread_([this] { Run(); }) {}
@@ -298,7 +298,7 @@ class ChannelPool::Poller {
       {
         MutexLock lock(&mu_);
         if (stopping_) break;
-        alarm_.Set(&cq_, std::chrono::system_clock::now() + std::chrono::hours(1), &alarm_);
+        alarm_.Set(&cq_, gpr_inf_future(GPR_CLOCK_REALTIME), &alarm_);
       }
       void* tag = nullptr;
       bool ok = false;
