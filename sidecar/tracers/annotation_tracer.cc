@@ -25,6 +25,31 @@
 #include "tsl/profiler/protos/xplane.pb.h"
 
 namespace clusterprof::sidecar {
+
+// Line ids on the host-threads plane. A thread's line is its tid, unless a thread of another
+// process took it (two processes in different pid namespaces may share a tid, and a pid too);
+// async lanes take ids from kAsyncBase up, past any thread's.
+class LineIds {
+ public:
+  static constexpr int64_t kAsyncBase = int64_t{1} << 40;
+
+  int64_t ForThread(uint32_t pid, uint32_t tid) {
+    if (used_.insert(tid).second) return tid;
+    // The first free id from (pid << 32) | tid (unsigned: the pid comes from the ring file).
+    uint64_t other = (uint64_t{pid} << 32) | tid;
+    while (!used_.insert(static_cast<int64_t>(other)).second) ++other;
+    return static_cast<int64_t>(other);
+  }
+  int64_t NextAsync() {
+    while (!used_.insert(next_async_).second) ++next_async_;
+    return next_async_++;
+  }
+
+ private:
+  std::set<int64_t> used_;
+  int64_t next_async_ = kAsyncBase;
+};
+
 namespace {
 
 using tensorflow::profiler::XEventMetadata;
@@ -51,9 +76,6 @@ void AppendLine(std::string* text, std::string_view line) {
   if (!text->empty()) text->push_back('\n');
   text->append(line);
 }
-
-// Async lanes get line ids far above any thread id.
-constexpr int64_t kAsyncLineIdBase = int64_t{1} << 40;
 
 // An event's name and stats, decoded once per string id.
 struct DecodedName {
@@ -126,6 +148,115 @@ class RingConverter {
   XPlaneBuilder& plane_;
   std::unordered_map<uint32_t, DecodedName> names_;
 };
+
+// An async event: its begin record, and where it ends (its end record's time, or the stop).
+struct AsyncSpan {
+  int64_t start_ns;
+  int64_t end_ns;
+  shm::Record begin;
+};
+
+// What a process's ring lost, each as a warning.
+void WarnOfRingLosses(const shm::RingReader& reader, uint64_t ring_dropped,
+                      const std::string& process, XSpace* space) {
+  if (ring_dropped > 0) {
+    space->add_warnings(StrCat("annotations: ", ring_dropped, " events of ", process, " (pid ",
+                               reader.pid(), ") were dropped because its ring was full"));
+  }
+  if (reader.dropped_threads() > 0) {
+    space->add_warnings(StrCat("annotations: ", reader.dropped_threads(), " threads of ", process,
+                               " found no free ring slot; their events are missing"));
+  }
+  if (reader.dropped_strings() > 0) {
+    space->add_warnings(
+        StrCat("annotations: the string table of ", process, " is full; some events have no name"));
+  }
+}
+
+// A thread's complete events in `window` onto `line`, which starts at the earliest of them (or
+// the window's start); its async begins and ends go to `async_records`. Returns the events added.
+uint64_t AddThreadEvents(const BlockBuffer<shm::Record>& records, const EventWindow& window,
+                         RingConverter& converter, XLineBuilder& line,
+                         std::vector<shm::Record>* async_records) {
+  auto in_window = [&](const shm::Record& record) {
+    return record.end_ns >= window.start_ns && record.start_ns <= window.stop_ns;
+  };
+  int64_t line_start = window.start_ns;
+  records.ForEach([&](const shm::Record& record) {
+    if (record.kind == shm::RecordKind::kComplete && in_window(record)) {
+      line_start = std::min(line_start, record.start_ns);
+    }
+  });
+  line.SetTimestampNs(line_start);
+  line.ReserveEvents(static_cast<int>(std::min<size_t>(records.size(), INT32_MAX)));
+  uint64_t events = 0;
+  records.ForEach([&](const shm::Record& record) {
+    switch (record.kind) {
+      case shm::RecordKind::kComplete:
+        if (!in_window(record)) break;
+        converter.AddEvent(line, record, record.start_ns, record.end_ns);
+        ++events;
+        break;
+      case shm::RecordKind::kAsyncBegin:
+      case shm::RecordKind::kAsyncEnd:
+        async_records->push_back(record);
+        break;
+    }
+  });
+  return events;
+}
+
+// A process's async begins and ends matched by id in time order, by start; one begun and not
+// ended by `stop_ns` lasts to the stop.
+std::vector<AsyncSpan> MatchAsyncSpans(std::vector<shm::Record> records, int64_t stop_ns) {
+  std::stable_sort(records.begin(), records.end(), [](const shm::Record& a, const shm::Record& b) {
+    if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
+    return a.kind == shm::RecordKind::kAsyncBegin && b.kind == shm::RecordKind::kAsyncEnd;
+  });
+  std::unordered_map<uint64_t, shm::Record> open;
+  std::vector<AsyncSpan> spans;
+  for (const shm::Record& record : records) {
+    if (record.kind == shm::RecordKind::kAsyncBegin) {
+      open[record.async_id] = record;
+    } else if (auto it = open.find(record.async_id); it != open.end()) {
+      spans.push_back({it->second.start_ns, record.end_ns, it->second});
+      open.erase(it);
+    }
+  }
+  for (const auto& [id, begin] : open) {
+    spans.push_back({begin.start_ns, std::max(begin.start_ns, stop_ns), begin});
+  }
+  std::sort(spans.begin(), spans.end(), [](const AsyncSpan& a, const AsyncSpan& b) {
+    return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
+  });
+  return spans;
+}
+
+// The spans in `window` on "<process> async" lines. Async events may overlap and a line's events
+// must not, so they go on as many lanes as needed (first fit by start time). Returns the events
+// added.
+uint64_t AddAsyncLanes(const std::vector<AsyncSpan>& spans, const std::string& process,
+                       const EventWindow& window, RingConverter& converter, XPlaneBuilder& plane,
+                       LineIds& line_ids) {
+  std::vector<std::pair<XLineBuilder, int64_t>> lanes;  // line, end of its last event
+  uint64_t events = 0;
+  for (const AsyncSpan& span : spans) {
+    if (span.end_ns < window.start_ns || span.start_ns > window.stop_ns) continue;
+    auto lane = std::find_if(lanes.begin(), lanes.end(),
+                             [&](const auto& l) { return l.second <= span.start_ns; });
+    if (lane == lanes.end()) {
+      XLineBuilder line = plane.GetOrCreateLine(line_ids.NextAsync());
+      line.SetName(StrCat(process, " async", lanes.empty() ? "" : StrCat(" ", lanes.size())));
+      line.SetTimestampNs(std::min(window.start_ns, spans.front().start_ns));
+      lanes.emplace_back(line, 0);
+      lane = lanes.end() - 1;
+    }
+    converter.AddEvent(lane->first, span.begin, span.start_ns, span.end_ns);
+    lane->second = span.end_ns;
+    ++events;
+  }
+  return events;
+}
 
 }  // namespace
 
@@ -532,129 +663,71 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
   // The window begins at the data start (the requested instant when the recorder covered it)
   // and reaches back as far as the recorder did.
   const int64_t data_start_ns = data_start_ns_ > 0 ? data_start_ns_ : window_.start_ns;
-  const int64_t start_ns = SaturatingSub(data_start_ns, lookback_ns_);
-  const int64_t stop_ns = stop_ns_;
+  const EventWindow window{SaturatingSub(data_start_ns, lookback_ns_), stop_ns_};
   XPlaneBuilder plane(xspace::FindOrAddMutablePlaneWithName(space, xspace::kHostThreadsPlaneName));
-  std::set<int64_t> used_line_ids;
+  LineIds line_ids;
   uint64_t events = 0;
   uint64_t dropped = capped_ + lookback_dropped_;
-  int64_t next_async_line = kAsyncLineIdBase;
-
   for (auto& [path, ring] : rings_) {
-    const shm::RingReader& reader = *ring.reader;
-    RingConverter converter(reader, plane);
-    const std::string process = reader.process_name().empty() ? StrCat("pid ", reader.pid())
-                                                              : std::string(reader.process_name());
     dropped += ring.dropped;
-    if (ring.dropped > 0) {
-      space->add_warnings(StrCat("annotations: ", ring.dropped, " events of ", process, " (pid ",
-                                 reader.pid(), ") were dropped because its ring was full"));
-    }
-    if (reader.dropped_threads() > 0) {
-      space->add_warnings(StrCat("annotations: ", reader.dropped_threads(), " threads of ", process,
-                                 " found no free ring slot; their events are missing"));
-    }
-    if (reader.dropped_strings() > 0) {
-      space->add_warnings(StrCat("annotations: the string table of ", process,
-                                 " is full; some events have no name"));
-    }
-
-    struct AsyncSpan {
-      int64_t start_ns;
-      int64_t end_ns;
-      shm::Record begin;
-    };
-    // Async begins and ends of every thread of the process, matched by id in time order once all
-    // threads are read (an end is often on a thread whose records come before the begin's).
-    std::vector<shm::Record> async_records;
-
-    for (ThreadEvents& thread : ring.threads) {
-      if (thread.records.empty()) continue;
-      int64_t line_id = thread.tid;
-      if (!used_line_ids.insert(line_id).second) {
-        // Two processes in different pid namespaces may share a tid, and a pid too: the first
-        // free id from (pid << 32) | tid (unsigned: the pid comes from the ring file).
-        uint64_t other = (uint64_t{reader.pid()} << 32) | thread.tid;
-        while (!used_line_ids.insert(static_cast<int64_t>(other)).second) ++other;
-        line_id = static_cast<int64_t>(other);
-      }
-      XLineBuilder line = plane.GetOrCreateLine(line_id);
-      if (!thread.name.empty()) {
-        line.SetName(thread.name);
-      } else if (thread.tid == reader.pid()) {
-        line.SetName(process);
-      } else {
-        line.SetName(StrCat(process, "/", thread.tid));
-      }
-      int64_t line_start = start_ns;
-      thread.records.ForEach([&](const shm::Record& record) {
-        if (record.kind == shm::RecordKind::kComplete && record.end_ns >= start_ns &&
-            record.start_ns <= stop_ns) {
-          line_start = std::min(line_start, record.start_ns);
-        }
-      });
-      line.SetTimestampNs(line_start);
-      line.ReserveEvents(static_cast<int>(std::min<size_t>(thread.records.size(), INT32_MAX)));
-      thread.records.ForEach([&](const shm::Record& record) {
-        switch (record.kind) {
-          case shm::RecordKind::kComplete:
-            if (record.end_ns < start_ns || record.start_ns > stop_ns) break;
-            converter.AddEvent(line, record, record.start_ns, record.end_ns);
-            ++events;
-            break;
-          case shm::RecordKind::kAsyncBegin:
-          case shm::RecordKind::kAsyncEnd:
-            async_records.push_back(record);
-            break;
-        }
-      });
-    }
-    std::stable_sort(
-        async_records.begin(), async_records.end(), [](const shm::Record& a, const shm::Record& b) {
-          if (a.start_ns != b.start_ns) return a.start_ns < b.start_ns;
-          return a.kind == shm::RecordKind::kAsyncBegin && b.kind == shm::RecordKind::kAsyncEnd;
-        });
-    std::unordered_map<uint64_t, shm::Record> open_async;
-    std::vector<AsyncSpan> async_spans;
-    for (const shm::Record& record : async_records) {
-      if (record.kind == shm::RecordKind::kAsyncBegin) {
-        open_async[record.async_id] = record;
-      } else if (auto it = open_async.find(record.async_id); it != open_async.end()) {
-        async_spans.push_back({it->second.start_ns, record.end_ns, it->second});
-        open_async.erase(it);
-      }
-    }
-    // Begun and not ended by the stop: shown up to the stop.
-    for (const auto& [id, begin] : open_async) {
-      async_spans.push_back({begin.start_ns, std::max(begin.start_ns, stop_ns), begin});
-    }
-    if (async_spans.empty()) continue;
-    // Async events may overlap; a line's events must not, so they go on as many lanes as needed
-    // (first fit by start time).
-    std::sort(async_spans.begin(), async_spans.end(), [](const AsyncSpan& a, const AsyncSpan& b) {
-      return a.start_ns != b.start_ns ? a.start_ns < b.start_ns : a.end_ns > b.end_ns;
-    });
-    std::vector<std::pair<XLineBuilder, int64_t>> lanes;  // line, end of its last event
-    for (const AsyncSpan& span : async_spans) {
-      if (span.end_ns < start_ns || span.start_ns > stop_ns) continue;
-      auto lane = std::find_if(lanes.begin(), lanes.end(),
-                               [&](const auto& l) { return l.second <= span.start_ns; });
-      if (lane == lanes.end()) {
-        // Past the ids a thread line took.
-        while (!used_line_ids.insert(next_async_line).second) ++next_async_line;
-        XLineBuilder line = plane.GetOrCreateLine(next_async_line++);
-        line.SetName(StrCat(process, " async", lanes.empty() ? "" : StrCat(" ", lanes.size())));
-        line.SetTimestampNs(std::min(start_ns, async_spans.front().start_ns));
-        lanes.emplace_back(line, 0);
-        lane = lanes.end() - 1;
-      }
-      converter.AddEvent(lane->first, span.begin, span.start_ns, span.end_ns);
-      lane->second = span.end_ns;
-      ++events;
-    }
+    events += AddRingLocked(ring, window, plane, line_ids, space);
   }
-  // An empty capture says why, the likeliest cause first: nobody attached, or those attached
-  // recorded nothing in the window.
+  WarnOfAnEmptyCaptureLocked(events, space);
+  for (const std::string& error : open_errors_) {
+    space->add_warnings(StrCat("annotations: ", error));
+  }
+  if (capped_ > 0) {
+    space->add_warnings(StrCat("annotations: ", capped_, " events beyond the cap of ", max_events_,
+                               " were dropped (raise max_events)"));
+  }
+  for (std::string_view line : SplitSkipEmpty(lookback_warning_, '\n')) {
+    space->add_warnings(std::string(line));
+  }
+  stats->events += events;
+  stats->dropped_events += dropped;
+  stats->lookback_ns = std::max(stats->lookback_ns, lookback_ns_);
+  for (auto& [path, ring] : rings_) {
+    for (ThreadEvents& thread : ring.threads) thread.records = BlockBuffer<shm::Record>();
+    ring.dropped = 0;
+  }
+  if (recorder_on()) {
+    CloseEndedRingsLocked();
+  } else {
+    rings_.Release();
+  }
+  return absl::OkStatus();
+}
+
+uint64_t AnnotationTracer::AddRingLocked(Ring& ring, const EventWindow& window,
+                                         XPlaneBuilder& plane, LineIds& line_ids, XSpace* space) {
+  const shm::RingReader& reader = *ring.reader;
+  const std::string process = reader.process_name().empty() ? StrCat("pid ", reader.pid())
+                                                            : std::string(reader.process_name());
+  WarnOfRingLosses(reader, ring.dropped, process, space);
+  RingConverter converter(reader, plane);
+  uint64_t events = 0;
+  // Async begins and ends of every thread of the process, matched by id in time order once all
+  // threads are read (an end is often on a thread whose records come before the begin's).
+  std::vector<shm::Record> async_records;
+  for (ThreadEvents& thread : ring.threads) {
+    if (thread.records.empty()) continue;
+    XLineBuilder line = plane.GetOrCreateLine(line_ids.ForThread(reader.pid(), thread.tid));
+    if (!thread.name.empty()) {
+      line.SetName(thread.name);
+    } else if (thread.tid == reader.pid()) {
+      line.SetName(process);
+    } else {
+      line.SetName(StrCat(process, "/", thread.tid));
+    }
+    events += AddThreadEvents(thread.records, window, converter, line, &async_records);
+  }
+  const std::vector<AsyncSpan> spans = MatchAsyncSpans(std::move(async_records), window.stop_ns);
+  return events + AddAsyncLanes(spans, process, window, converter, plane, line_ids);
+}
+
+// An empty capture says why, the likeliest cause first: nobody attached, or those attached
+// recorded nothing in the window.
+void AnnotationTracer::WarnOfAnEmptyCaptureLocked(uint64_t events, XSpace* space) {
   if (rings_.empty()) {
     space->add_warnings(
         StrCat("annotations: no process attached to ", shm_->dir(),
@@ -675,31 +748,6 @@ absl::Status AnnotationTracer::CollectInto(XSpace* space, TracerStats* stats) {
                "; did their annotated code run during the capture, at the requested host tracer "
                "level?"));
   }
-  for (const std::string& error : open_errors_) {
-    space->add_warnings(StrCat("annotations: ", error));
-  }
-  if (capped_ > 0) {
-    space->add_warnings(StrCat("annotations: ", capped_, " events beyond the cap of ", max_events_,
-                               " were dropped (raise max_events)"));
-  }
-  stats->events += events;
-  if (!lookback_warning_.empty()) {
-    for (std::string_view line : SplitSkipEmpty(lookback_warning_, '\n')) {
-      space->add_warnings(std::string(line));
-    }
-  }
-  stats->dropped_events += dropped;
-  stats->lookback_ns = std::max(stats->lookback_ns, lookback_ns_);
-  for (auto& [path, ring] : rings_) {
-    for (ThreadEvents& thread : ring.threads) thread.records = BlockBuffer<shm::Record>();
-    ring.dropped = 0;
-  }
-  if (recorder_on()) {
-    CloseEndedRingsLocked();
-  } else {
-    rings_.Release();
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace clusterprof::sidecar

@@ -31,7 +31,19 @@
 #include "sidecar/tracers/step_telemetry.h"
 #include "sidecar/tracers/tracer.h"
 
+namespace clusterprof::xspace {
+class XPlaneBuilder;
+}  // namespace clusterprof::xspace
+
 namespace clusterprof::sidecar {
+
+class LineIds;
+
+// The span of a capture's events: from its start (less the lookback) to its stop, in ns.
+struct EventWindow {
+  int64_t start_ns = 0;
+  int64_t stop_ns = 0;
+};
 
 class AnnotationTracer final : public Tracer {
  public:
@@ -129,6 +141,13 @@ class AnnotationTracer final : public Tracer {
   // Closes the rings of processes that have ended once their kept records have aged out, and
   // deletes their files. Not during a capture.
   void CloseEndedRingsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One process's ring into the capture: a line a thread, its async events on lanes of their
+  // own, what it lost as warnings. Returns the events added.
+  uint64_t AddRingLocked(Ring& ring, const EventWindow& window, xspace::XPlaneBuilder& plane,
+                         LineIds& line_ids, tensorflow::profiler::XSpace* space)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WarnOfAnEmptyCaptureLocked(uint64_t events, tensorflow::profiler::XSpace* space)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ArmIdleLevel();
   void DrainLoop();
 
