@@ -129,6 +129,308 @@ std::string Evidence(const HostVerdict& verdict, int compared, size_t hosts, con
   return text;
 }
 
+// The verdict's steps, in order, over one source. Memory: the steps of one host at a time, and
+// a few matrices of one number per host and step in common (entries, then one kind of time at a
+// time), so that 10,000 hosts of 1,000 steps take some 160 MB at the peak and never their
+// digests together.
+class StragglerFinder {
+ public:
+  StragglerFinder(const StepSource& source, const StragglerRule& rule)
+      : source_(source), rule_(rule) {}
+
+  Analysis Run() && {
+    if (!SummarizeHosts()) return std::move(out_);
+    ReadEntries();
+    if (!CompareSteps()) return std::move(out_);
+    std::vector<LateStep> late = FindLateSteps(Noise());
+    if (!late.empty()) AddWhatTheyDid(late);
+    Judge(late);
+    return std::move(out_);
+  }
+
+ private:
+  // Every host's step-time figures, and the step numbers all hosts with steps have. False when
+  // there is nothing to compare (said in the notes).
+  bool SummarizeHosts() {
+    std::vector<int64_t> numbers;
+    std::vector<int64_t> durations;
+    for (size_t index = 0; index < source_.size(); ++index) {
+      source_.Steps(index, &steps_);
+      if (steps_.empty()) {
+        out_.left_out.push_back(StrCat(source_.host(index), ": no steps found (looked for ",
+                                       source_.step_source(index), ")"));
+        continue;
+      }
+      HostVerdict verdict;
+      verdict.host = source_.host(index);
+      durations.clear();
+      numbers.clear();
+      for (const StepDigest& step : steps_) {
+        durations.push_back(step.duration_ns());
+        numbers.push_back(step.step);
+      }
+      verdict.steps = static_cast<int>(durations.size());
+      verdict.step_max_ns = *std::max_element(durations.begin(), durations.end());
+      verdict.step_p50_ns = Percentile(durations, 0.5);
+      verdict.step_p90_ns = Percentile(std::move(durations), 0.9);
+      durations = {};
+      out_.hosts.push_back(std::move(verdict));
+      std::sort(numbers.begin(), numbers.end());
+      numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
+      if (usable_.empty()) {
+        common_ = numbers;
+      } else {
+        std::vector<int64_t> both;
+        std::set_intersection(common_.begin(), common_.end(), numbers.begin(), numbers.end(),
+                              std::back_inserter(both));
+        common_ = std::move(both);
+      }
+      usable_.push_back(index);
+    }
+    if (usable_.size() < 2) {
+      out_.notes.push_back(StrCat("only ", usable_.size(), " host", usable_.size() == 1 ? "" : "s",
+                                  " with steps: nothing to compare"));
+      return false;
+    }
+    if (common_.empty()) {
+      out_.notes.push_back("the hosts have no step number in common: nothing to compare");
+      return false;
+    }
+    out_.steps = static_cast<int>(common_.size());
+    out_.first_step = common_.front();
+    out_.last_step = common_.back();
+    n_ = usable_.size();
+    return true;
+  }
+
+  // Calls visit(row, step) for each of usable host u's steps in common (a host's first step of
+  // a number counts, as the digest has each once).
+  template <typename Visit>
+  void ForEachCommonStep(size_t u, const Visit& visit) {
+    source_.Steps(usable_[u], &steps_);
+    seen_.assign(common_.size(), false);
+    for (const StepDigest& step : steps_) {
+      const auto it = std::lower_bound(common_.begin(), common_.end(), step.step);
+      if (it == common_.end() || *it != step.step) continue;
+      const size_t row = static_cast<size_t>(it - common_.begin());
+      if (seen_[row]) continue;
+      seen_[row] = true;
+      visit(row, step);
+    }
+  }
+
+  // Per step in common (rows) and host (columns): its collective entry on the reference clock,
+  // and its step time.
+  void ReadEntries() {
+    entry_.assign(common_.size() * n_, kNoEntry);
+    step_ns_.assign(common_.size() * n_, 0);
+    for (size_t u = 0; u < n_; ++u) {
+      const int64_t offset = source_.clock_offset_ns(usable_[u]);
+      ForEachCommonStep(u, [&](size_t row, const StepDigest& step) {
+        if (step.collective_entry_ns != 0) {
+          entry_[row * n_ + u] = SaturatingSub(step.collective_entry_ns, offset);
+        }
+        step_ns_[row * n_ + u] = step.duration_ns();
+      });
+    }
+  }
+
+  // Per step with a collective on every host: lateness from the median host's entry, written
+  // over the entries (the rows of the steps not compared are dropped). False when no step is
+  // compared (said in the notes).
+  bool CompareSteps() {
+    int out_of_lockstep = 0;
+    size_t compared = 0;  // rows kept, moved to the front of `entry_`
+    for (size_t row = 0; row < common_.size(); ++row) {
+      const int64_t* entries = &entry_[row * n_];
+      if (std::find(entries, entries + n_, kNoEntry) != entries + n_) continue;
+      const auto [earliest, latest] = std::minmax_element(entries, entries + n_);
+      // Lateness from the median host (with two hosts, the earlier one): the earliest of many
+      // hosts is an outlier of the noise, and measured from it most healthy hosts look late.
+      column_.assign(entries, entries + n_);
+      const int64_t median_entry = Median(column_);
+      column_.assign(&step_ns_[row * n_], &step_ns_[row * n_] + n_);
+      const int64_t median_step = Median(column_);
+      // Hosts that meet in a collective cannot be a whole step apart in it: the others wait
+      // within the step. Further apart, the steps of one number did not run together.
+      if (SaturatingSub(*latest, *earliest) > median_step) {
+        ++out_of_lockstep;
+        continue;
+      }
+      for (size_t u = 0; u < n_; ++u) {
+        entry_[compared * n_ + u] = SaturatingSub(entry_[row * n_ + u], median_entry);
+      }
+      median_step_ns_.push_back(median_step);
+      out_.compared_step_numbers.push_back(common_[row]);
+      ++compared;
+    }
+    step_ns_ = {};
+    entry_.resize(compared * n_);
+    entry_.shrink_to_fit();
+    compared_ = compared;
+    out_.compared_steps = static_cast<int>(compared);
+    if (out_of_lockstep > 0) {
+      out_.notes.push_back(StrCat(
+          out_of_lockstep, " of the ", out_.steps,
+          " steps in common were not compared: the hosts entered their collectives more than a "
+          "step apart, so they did not run those steps together (hosts that do not meet in "
+          "collectives, or clocks that disagree)"));
+    }
+    if (compared == 0 && out_of_lockstep == 0) {
+      out_.notes.push_back(StrCat("no step of the ", out_.steps,
+                                  " in common has a collective on every host: nothing to "
+                                  "compare (collectives are found by name; see "
+                                  "--collective-pattern)"));
+    }
+    return compared > 0;
+  }
+
+  // The lateness of host u in compared step c.
+  int64_t Lateness(size_t c, size_t u) const { return entry_[c * n_ + u]; }
+
+  // The noise: the median absolute deviation of all hosts' lateness over all compared steps (a
+  // straggler is a minority of the samples, so it barely moves it). With two hosts every other
+  // sample is the gap itself, so only the step-time share applies.
+  double Noise() const {
+    if (n_ < 3) return 0;
+    std::vector<int64_t> pooled = entry_;
+    const int64_t center = Median(pooled);
+    for (int64_t& l : pooled) l = std::max(SaturatingSub(l, center), SaturatingSub(center, l));
+    return rule_.mad_factor * static_cast<double>(Median(std::move(pooled)));
+  }
+
+  // The late hosts of each compared step, and how long the others waited for each: the sum of
+  // its lateness minus theirs over the hosts that entered before it, from the sorted lateness
+  // and its prefix sums (not host by host: thousands of hosts each late in a few steps would
+  // make that quadratic).
+  std::vector<LateStep> FindLateSteps(double noise) {
+    std::vector<LateStep> late;
+    std::vector<__int128> prefix;
+    for (size_t c = 0; c < compared_; ++c) {
+      const int64_t* row = &entry_[c * n_];
+      const double threshold =
+          std::max(rule_.step_fraction * static_cast<double>(median_step_ns_[c]), noise);
+      bool sorted = false;
+      for (size_t u = 0; u < n_; ++u) {
+        if (static_cast<double>(row[u]) <= threshold) continue;
+        if (!sorted) {
+          column_.assign(row, row + n_);
+          std::sort(column_.begin(), column_.end());
+          prefix.assign(n_ + 1, 0);
+          for (size_t i = 0; i < n_; ++i) prefix[i + 1] = prefix[i] + column_[i];
+          sorted = true;
+        }
+        const size_t before = static_cast<size_t>(
+            std::lower_bound(column_.begin(), column_.end(), row[u]) - column_.begin());
+        const __int128 wait = static_cast<__int128>(before) * row[u] - prefix[before];
+        LateStep step;
+        step.host = u;
+        step.column = c;
+        step.lateness_ns = row[u];
+        step.others_wait_ns =
+            static_cast<int64_t>(std::min<__int128>(wait, std::numeric_limits<int64_t>::max()));
+        late.push_back(step);
+      }
+    }
+    return late;
+  }
+
+  // What each late host spent on compute and input, against the median of the others: one kind
+  // of time at a time, over the steps in which a host was late.
+  void AddWhatTheyDid(std::vector<LateStep>& late) {
+    std::vector<int64_t> late_row(common_.size(), -1);  // compared-step index of a row
+    for (size_t row = 0, c = 0; row < common_.size() && c < compared_; ++row) {
+      if (common_[row] == out_.compared_step_numbers[c]) late_row[row] = static_cast<int64_t>(c++);
+    }
+    std::vector<bool> has_late(compared_, false);
+    for (const LateStep& step : late) has_late[step.column] = true;
+    struct Kind {
+      int64_t StepDigest::*field;
+      int64_t LateStep::*own;
+      int64_t LateStep::*others;
+    };
+    const Kind kinds[] = {
+        {&StepDigest::device_busy_ns, &LateStep::device_ns, &LateStep::device_others_ns},
+        {&StepDigest::host_busy_ns, &LateStep::host_busy_ns, &LateStep::host_busy_others_ns},
+        {&StepDigest::input_ns, &LateStep::input_ns, &LateStep::input_others_ns}};
+    std::vector<int64_t> values;
+    for (const Kind& kind : kinds) {
+      values.assign(compared_ * n_, 0);
+      for (size_t u = 0; u < n_; ++u) {
+        ForEachCommonStep(u, [&](size_t row, const StepDigest& step) {
+          const int64_t c = late_row[row];
+          if (c >= 0 && has_late[static_cast<size_t>(c)]) {
+            values[static_cast<size_t>(c) * n_ + u] = step.*kind.field;
+          }
+        });
+      }
+      std::vector<MedianWithoutOne> medians(compared_);
+      for (size_t c = 0; c < compared_; ++c) {
+        if (!has_late[c]) continue;
+        column_.assign(&values[c * n_], &values[c * n_] + n_);
+        medians[c] = MedianWithoutOneOf(column_);
+      }
+      for (LateStep& step : late) {
+        const int64_t own = values[step.column * n_ + step.host];
+        step.*kind.own = own;
+        step.*kind.others = medians[step.column].Without(own);
+      }
+    }
+  }
+
+  // Each host's tally of its late steps, and the verdict: a straggler when late in at least
+  // rule.min_late_fraction of the compared steps, with its cause and evidence.
+  void Judge(const std::vector<LateStep>& late) {
+    std::vector<HostTally> tally(n_);
+    for (const LateStep& step : late) {
+      HostTally& t = tally[step.host];
+      ++t.late;
+      t.lateness.push_back(step.lateness_ns);
+      t.others_wait_ns = SaturatingAdd(t.others_wait_ns, step.others_wait_ns);
+      const int64_t compute =
+          SaturatingSub(SaturatingAdd(step.device_ns, step.host_busy_ns),
+                        SaturatingAdd(step.device_others_ns, step.host_busy_others_ns));
+      t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
+      t.excess.input_ns =
+          SaturatingAdd(t.excess.input_ns,
+                        std::max<int64_t>(0, SaturatingSub(step.input_ns, step.input_others_ns)));
+      t.excess.lateness_ns = SaturatingAdd(t.excess.lateness_ns, step.lateness_ns);
+    }
+    const int needed =
+        std::max(1, static_cast<int>(std::ceil(rule_.min_late_fraction * out_.compared_steps)));
+    for (size_t u = 0; u < n_; ++u) {
+      HostVerdict& verdict = out_.hosts[u];
+      const HostTally& t = tally[u];
+      column_.clear();
+      for (size_t c = 0; c < compared_; ++c) column_.push_back(Lateness(c, u));
+      verdict.typical_lateness_ns = Median(column_);
+      verdict.late_steps = t.late;
+      verdict.median_lateness_ns = Median(t.lateness);
+      verdict.others_wait_ns = t.others_wait_ns;
+      verdict.straggler = t.late >= needed;
+      if (!verdict.straggler) continue;
+      verdict.cause = CauseOf(t.excess);
+      verdict.evidence = Evidence(verdict, out_.compared_steps, n_, t.excess);
+    }
+  }
+
+  const StepSource& source_;
+  const StragglerRule& rule_;
+  Analysis out_;
+  std::vector<size_t> usable_;     // the source's hosts with steps
+  size_t n_ = 0;                   // usable_.size()
+  std::vector<int64_t> common_;    // the step numbers every usable host has, ascending
+  std::vector<StepDigest> steps_;  // one host's, read again for each pass
+  std::vector<bool> seen_;
+  // [row * n_ + host] collective entries; after CompareSteps, [compared step * n_ + host]
+  // lateness.
+  std::vector<int64_t> entry_;
+  std::vector<int64_t> step_ns_;         // [row * n_ + host], until CompareSteps
+  std::vector<int64_t> median_step_ns_;  // per compared step
+  size_t compared_ = 0;
+  std::vector<int64_t> column_;  // scratch
+};
+
 }  // namespace
 
 std::string_view CauseName(Cause cause) {
@@ -157,262 +459,8 @@ Analysis FindStragglers(const std::vector<HostRun>& hosts, const StragglerRule& 
   return FindStragglers(DigestSource(hosts), rule);
 }
 
-// Memory: the steps of one host at a time, and a few matrices of one number per host and step in
-// common (entries, then one kind of time at a time), so that 10,000 hosts of 1,000 steps take
-// some 160 MB at the peak and never their digests together.
 Analysis FindStragglers(const StepSource& source, const StragglerRule& rule) {
-  Analysis out;
-  std::vector<size_t> usable;  // the source's hosts with steps
-  std::vector<StepDigest> steps;
-  std::vector<int64_t> numbers;
-  std::vector<int64_t> common;  // the step numbers every usable host has, ascending
-  std::vector<int64_t> durations;
-  for (size_t index = 0; index < source.size(); ++index) {
-    source.Steps(index, &steps);
-    if (steps.empty()) {
-      out.left_out.push_back(StrCat(source.host(index), ": no steps found (looked for ",
-                                    source.step_source(index), ")"));
-      continue;
-    }
-    HostVerdict verdict;
-    verdict.host = source.host(index);
-    durations.clear();
-    numbers.clear();
-    for (const StepDigest& step : steps) {
-      durations.push_back(step.duration_ns());
-      numbers.push_back(step.step);
-    }
-    verdict.steps = static_cast<int>(durations.size());
-    verdict.step_max_ns = *std::max_element(durations.begin(), durations.end());
-    verdict.step_p50_ns = Percentile(durations, 0.5);
-    verdict.step_p90_ns = Percentile(std::move(durations), 0.9);
-    durations = {};
-    out.hosts.push_back(std::move(verdict));
-    std::sort(numbers.begin(), numbers.end());
-    numbers.erase(std::unique(numbers.begin(), numbers.end()), numbers.end());
-    if (usable.empty()) {
-      common = numbers;
-    } else {
-      std::vector<int64_t> both;
-      std::set_intersection(common.begin(), common.end(), numbers.begin(), numbers.end(),
-                            std::back_inserter(both));
-      common = std::move(both);
-    }
-    usable.push_back(index);
-  }
-  if (usable.size() < 2) {
-    out.notes.push_back(StrCat("only ", usable.size(), " host", usable.size() == 1 ? "" : "s",
-                               " with steps: nothing to compare"));
-    return out;
-  }
-  if (common.empty()) {
-    out.notes.push_back("the hosts have no step number in common: nothing to compare");
-    return out;
-  }
-  out.steps = static_cast<int>(common.size());
-  out.first_step = common.front();
-  out.last_step = common.back();
-
-  // Per step in common (rows) and host (columns): its collective entry on the reference clock,
-  // and its step time. A host's first step of a number counts, as the digest has each once.
-  const size_t n = usable.size();
-  const size_t rows = common.size();
-  std::vector<int64_t> entry(rows * n, kNoEntry);
-  std::vector<int64_t> step_ns(rows * n, 0);
-  std::vector<bool> seen;
-  // Calls visit(row, step) for each of host u's steps in common.
-  auto for_each_common_step = [&](size_t u, const auto& visit) {
-    source.Steps(usable[u], &steps);
-    seen.assign(rows, false);
-    for (const StepDigest& step : steps) {
-      const auto it = std::lower_bound(common.begin(), common.end(), step.step);
-      if (it == common.end() || *it != step.step) continue;
-      const size_t row = static_cast<size_t>(it - common.begin());
-      if (seen[row]) continue;
-      seen[row] = true;
-      visit(row, step);
-    }
-  };
-  for (size_t u = 0; u < n; ++u) {
-    const int64_t offset = source.clock_offset_ns(usable[u]);
-    for_each_common_step(u, [&](size_t row, const StepDigest& step) {
-      if (step.collective_entry_ns != 0) {
-        entry[row * n + u] = SaturatingSub(step.collective_entry_ns, offset);
-      }
-      step_ns[row * n + u] = step.duration_ns();
-    });
-  }
-
-  // Per step with a collective on every host: lateness from the median host's entry, written
-  // over the entries (the rows of the steps not compared are dropped).
-  std::vector<int64_t> median_step_ns;  // per compared step
-  std::vector<int64_t> column;
-  int out_of_lockstep = 0;
-  size_t compared = 0;  // rows kept, moved to the front of `entry`
-  for (size_t row = 0; row < rows; ++row) {
-    const int64_t* entries = &entry[row * n];
-    if (std::find(entries, entries + n, kNoEntry) != entries + n) continue;
-    const auto [earliest, latest] = std::minmax_element(entries, entries + n);
-    // Lateness from the median host (with two hosts, the earlier one): the earliest of many
-    // hosts is an outlier of the noise, and measured from it most healthy hosts look late.
-    column.assign(entries, entries + n);
-    const int64_t median_entry = Median(column);
-    column.assign(&step_ns[row * n], &step_ns[row * n] + n);
-    const int64_t median_step = Median(column);
-    // Hosts that meet in a collective cannot be a whole step apart in it: the others wait within
-    // the step. Further apart, the steps of one number did not run together.
-    if (SaturatingSub(*latest, *earliest) > median_step) {
-      ++out_of_lockstep;
-      continue;
-    }
-    for (size_t u = 0; u < n; ++u) {
-      entry[compared * n + u] = SaturatingSub(entry[row * n + u], median_entry);
-    }
-    median_step_ns.push_back(median_step);
-    out.compared_step_numbers.push_back(common[row]);
-    ++compared;
-  }
-  step_ns = {};
-  entry.resize(compared * n);
-  entry.shrink_to_fit();
-  std::vector<int64_t>& lateness = entry;  // [compared step * n + host]
-  out.compared_steps = static_cast<int>(compared);
-  if (out_of_lockstep > 0) {
-    out.notes.push_back(StrCat(
-        out_of_lockstep, " of the ", out.steps,
-        " steps in common were not compared: the hosts entered their collectives more than a "
-        "step apart, so they did not run those steps together (hosts that do not meet in "
-        "collectives, or clocks that disagree)"));
-  }
-  if (compared == 0) {
-    if (out_of_lockstep == 0) {
-      out.notes.push_back(StrCat("no step of the ", out.steps,
-                                 " in common has a collective on every host: nothing to compare "
-                                 "(collectives are found by name; see --collective-pattern)"));
-    }
-    return out;
-  }
-  // The noise: the median absolute deviation of all hosts' lateness over all compared steps
-  // (a straggler is a minority of the samples, so it barely moves it). With two hosts every
-  // other sample is the gap itself, so only the step-time share applies.
-  double noise = 0;
-  if (n >= 3) {
-    std::vector<int64_t> pooled = lateness;
-    const int64_t center = Median(pooled);
-    for (int64_t& l : pooled) l = std::max(SaturatingSub(l, center), SaturatingSub(center, l));
-    noise = rule.mad_factor * static_cast<double>(Median(std::move(pooled)));
-  }
-
-  // The late hosts of each compared step, and how long the others waited for each: the sum of
-  // its lateness minus theirs over the hosts that entered before it, from the sorted lateness
-  // and its prefix sums (not host by host: thousands of hosts each late in a few steps would
-  // make that quadratic).
-  std::vector<LateStep> late;
-  std::vector<__int128> prefix;
-  for (size_t c = 0; c < compared; ++c) {
-    const int64_t* row = &lateness[c * n];
-    const double threshold =
-        std::max(rule.step_fraction * static_cast<double>(median_step_ns[c]), noise);
-    bool sorted = false;
-    for (size_t u = 0; u < n; ++u) {
-      if (static_cast<double>(row[u]) <= threshold) continue;
-      if (!sorted) {
-        column.assign(row, row + n);
-        std::sort(column.begin(), column.end());
-        prefix.assign(n + 1, 0);
-        for (size_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + column[i];
-        sorted = true;
-      }
-      const size_t before = static_cast<size_t>(
-          std::lower_bound(column.begin(), column.end(), row[u]) - column.begin());
-      const __int128 wait = static_cast<__int128>(before) * row[u] - prefix[before];
-      LateStep step;
-      step.host = u;
-      step.column = c;
-      step.lateness_ns = row[u];
-      step.others_wait_ns =
-          static_cast<int64_t>(std::min<__int128>(wait, std::numeric_limits<int64_t>::max()));
-      late.push_back(step);
-    }
-  }
-  // What each late host spent on compute and input, against the median of the others: one kind
-  // of time at a time, over the steps in which a host was late.
-  std::vector<int64_t> late_row(rows, -1);  // compared-step index of a row with a late host
-  {
-    size_t c = 0;
-    for (size_t row = 0; row < rows && c < compared; ++row) {
-      if (common[row] == out.compared_step_numbers[c]) late_row[row] = static_cast<int64_t>(c++);
-    }
-  }
-  std::vector<bool> has_late(compared, false);
-  for (const LateStep& step : late) has_late[step.column] = true;
-  if (!late.empty()) {
-    struct Kind {
-      int64_t StepDigest::*field;
-      int64_t LateStep::*own;
-      int64_t LateStep::*others;
-    };
-    const Kind kinds[] = {
-        {&StepDigest::device_busy_ns, &LateStep::device_ns, &LateStep::device_others_ns},
-        {&StepDigest::host_busy_ns, &LateStep::host_busy_ns, &LateStep::host_busy_others_ns},
-        {&StepDigest::input_ns, &LateStep::input_ns, &LateStep::input_others_ns}};
-    std::vector<int64_t> values;
-    for (const Kind& kind : kinds) {
-      values.assign(compared * n, 0);
-      for (size_t u = 0; u < n; ++u) {
-        for_each_common_step(u, [&](size_t row, const StepDigest& step) {
-          const int64_t c = late_row[row];
-          if (c >= 0 && has_late[static_cast<size_t>(c)]) {
-            values[static_cast<size_t>(c) * n + u] = step.*kind.field;
-          }
-        });
-      }
-      std::vector<MedianWithoutOne> medians(compared);
-      for (size_t c = 0; c < compared; ++c) {
-        if (!has_late[c]) continue;
-        column.assign(&values[c * n], &values[c * n] + n);
-        medians[c] = MedianWithoutOneOf(column);
-      }
-      for (LateStep& step : late) {
-        const int64_t own = values[step.column * n + step.host];
-        step.*kind.own = own;
-        step.*kind.others = medians[step.column].Without(own);
-      }
-    }
-  }
-
-  std::vector<HostTally> tally(n);
-  for (const LateStep& step : late) {
-    HostTally& t = tally[step.host];
-    ++t.late;
-    t.lateness.push_back(step.lateness_ns);
-    t.others_wait_ns = SaturatingAdd(t.others_wait_ns, step.others_wait_ns);
-    const int64_t compute =
-        SaturatingSub(SaturatingAdd(step.device_ns, step.host_busy_ns),
-                      SaturatingAdd(step.device_others_ns, step.host_busy_others_ns));
-    t.excess.compute_ns = SaturatingAdd(t.excess.compute_ns, std::max<int64_t>(0, compute));
-    t.excess.input_ns =
-        SaturatingAdd(t.excess.input_ns,
-                      std::max<int64_t>(0, SaturatingSub(step.input_ns, step.input_others_ns)));
-    t.excess.lateness_ns = SaturatingAdd(t.excess.lateness_ns, step.lateness_ns);
-  }
-  const int needed =
-      std::max(1, static_cast<int>(std::ceil(rule.min_late_fraction * out.compared_steps)));
-  for (size_t u = 0; u < n; ++u) {
-    HostVerdict& verdict = out.hosts[u];
-    const HostTally& t = tally[u];
-    column.clear();
-    for (size_t c = 0; c < compared; ++c) column.push_back(lateness[c * n + u]);
-    verdict.typical_lateness_ns = Median(column);
-    verdict.late_steps = t.late;
-    verdict.median_lateness_ns = Median(t.lateness);
-    verdict.others_wait_ns = t.others_wait_ns;
-    verdict.straggler = t.late >= needed;
-    if (!verdict.straggler) continue;
-    verdict.cause = CauseOf(t.excess);
-    verdict.evidence = Evidence(verdict, out.compared_steps, n, t.excess);
-  }
-  return out;
+  return StragglerFinder(source, rule).Run();
 }
 
 }  // namespace clusterprof::analysis
