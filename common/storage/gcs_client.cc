@@ -318,6 +318,8 @@ struct Client::Impl {
     }
     return HttpError(what, response);
   }
+
+  class ResumableUpload;
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -508,141 +510,194 @@ absl::StatusOr<ObjectMetadata> Client::UploadResumable(
   }
 }
 
+// One resumable upload to its finished object: the session's requests in turn, each from what
+// the server holds, transient failures retried after a pause until no progress was made for the
+// retry deadline.
+class Client::Impl::ResumableUpload {
+ public:
+  ResumableUpload(Impl& impl, const UploadRequest& request, const ChunkFn& chunk,
+                  ResumableState state, size_t chunk_bytes,
+                  const std::function<void(const UploadProgress&)>& progress,
+                  const std::atomic<bool>* cancel)
+      : impl_(impl),
+        request_(request),
+        chunk_(chunk),
+        state_(std::move(state)),
+        chunk_bytes_(chunk_bytes),
+        progress_(progress),
+        cancel_(cancel),
+        what_(StrCat("upload ", ObjectUri(request.bucket, request.name))),
+        backoff_(impl.options.retry.backoff),
+        deadline_ns_(impl.options.clock->MonotonicNs() + impl.options.retry.deadline_ns),
+        ask_first_(!state_.session_uri.empty()) {}
+
+  absl::StatusOr<ObjectMetadata> Run() {
+    if (chunk_bytes_ == 0 || chunk_bytes_ % kChunkQuantum != 0) {
+      return absl::InvalidArgumentError(
+          StrCat(what_, ": the chunk size ", chunk_bytes_, " is not a multiple of 256 KiB"));
+    }
+    while (!object_.has_value()) {
+      if (cancel_ != nullptr && cancel_->load(std::memory_order_acquire)) {
+        return absl::CancelledError(StrCat(what_, ": cancelled at byte ", state_.committed));
+      }
+      if (state_.session_uri.empty()) {
+        // StartSession retries by itself.
+        CLUSTERPROF_ASSIGN_OR_RETURN(state_.session_uri, impl_.StartSession(request_));
+        state_.committed = 0;
+        ask_first_ = false;
+        Report();
+        continue;
+      }
+      absl::Status failed;
+      CLUSTERPROF_RETURN_IF_ERROR(ask_first_ ? AskCommitted(&failed) : SendChunk(&failed));
+      if (!failed.ok()) CLUSTERPROF_RETURN_IF_ERROR(WaitToRetry(failed));
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(CheckFinished(*object_));
+    return *std::move(object_);
+  }
+
+ private:
+  void Report() {
+    if (progress_) progress_(UploadProgress{state_.committed, request_.size, state_});
+  }
+
+  // The server's answer to a PUT: what it holds, and the object once complete.
+  absl::Status Take(PutResult put) {
+    if (put.committed > request_.size) {
+      return absl::InternalError(StrCat(what_, ": the server holds ", put.committed, " bytes of a ",
+                                        request_.size, "-byte object"));
+    }
+    state_.committed = put.committed;
+    object_ = std::move(put.object);
+    return absl::OkStatus();
+  }
+
+  // A PUT that failed: the session gone (expired or cancelled) starts over at once; any other
+  // failure goes to `failed`, to be retried if transient.
+  void Failed(absl::Status status, absl::Status* failed) {
+    if (absl::IsNotFound(status)) {
+      state_ = ResumableState();
+      Report();
+      return;
+    }
+    *failed = std::move(status);
+  }
+
+  // How much the server holds (after a failure, or when resuming a session). The returned
+  // status is fatal; a failed request goes to `failed`.
+  absl::Status AskCommitted(absl::Status* failed) {
+    absl::StatusOr<PutResult> put = impl_.Put(StrCat(what_, " (status query)"), state_.session_uri,
+                                              StrCat("bytes */", request_.size), std::nullopt);
+    if (!put.ok()) {
+      Failed(put.status(), failed);
+      return absl::OkStatus();
+    }
+    ask_first_ = false;
+    CLUSTERPROF_RETURN_IF_ERROR(Take(*std::move(put)));
+    if (!object_.has_value()) Report();
+    return absl::OkStatus();
+  }
+
+  // The next chunk from what the server holds (none for an empty object). The returned status
+  // is fatal; a failed request goes to `failed`.
+  absl::Status SendChunk(absl::Status* failed) {
+    const uint64_t before = state_.committed;
+    const uint64_t size = std::min<uint64_t>(chunk_bytes_, request_.size - before);
+    const std::string range =
+        size == 0 ? StrCat("bytes */", request_.size)
+                  : StrCat("bytes ", before, "-", before + size - 1, "/", request_.size);
+    std::optional<std::string_view> body;
+    if (size > 0) {
+      absl::StatusOr<std::string_view> data = chunk_(before, size);
+      if (!data.ok()) return Annotate(data.status(), what_);
+      if (data->size() != size) {
+        return absl::InternalError(StrCat(what_, ": the source gave ", data->size(),
+                                          " bytes at offset ", before, ", not ", size));
+      }
+      body = *data;
+    }
+    absl::StatusOr<PutResult> put = impl_.Put(what_, state_.session_uri, range, body);
+    if (!put.ok()) {
+      Failed(put.status(), failed);
+      return absl::OkStatus();
+    }
+    CLUSTERPROF_RETURN_IF_ERROR(Take(*std::move(put)));
+    if (!object_.has_value()) {
+      Report();
+      if (state_.committed <= before && ++failures_ > 3) {
+        // Accepted but not persisted, again and again: a server that makes no progress.
+        *failed = absl::UnavailableError(
+            StrCat(what_, ": the server keeps answering without persisting byte ", before));
+        return absl::OkStatus();
+      }
+    }
+    if (state_.committed > before) {
+      failures_ = 0;
+      backoff_.Reset();
+      deadline_ns_ = impl_.options.clock->MonotonicNs() + impl_.options.retry.deadline_ns;
+    }
+    return absl::OkStatus();
+  }
+
+  // After a failed request: a transient one is retried after a pause (asking first what the
+  // server holds), unless no progress was made for the retry deadline; any other is returned.
+  absl::Status WaitToRetry(const absl::Status& failed) {
+    if (!IsTransient(failed)) return failed;
+    const int64_t delay = backoff_.NextDelayNs();
+    if (impl_.options.clock->MonotonicNs() + delay > deadline_ns_) {
+      return absl::Status(failed.code(),
+                          StrCat(failed.message(), " (gave up: no progress for ",
+                                 impl_.options.retry.deadline_ns / kNanosPerSecond, " s)"));
+    }
+    if (impl_.options.on_retry) impl_.options.on_retry(what_, failed);
+    if (!impl_.Pause(delay)) {
+      return absl::CancelledError(StrCat(what_, ": stopped at byte ", state_.committed,
+                                         " while retrying after: ", failed.message()));
+    }
+    ask_first_ = true;
+    return absl::OkStatus();
+  }
+
+  // The finished object against what was sent: DataLoss, naming the object's generation (for
+  // UploadResumable to write over it and nothing newer), when its size or crc32c differ.
+  absl::Status CheckFinished(const ObjectMetadata& object) const {
+    absl::Status mismatch;
+    if (object.size != request_.size) {
+      mismatch = absl::DataLossError(StrCat(what_, ": the finished object has ", object.size,
+                                            " bytes, not the ", request_.size, " sent"));
+    } else if (object.crc32c.has_value() && *object.crc32c != request_.crc32c) {
+      mismatch = absl::DataLossError(
+          StrCat(what_, ": the finished object's crc32c ", Crc32cToBase64(*object.crc32c),
+                 " does not match ", Crc32cToBase64(request_.crc32c), " of the spooled file"));
+    }
+    if (!mismatch.ok()) {
+      mismatch.SetPayload(Client::kGenerationPayload,
+                          absl::Cord(std::to_string(object.generation)));
+    }
+    return mismatch;
+  }
+
+  Impl& impl_;
+  const UploadRequest& request_;
+  const ChunkFn& chunk_;
+  ResumableState state_;
+  const size_t chunk_bytes_;
+  const std::function<void(const UploadProgress&)>& progress_;
+  const std::atomic<bool>* const cancel_;
+  const std::string what_;
+  Backoff backoff_;
+  int64_t deadline_ns_;
+  bool ask_first_;
+  int failures_ = 0;
+  std::optional<ObjectMetadata> object_;
+};
+
 absl::StatusOr<ObjectMetadata> Client::UploadResumableOnce(
     const UploadRequest& request, const ChunkFn& chunk, ResumableState state, size_t chunk_bytes,
     const std::function<void(const UploadProgress&)>& progress, const std::atomic<bool>* cancel) {
-  const std::string uri = ObjectUri(request.bucket, request.name);
-  const std::string what = StrCat("upload ", uri);
-  if (chunk_bytes == 0 || chunk_bytes % kChunkQuantum != 0) {
-    return absl::InvalidArgumentError(
-        StrCat(what, ": the chunk size ", chunk_bytes, " is not a multiple of 256 KiB"));
-  }
-  Clock& clock = *impl_->options.clock;
-  Backoff backoff(impl_->options.retry.backoff);
-  int64_t deadline = clock.MonotonicNs() + impl_->options.retry.deadline_ns;
-  bool ask_first = !state.session_uri.empty();
-  int failures = 0;
-  auto report = [&] {
-    if (progress) progress(UploadProgress{state.committed, request.size, state});
-  };
-
-  std::optional<ObjectMetadata> object;
-  while (!object.has_value()) {
-    if (cancel != nullptr && cancel->load(std::memory_order_acquire)) {
-      return absl::CancelledError(StrCat(what, ": cancelled at byte ", state.committed));
-    }
-    absl::Status status;
-    if (state.session_uri.empty()) {
-      // StartSession retries by itself.
-      CLUSTERPROF_ASSIGN_OR_RETURN(state.session_uri, impl_->StartSession(request));
-      state.committed = 0;
-      ask_first = false;
-      report();
-      continue;
-    }
-    const uint64_t before = state.committed;
-    if (ask_first) {
-      absl::StatusOr<Impl::PutResult> put =
-          impl_->Put(StrCat(what, " (status query)"), state.session_uri,
-                     StrCat("bytes */", request.size), std::nullopt);
-      if (put.ok()) {
-        ask_first = false;
-        if (put->committed > request.size) {
-          return absl::InternalError(StrCat(what, ": the server holds ", put->committed,
-                                            " bytes of a ", request.size, "-byte object"));
-        }
-        state.committed = put->committed;
-        object = std::move(put->object);
-        if (!object.has_value()) report();
-        continue;
-      }
-      status = put.status();
-      if (absl::IsNotFound(status)) {
-        // The session expired or was cancelled: start over.
-        state = ResumableState();
-        report();
-        continue;
-      }
-    } else {
-      const uint64_t offset = state.committed;
-      const uint64_t size = std::min<uint64_t>(chunk_bytes, request.size - offset);
-      const std::string range =
-          size == 0 ? StrCat("bytes */", request.size)
-                    : StrCat("bytes ", offset, "-", offset + size - 1, "/", request.size);
-      std::optional<std::string_view> body;
-      if (size > 0) {
-        absl::StatusOr<std::string_view> data = chunk(offset, size);
-        if (!data.ok()) return Annotate(data.status(), what);
-        if (data->size() != size) {
-          return absl::InternalError(StrCat(what, ": the source gave ", data->size(),
-                                            " bytes at offset ", offset, ", not ", size));
-        }
-        body = *data;
-      }
-      absl::StatusOr<Impl::PutResult> put = impl_->Put(what, state.session_uri, range, body);
-      if (put.ok()) {
-        if (put->committed > request.size) {
-          return absl::InternalError(StrCat(what, ": the server holds ", put->committed,
-                                            " bytes of a ", request.size, "-byte object"));
-        }
-        state.committed = put->committed;
-        object = std::move(put->object);
-        if (!object.has_value()) {
-          report();
-          if (state.committed <= before && ++failures > 3) {
-            // Accepted but not persisted, again and again: a server that makes no progress.
-            status = absl::UnavailableError(
-                StrCat(what, ": the server keeps answering without persisting byte ", before));
-          }
-        }
-        if (status.ok()) {
-          if (state.committed > before) {
-            failures = 0;
-            backoff.Reset();
-            deadline = clock.MonotonicNs() + impl_->options.retry.deadline_ns;
-          }
-          continue;
-        }
-      } else {
-        status = put.status();
-        if (absl::IsNotFound(status)) {
-          state = ResumableState();
-          report();
-          continue;
-        }
-      }
-    }
-    // A failed request: retry transient errors after a pause, from what the server holds.
-    if (!IsTransient(status)) return status;
-    const int64_t delay = backoff.NextDelayNs();
-    if (clock.MonotonicNs() + delay > deadline) {
-      return absl::Status(status.code(),
-                          StrCat(status.message(), " (gave up: no progress for ",
-                                 impl_->options.retry.deadline_ns / kNanosPerSecond, " s)"));
-    }
-    if (impl_->options.on_retry) impl_->options.on_retry(what, status);
-    if (!impl_->Pause(delay)) {
-      return absl::CancelledError(StrCat(what, ": stopped at byte ", state.committed,
-                                         " while retrying after: ", status.message()));
-    }
-    ask_first = true;
-  }
-
-  absl::Status mismatch;
-  if (object->size != request.size) {
-    mismatch = absl::DataLossError(StrCat(what, ": the finished object has ", object->size,
-                                          " bytes, not the ", request.size, " sent"));
-  } else if (object->crc32c.has_value() && *object->crc32c != request.crc32c) {
-    mismatch = absl::DataLossError(StrCat(what, ": the finished object's crc32c ",
-                                          Crc32cToBase64(*object->crc32c), " does not match ",
-                                          Crc32cToBase64(request.crc32c), " of the spooled file"));
-  }
-  if (!mismatch.ok()) {
-    // Which object is wrong, for UploadResumable to write over it and nothing newer.
-    mismatch.SetPayload(kGenerationPayload, absl::Cord(std::to_string(object->generation)));
-    return mismatch;
-  }
-  return *std::move(object);
+  return Impl::ResumableUpload(*impl_, request, chunk, std::move(state), chunk_bytes, progress,
+                               cancel)
+      .Run();
 }
 
 std::string ObjectUri(std::string_view bucket, std::string_view name) {
