@@ -902,152 +902,192 @@ std::string AuthProviderAdvice(std::string_view provider) {
   return "Replace it with the exec credential plugin your cluster's provider documents";
 }
 
-absl::StatusOr<RestConfig> BuildConfig(const Kubeconfig& config, std::string_view context_flag,
-                                       Clock* clock, const ExecOptions& exec_options) {
-  CLUSTERPROF_CHECK(clock != nullptr);
+// The entries one context names, looked up.
+struct SelectedContext {
+  std::string name;
+  const ContextEntry* context = nullptr;
+  const ClusterEntry* cluster = nullptr;
+  const UserEntry* user = nullptr;  // null: the context names no user
+};
+
+// `context_flag`, else the current context, with its cluster and user; an error names what is
+// missing and what the kubeconfig has instead.
+absl::StatusOr<SelectedContext> SelectContext(const Kubeconfig& config,
+                                              std::string_view context_flag) {
   const std::string files = JoinPaths(config.files);
   const std::set<std::string> context_names = NamesOf(config.contexts);
   const std::string available = context_names.empty()
                                     ? "it defines no contexts"
                                     : StrCat("available contexts: ", QuotedList(context_names));
-  const std::string context_name =
-      context_flag.empty() ? config.current_context : std::string(context_flag);
-  if (context_name.empty()) {
+  SelectedContext selected;
+  selected.name = context_flag.empty() ? config.current_context : std::string(context_flag);
+  if (selected.name.empty()) {
     return absl::FailedPreconditionError(StrCat("kubeconfig ", files,
                                                 " sets no current-context; choose a context "
                                                 "with --context (",
                                                 available, ")"));
   }
-  auto context_it = config.contexts.find(context_name);
+  auto context_it = config.contexts.find(selected.name);
   if (context_it == config.contexts.end()) {
-    return absl::NotFoundError(StrCat("context ", Quoted(context_name), " is not in kubeconfig ",
+    return absl::NotFoundError(StrCat("context ", Quoted(selected.name), " is not in kubeconfig ",
                                       files, " (", available, ")"));
   }
   const ContextEntry& context = context_it->second;
+  selected.context = &context;
   if (context.cluster.empty()) {
     return absl::InvalidArgumentError(
-        StrCat(context.where, ": context ", Quoted(context_name), " names no cluster"));
+        StrCat(context.where, ": context ", Quoted(selected.name), " names no cluster"));
   }
   auto cluster_it = config.clusters.find(context.cluster);
   if (cluster_it == config.clusters.end()) {
     const std::set<std::string> names = NamesOf(config.clusters);
     return absl::NotFoundError(StrCat(
-        context.where, ": context ", Quoted(context_name), " uses cluster ",
+        context.where, ": context ", Quoted(selected.name), " uses cluster ",
         Quoted(context.cluster), ", which is not in kubeconfig ", files, " (",
         names.empty() ? "it defines no clusters" : StrCat("clusters: ", QuotedList(names)), ")"));
   }
-  const ClusterEntry& cluster = cluster_it->second;
-  const UserEntry* user = nullptr;
+  selected.cluster = &cluster_it->second;
   if (!context.user.empty()) {
     auto user_it = config.users.find(context.user);
     if (user_it == config.users.end()) {
       const std::set<std::string> names = NamesOf(config.users);
       return absl::NotFoundError(StrCat(
-          context.where, ": context ", Quoted(context_name), " uses user ", Quoted(context.user),
+          context.where, ": context ", Quoted(selected.name), " uses user ", Quoted(context.user),
           ", which is not in kubeconfig ", files, " (",
           names.empty() ? "it defines no users" : StrCat("users: ", QuotedList(names)), ")"));
     }
-    user = &user_it->second;
+    selected.user = &user_it->second;
   }
+  return selected;
+}
 
-  RestConfig rest;
-  rest.description =
-      StrCat("kubeconfig ", context.file, ", context ", Quoted(context_name), ", cluster ",
-             Quoted(context.cluster), ", user ", user == nullptr ? "(none)" : Quoted(context.user));
-  rest.namespace_ = context.namespace_.empty() ? "default" : context.namespace_;
-
-  // The cluster.
+// The server and how its certificate is checked.
+absl::Status ApplyCluster(const ClusterEntry& cluster, const std::string& name, RestConfig* rest) {
   if (!cluster.server.set()) {
-    return absl::InvalidArgumentError(StrCat(cluster.where, ": cluster ", Quoted(context.cluster),
+    return absl::InvalidArgumentError(StrCat(cluster.where, ": cluster ", Quoted(name),
                                              " has no server (cluster.server: https://host:port)"));
   }
-  CLUSTERPROF_ASSIGN_OR_RETURN(rest.server, NormalizeServer(cluster.server));
+  CLUSTERPROF_ASSIGN_OR_RETURN(rest->server, NormalizeServer(cluster.server));
   if (cluster.proxy_url.set()) {
     return absl::UnimplementedError(
-        StrCat(cluster.proxy_url.where, ": cluster ", Quoted(context.cluster),
+        StrCat(cluster.proxy_url.where, ": cluster ", Quoted(name),
                " is reached through a proxy, which clusterprof's Kubernetes client does not "
                "support; remove proxy-url and make the server directly reachable"));
   }
   CLUSTERPROF_ASSIGN_OR_RETURN(
-      rest.ca_pem, PemFromDataOrFile(cluster.ca_data, cluster.ca_file, "certificate-authority-data",
-                                     "certificate-authority"));
-  if (cluster.insecure_skip_tls_verify.set() && !rest.ca_pem.empty()) {
+      rest->ca_pem, PemFromDataOrFile(cluster.ca_data, cluster.ca_file,
+                                      "certificate-authority-data", "certificate-authority"));
+  if (cluster.insecure_skip_tls_verify.set() && !rest->ca_pem.empty()) {
     return absl::InvalidArgumentError(
-        StrCat(cluster.insecure_skip_tls_verify.where, ": cluster ", Quoted(context.cluster),
+        StrCat(cluster.insecure_skip_tls_verify.where, ": cluster ", Quoted(name),
                " sets insecure-skip-tls-verify and a certificate authority; keep one"));
   }
-  rest.insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.set();
-  rest.tls_server_name = cluster.tls_server_name.value;
-  rest.disable_compression = cluster.disable_compression;
-  if (user == nullptr) return rest;
+  rest->insecure_skip_tls_verify = cluster.insecure_skip_tls_verify.set();
+  rest->tls_server_name = cluster.tls_server_name.value;
+  rest->disable_compression = cluster.disable_compression;
+  return absl::OkStatus();
+}
 
-  // The user.
-  const std::string who =
-      StrCat("user ", Quoted(context.user), " (context ", Quoted(context_name), ")");
+// The ways of authenticating that clusterprof refuses, each with what to use instead.
+absl::Status RefuseUnsupportedAuth(const UserEntry& user, const std::string& who) {
   constexpr std::string_view kInstead =
       "Use a kubeconfig whose user has an exec credential plugin, a token (for example a "
       "service-account token from `kubectl create token`), a tokenFile or a client certificate, "
       "or run clusterprof in the cluster with a service account.";
-  if (user->auth_provider.set()) {
-    if (user->exec.present) {
+  if (user.auth_provider.set()) {
+    if (user.exec.present) {
       return absl::InvalidArgumentError(
-          StrCat(user->auth_provider.where, ": ", who,
+          StrCat(user.auth_provider.where, ": ", who,
                  " has both an auth-provider and an exec block; keep only the exec block"));
     }
     return absl::UnimplementedError(
-        StrCat(user->auth_provider.where, ": ", who,
-               " gets its credentials from the auth-provider ", Quoted(user->auth_provider.value),
+        StrCat(user.auth_provider.where, ": ", who, " gets its credentials from the auth-provider ",
+               Quoted(user.auth_provider.value),
                ", which clusterprof does not support (client-go itself removed the gcp and azure "
                "providers in Kubernetes 1.26). ",
-               AuthProviderAdvice(user->auth_provider.value), ". ", kInstead));
+               AuthProviderAdvice(user.auth_provider.value), ". ", kInstead));
   }
-  if (user->username.set() || user->password.set()) {
-    const Field& field = user->username.set() ? user->username : user->password;
+  if (user.username.set() || user.password.set()) {
+    const Field& field = user.username.set() ? user.username : user.password;
     return absl::UnimplementedError(
         StrCat(field.where, ": ", who,
                " uses basic authentication (username and password), which kube-apiserver "
                "no longer accepts (removed in Kubernetes 1.19). ",
                kInstead));
   }
-  CLUSTERPROF_ASSIGN_OR_RETURN(rest.client_cert_pem,
-                               PemFromDataOrFile(user->cert_data, user->cert_file,
+  return absl::OkStatus();
+}
+
+// The client certificate and key, both or neither.
+absl::Status ApplyClientCertificate(const UserEntry& user, const std::string& who,
+                                    RestConfig* rest) {
+  CLUSTERPROF_ASSIGN_OR_RETURN(rest->client_cert_pem,
+                               PemFromDataOrFile(user.cert_data, user.cert_file,
                                                  "client-certificate-data", "client-certificate"));
   CLUSTERPROF_ASSIGN_OR_RETURN(
-      rest.client_key_pem,
-      PemFromDataOrFile(user->key_data, user->key_file, "client-key-data", "client-key"));
-  if (rest.client_cert_pem.empty() != rest.client_key_pem.empty()) {
-    const Field& set = rest.client_cert_pem.empty()
-                           ? (user->key_data.set() ? user->key_data : user->key_file)
-                           : (user->cert_data.set() ? user->cert_data : user->cert_file);
+      rest->client_key_pem,
+      PemFromDataOrFile(user.key_data, user.key_file, "client-key-data", "client-key"));
+  if (rest->client_cert_pem.empty() != rest->client_key_pem.empty()) {
+    const Field& set = rest->client_cert_pem.empty()
+                           ? (user.key_data.set() ? user.key_data : user.key_file)
+                           : (user.cert_data.set() ? user.cert_data : user.cert_file);
     return absl::InvalidArgumentError(
         StrCat(set.where, ": ", who, " has a client ",
-               rest.client_cert_pem.empty() ? "key but no certificate" : "certificate but no key",
+               rest->client_cert_pem.empty() ? "key but no certificate" : "certificate but no key",
                "; set both client-certificate(-data) and client-key(-data)"));
   }
+  return absl::OkStatus();
+}
+
+// The user's credentials: a client certificate, a token or token file, else an exec plugin (run
+// now).
+absl::Status ApplyUser(const UserEntry& user, const ClusterEntry& cluster, const std::string& who,
+                       Clock* clock, const ExecOptions& exec_options, RestConfig* rest) {
+  CLUSTERPROF_RETURN_IF_ERROR(RefuseUnsupportedAuth(user, who));
+  CLUSTERPROF_RETURN_IF_ERROR(ApplyClientCertificate(user, who, rest));
   // As clientcmd: token before tokenFile.
-  if (user->token.set()) {
-    rest.token = StaticToken(user->token.value);
-  } else if (user->token_file.set()) {
-    rest.token = FileToken(user->token_file.value, clock);
+  if (user.token.set()) {
+    rest->token = StaticToken(user.token.value);
+  } else if (user.token_file.set()) {
+    rest->token = FileToken(user.token_file.value, clock);
     // Fail now, not at the first request, when the file cannot be read.
-    if (absl::StatusOr<std::string> token = rest.token->Token(); !token.ok()) {
+    if (absl::StatusOr<std::string> token = rest->token->Token(); !token.ok()) {
       return absl::Status(token.status().code(),
-                          StrCat(user->token_file.where, ": ", token.status().message()));
+                          StrCat(user.token_file.where, ": ", token.status().message()));
     }
   }
-  rest.impersonate = user->impersonate;
+  rest->impersonate = user.impersonate;
   // As client-go: a token or client certificate written in the kubeconfig wins, and the plugin
   // is not run at all.
-  if (user->exec.present && rest.token == nullptr && rest.client_cert_pem.empty()) {
-    CLUSTERPROF_ASSIGN_OR_RETURN(ExecConfig exec, ExecConfigOf(user->exec, cluster, rest, who));
+  if (user.exec.present && rest->token == nullptr && rest->client_cert_pem.empty()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(ExecConfig exec, ExecConfigOf(user.exec, cluster, *rest, who));
     auto source = std::make_shared<ExecTokenSource>(std::move(exec), exec_options, clock);
     // Run it now: a missing or failing plugin is reported at load, and client certificates
     // (which the TLS setup needs before any request) come only from this run.
     CLUSTERPROF_ASSIGN_OR_RETURN(ExecCredential credential, source->Credential());
-    rest.client_cert_pem = std::move(credential.client_cert_pem);
-    rest.client_key_pem = std::move(credential.client_key_pem);
-    if (!credential.token.empty()) rest.token = std::move(source);
+    rest->client_cert_pem = std::move(credential.client_cert_pem);
+    rest->client_key_pem = std::move(credential.client_key_pem);
+    if (!credential.token.empty()) rest->token = std::move(source);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<RestConfig> BuildConfig(const Kubeconfig& config, std::string_view context_flag,
+                                       Clock* clock, const ExecOptions& exec_options) {
+  CLUSTERPROF_CHECK(clock != nullptr);
+  CLUSTERPROF_ASSIGN_OR_RETURN(const SelectedContext selected, SelectContext(config, context_flag));
+  const ContextEntry& context = *selected.context;
+  RestConfig rest;
+  rest.description = StrCat("kubeconfig ", context.file, ", context ", Quoted(selected.name),
+                            ", cluster ", Quoted(context.cluster), ", user ",
+                            selected.user == nullptr ? "(none)" : Quoted(context.user));
+  rest.namespace_ = context.namespace_.empty() ? "default" : context.namespace_;
+  CLUSTERPROF_RETURN_IF_ERROR(ApplyCluster(*selected.cluster, context.cluster, &rest));
+  if (selected.user == nullptr) return rest;
+  const std::string who =
+      StrCat("user ", Quoted(context.user), " (context ", Quoted(selected.name), ")");
+  CLUSTERPROF_RETURN_IF_ERROR(
+      ApplyUser(*selected.user, *selected.cluster, who, clock, exec_options, &rest));
   return rest;
 }
 
