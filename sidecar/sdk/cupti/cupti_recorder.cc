@@ -171,6 +171,31 @@ void FillCopy(const Copy& m, uint8_t copy_kind, uint32_t dst_device, shm::GpuRec
   out->memcpy.dst_device = dst_device;
 }
 
+void FillMemset(const CUpti_ActivityMemset4& m, shm::GpuRecord* out) {
+  out->kind = shm::GpuRecordKind::kMemset;
+  out->start = m.start;
+  out->end = m.end;
+  out->correlation_id = m.correlationId;
+  out->stream_id = m.streamId;
+  out->context_id = m.contextId;
+  out->device_id = static_cast<uint16_t>(m.deviceId);
+  out->memset.bytes = m.bytes;
+  out->memset.value = m.value;
+  out->memset.memory_kind = m.memoryKind;
+  out->memset.async = (m.flags & CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC) != 0;
+}
+
+void FillSync(const SyncRecord& s, shm::GpuRecord* out) {
+  out->kind = shm::GpuRecordKind::kSync;
+  out->subkind = static_cast<uint8_t>(s.type);
+  out->start = s.start;
+  out->end = s.end;
+  out->correlation_id = s.correlationId;
+  out->stream_id = s.streamId;
+  out->context_id = s.contextId;
+  out->sync.cuda_event_id = s.cudaEventId;
+}
+
 uint16_t Clamp16(int32_t value) {
   return static_cast<uint16_t>(std::clamp<int32_t>(value, 0, UINT16_MAX));
 }
@@ -428,133 +453,120 @@ void CUPTIAPI CuptiRecorder::BufferCompleted(CUcontext context, uint32_t stream_
 void CuptiRecorder::HandleBuffer(uint8_t* buffer, size_t valid_size) {
   std::vector<shm::GpuRecord> batch;
   batch.reserve(4096);
-  shm::GpuRingHeader& header = ring_.header();
-
-  auto take = [&](bool api) {
-    std::atomic<uint64_t>& count = api ? api_count_ : activity_count_;
-    const uint64_t cap = (api ? max_api_events_ : max_activity_events_).load();
-    if (count.fetch_add(1, std::memory_order_relaxed) < cap) return true;
-    (api ? header.capped_api : header.capped_activity).fetch_add(1, std::memory_order_relaxed);
-    return false;
-  };
-
   CUpti_Activity* record = nullptr;
   while (api_.ActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     shm::GpuRecord out{};
-    switch (record->kind) {
-      case CUPTI_ACTIVITY_KIND_KERNEL:
-      case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
-        if (!take(false)) continue;
-        const auto* k = reinterpret_cast<const KernelRecord*>(record);
-        out.kind = shm::GpuRecordKind::kKernel;
-        out.start = k->start;
-        out.end = k->end;
-        out.correlation_id = k->correlationId;
-        out.name_id = k->name != nullptr ? ring_.Intern(k->name) : 0;
-        out.stream_id = k->streamId;
-        out.context_id = k->contextId;
-        out.device_id = static_cast<uint16_t>(k->deviceId);
-        out.kernel.grid[0] = k->gridX;
-        out.kernel.grid[1] = k->gridY;
-        out.kernel.grid[2] = k->gridZ;
-        out.kernel.block[0] = Clamp16(k->blockX);
-        out.kernel.block[1] = Clamp16(k->blockY);
-        out.kernel.block[2] = Clamp16(k->blockZ);
-        out.kernel.registers = k->registersPerThread;
-        out.kernel.static_shared = k->staticSharedMemory;
-        out.kernel.dynamic_shared = k->dynamicSharedMemory;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY: {
-        if (!take(false)) continue;
-        const auto* m = reinterpret_cast<const MemcpyRecord*>(record);
-        FillCopy(*m, CopyKind(m->copyKind), m->deviceId, &out);
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMCPY2: {
-        if (!take(false)) continue;
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4*>(record);
-        FillCopy(*m, static_cast<uint8_t>(shm::GpuCopyKind::kPtoP), m->dstDeviceId, &out);
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MEMSET: {
-        if (!take(false)) continue;
-        const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(record);
-        out.kind = shm::GpuRecordKind::kMemset;
-        out.start = m->start;
-        out.end = m->end;
-        out.correlation_id = m->correlationId;
-        out.stream_id = m->streamId;
-        out.context_id = m->contextId;
-        out.device_id = static_cast<uint16_t>(m->deviceId);
-        out.memset.bytes = m->bytes;
-        out.memset.value = m->value;
-        out.memset.memory_kind = m->memoryKind;
-        out.memset.async = (m->flags & CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC) != 0;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION: {
-        if (!take(false)) continue;
-        const auto* s = reinterpret_cast<const SyncRecord*>(record);
-        out.kind = shm::GpuRecordKind::kSync;
-        out.subkind = static_cast<uint8_t>(s->type);
-        out.start = s->start;
-        out.end = s->end;
-        out.correlation_id = s->correlationId;
-        out.stream_id = s->streamId;
-        out.context_id = s->contextId;
-        out.sync.cuda_event_id = s->cudaEventId;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_RUNTIME:
-      case CUPTI_ACTIVITY_KIND_DRIVER: {
-        if (!take(true)) continue;
-        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
-        const bool runtime = record->kind == CUPTI_ACTIVITY_KIND_RUNTIME;
-        out.kind = runtime ? shm::GpuRecordKind::kRuntimeApi : shm::GpuRecordKind::kDriverApi;
-        out.start = a->start;
-        out.end = a->end;
-        out.correlation_id = a->correlationId;
-        out.stream_id = a->threadId;
-        out.name_id =
-            ApiName(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a->cbid);
-        out.api.cbid = a->cbid;
-        out.api.return_value = a->returnValue;
-        break;
-      }
-      case CUPTI_ACTIVITY_KIND_MARKER: {
-        const auto* m = reinterpret_cast<const CUpti_ActivityMarker2*>(record);
-        // NVTX ranges arrive as a start marker and an end marker with the same id.
-        std::lock_guard<std::mutex> lock(ranges_mu_);
-        if ((m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) != 0) {
-          open_ranges_[m->id] = OpenRange{
-              m->timestamp, m->name != nullptr ? ring_.Intern(m->name) : 0,
-              m->domain != nullptr ? ring_.Intern(m->domain) : 0, m->objectId.pt.threadId};
-          continue;
-        }
-        if ((m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) == 0) continue;
-        auto it = open_ranges_.find(m->id);
-        if (it == open_ranges_.end()) continue;
-        const OpenRange range = it->second;
-        open_ranges_.erase(it);
-        if (!take(false)) continue;
-        out.kind = shm::GpuRecordKind::kNvtxRange;
-        out.start = range.start;
-        out.end = m->timestamp;
-        out.name_id = range.name_id;
-        out.stream_id = range.thread_id;
-        out.nvtx.domain_id = range.domain_id;
-        break;
-      }
-      default:
-        continue;
-    }
-    batch.push_back(out);
+    if (Convert(*record, &out)) batch.push_back(out);
   }
   if (!batch.empty()) {
     written_.fetch_add(ring_.Append(batch, std::chrono::microseconds(ring_wait_us_.load()), sleep_),
                        std::memory_order_relaxed);
   }
+}
+
+bool CuptiRecorder::Take(bool api) {
+  std::atomic<uint64_t>& count = api ? api_count_ : activity_count_;
+  const uint64_t cap = (api ? max_api_events_ : max_activity_events_).load();
+  if (count.fetch_add(1, std::memory_order_relaxed) < cap) return true;
+  shm::GpuRingHeader& header = ring_.header();
+  (api ? header.capped_api : header.capped_activity).fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+bool CuptiRecorder::Convert(const CUpti_Activity& record, shm::GpuRecord* out) {
+  switch (record.kind) {
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+      if (!Take(false)) return false;
+      FillKernel(reinterpret_cast<const KernelRecord&>(record), out);
+      return true;
+    case CUPTI_ACTIVITY_KIND_MEMCPY: {
+      if (!Take(false)) return false;
+      const auto& m = reinterpret_cast<const MemcpyRecord&>(record);
+      FillCopy(m, CopyKind(m.copyKind), m.deviceId, out);
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMCPY2: {
+      if (!Take(false)) return false;
+      const auto& m = reinterpret_cast<const CUpti_ActivityMemcpyPtoP4&>(record);
+      FillCopy(m, static_cast<uint8_t>(shm::GpuCopyKind::kPtoP), m.dstDeviceId, out);
+      return true;
+    }
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      if (!Take(false)) return false;
+      FillMemset(reinterpret_cast<const CUpti_ActivityMemset4&>(record), out);
+      return true;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      if (!Take(false)) return false;
+      FillSync(reinterpret_cast<const SyncRecord&>(record), out);
+      return true;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      if (!Take(true)) return false;
+      FillApi(reinterpret_cast<const CUpti_ActivityAPI&>(record),
+              record.kind == CUPTI_ACTIVITY_KIND_RUNTIME, out);
+      return true;
+    case CUPTI_ACTIVITY_KIND_MARKER:
+      return EndNvtxRange(reinterpret_cast<const CUpti_ActivityMarker2&>(record), out) &&
+             Take(false);
+    default:
+      return false;
+  }
+}
+
+void CuptiRecorder::FillKernel(const KernelRecord& k, shm::GpuRecord* out) {
+  out->kind = shm::GpuRecordKind::kKernel;
+  out->start = k.start;
+  out->end = k.end;
+  out->correlation_id = k.correlationId;
+  out->name_id = k.name != nullptr ? ring_.Intern(k.name) : 0;
+  out->stream_id = k.streamId;
+  out->context_id = k.contextId;
+  out->device_id = static_cast<uint16_t>(k.deviceId);
+  out->kernel.grid[0] = k.gridX;
+  out->kernel.grid[1] = k.gridY;
+  out->kernel.grid[2] = k.gridZ;
+  out->kernel.block[0] = Clamp16(k.blockX);
+  out->kernel.block[1] = Clamp16(k.blockY);
+  out->kernel.block[2] = Clamp16(k.blockZ);
+  out->kernel.registers = k.registersPerThread;
+  out->kernel.static_shared = k.staticSharedMemory;
+  out->kernel.dynamic_shared = k.dynamicSharedMemory;
+}
+
+void CuptiRecorder::FillApi(const CUpti_ActivityAPI& a, bool runtime, shm::GpuRecord* out) {
+  out->kind = runtime ? shm::GpuRecordKind::kRuntimeApi : shm::GpuRecordKind::kDriverApi;
+  out->start = a.start;
+  out->end = a.end;
+  out->correlation_id = a.correlationId;
+  out->stream_id = a.threadId;
+  out->name_id =
+      ApiName(runtime ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API, a.cbid);
+  out->api.cbid = a.cbid;
+  out->api.return_value = a.returnValue;
+}
+
+bool CuptiRecorder::EndNvtxRange(const CUpti_ActivityMarker2& m, shm::GpuRecord* out) {
+  // NVTX ranges arrive as a start marker and an end marker with the same id.
+  std::lock_guard<std::mutex> lock(ranges_mu_);
+  if ((m.flags & CUPTI_ACTIVITY_FLAG_MARKER_START) != 0) {
+    open_ranges_[m.id] =
+        OpenRange{m.timestamp, m.name != nullptr ? ring_.Intern(m.name) : 0,
+                  m.domain != nullptr ? ring_.Intern(m.domain) : 0, m.objectId.pt.threadId};
+    return false;
+  }
+  if ((m.flags & CUPTI_ACTIVITY_FLAG_MARKER_END) == 0) return false;
+  auto it = open_ranges_.find(m.id);
+  if (it == open_ranges_.end()) return false;
+  const OpenRange range = it->second;
+  open_ranges_.erase(it);
+  out->kind = shm::GpuRecordKind::kNvtxRange;
+  out->start = range.start;
+  out->end = m.timestamp;
+  out->name_id = range.name_id;
+  out->stream_id = range.thread_id;
+  out->nvtx.domain_id = range.domain_id;
+  return true;
 }
 
 }  // namespace clusterprof::cupti

@@ -81,6 +81,16 @@ class CuptiRecorder {
 
  private:
   void HandleBuffer(uint8_t* buffer, size_t valid_size);
+  // One activity record into `out`; false when it is not kept (a kind not recorded, over its
+  // cap, or an NVTX marker that does not end a range).
+  bool Convert(const CUpti_Activity& record, shm::GpuRecord* out);
+  // Counts a record against its cap (API calls or device activity); false beyond it.
+  bool Take(bool api);
+  // (Kernel9: the kernel record every supported CUDA version writes a prefix of, cupti_recorder.cc)
+  void FillKernel(const CUpti_ActivityKernel9& k, shm::GpuRecord* out);
+  void FillApi(const CUpti_ActivityAPI& a, bool runtime, shm::GpuRecord* out);
+  // A start marker opens its range; the end marker of an open one fills `out` and is true.
+  bool EndNvtxRange(const CUpti_ActivityMarker2& m, shm::GpuRecord* out);
   // Appends a kClock record pairing CUPTI's timestamp with the wall clock.
   void AddClockRecord();
   void FillDeviceTable();
