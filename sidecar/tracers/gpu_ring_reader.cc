@@ -19,26 +19,17 @@ absl::StatusOr<std::unique_ptr<GpuRingReader>> GpuRingReader::Open(const std::st
   std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, mapped.base, size));
 
   const GpuRingHeader& h = *reader->header_;
-  if (h.magic != kGpuRingMagic || h.version != kVersion || h.header_size != sizeof(GpuRingHeader) ||
-      h.record_size != sizeof(GpuRecord)) {
-    return absl::InvalidArgumentError(
-        StrCat("GPU ring ", path,
-               " has an unknown format (magic, version or record size differ); was it written "
-               "by another clusterprof version?"));
-  }
+  CLUSTERPROF_RETURN_IF_ERROR(
+      (CheckRingFormat<GpuRingHeader, GpuRecord>(h, kGpuRingMagic, "GPU ring", path)));
   const uint64_t capacity = h.capacity;
   const uint64_t records_offset = h.records_offset;
   const uint64_t strings_offset = h.strings_offset;
   const uint64_t strings_capacity = h.strings_capacity;
-  auto fits = [size](uint64_t offset, uint64_t length) {
-    return offset <= size && length <= size - offset;
-  };
   if (capacity == 0 || (capacity & (capacity - 1)) != 0 || capacity > (uint64_t{1} << 26) ||
-      records_offset % alignof(GpuRecord) != 0 || strings_offset % 4 != 0 ||
-      !fits(records_offset, capacity * sizeof(GpuRecord)) ||
-      !fits(strings_offset, strings_capacity)) {
-    return absl::InvalidArgumentError(
-        StrCat("GPU ring ", path, " has an inconsistent layout; ignoring it"));
+      records_offset % alignof(GpuRecord) != 0 ||
+      !FitsInFile(size, records_offset, capacity * sizeof(GpuRecord)) ||
+      !StringTableFits(size, strings_offset, strings_capacity)) {
+    return InconsistentRingLayout("GPU ring", path);
   }
   reader->pid_ = h.pid;
   reader->start_ticks_ = h.process_start_ticks;

@@ -41,6 +41,25 @@ absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
   return MappedRing{static_cast<char*>(base), size};
 }
 
+absl::Status CheckRingFormat(uint64_t magic, uint64_t expected_magic, uint32_t version,
+                             uint64_t header_size, size_t expected_header_size,
+                             uint32_t record_size, size_t expected_record_size,
+                             std::string_view what, const std::string& path) {
+  if (magic == expected_magic && version == kVersion && header_size == expected_header_size &&
+      record_size == expected_record_size) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      StrCat(what, " ", path,
+             " has an unknown format (magic, version or record size differ); was it written by "
+             "another clusterprof version?"));
+}
+
+absl::Status InconsistentRingLayout(std::string_view what, const std::string& path) {
+  return absl::InvalidArgumentError(
+      StrCat(what, " ", path, " has an inconsistent layout; ignoring it"));
+}
+
 absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& path) {
   CLUSTERPROF_ASSIGN_OR_RETURN(const MappedRing mapped,
                                MapRingFile(path, sizeof(RingHeader), "ring"));
@@ -48,30 +67,20 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& 
   std::unique_ptr<RingReader> reader(new RingReader(path, mapped.base, size));
 
   const RingHeader& h = *reader->header_;
-  if (h.magic != kRingMagic || h.version != kVersion || h.header_size != sizeof(RingHeader) ||
-      h.record_size != sizeof(Record)) {
-    return absl::InvalidArgumentError(
-        StrCat("ring ", path,
-               " has an unknown format (magic, version or record size differ); was it "
-               "written by another clusterprof version?"));
-  }
+  CLUSTERPROF_RETURN_IF_ERROR((CheckRingFormat<RingHeader, Record>(h, kRingMagic, "ring", path)));
   const uint32_t threads = h.max_threads;
   const uint32_t slots = h.slots_per_thread;
   const uint64_t slots_offset = h.slots_offset;
   const uint64_t records_offset = h.records_offset;
   const uint64_t strings_offset = h.strings_offset;
   const uint64_t strings_capacity = h.strings_capacity;
-  auto fits = [size](uint64_t offset, uint64_t length) {
-    return offset <= size && length <= size - offset;
-  };
   if (threads == 0 || threads > 65536 || slots == 0 || (slots & (slots - 1)) != 0 ||
       slots > (1u << 30) || slots_offset % alignof(ThreadSlot) != 0 ||
-      records_offset % alignof(Record) != 0 || strings_offset % 4 != 0 ||
-      !fits(slots_offset, uint64_t{threads} * sizeof(ThreadSlot)) ||
-      !fits(records_offset, uint64_t{threads} * slots * sizeof(Record)) ||
-      !fits(strings_offset, strings_capacity)) {
-    return absl::InvalidArgumentError(
-        StrCat("ring ", path, " has an inconsistent layout; ignoring it"));
+      records_offset % alignof(Record) != 0 ||
+      !FitsInFile(size, slots_offset, uint64_t{threads} * sizeof(ThreadSlot)) ||
+      !FitsInFile(size, records_offset, uint64_t{threads} * slots * sizeof(Record)) ||
+      !StringTableFits(size, strings_offset, strings_capacity)) {
+    return InconsistentRingLayout("ring", path);
   }
   reader->pid_ = h.pid;
   reader->start_ticks_ = h.process_start_ticks;

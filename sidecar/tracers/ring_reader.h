@@ -90,6 +90,32 @@ struct MappedRing {
 absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
                                        std::string_view what);
 
+// The checks both ring readers make of a mapped header before trusting it (the file is written
+// by the workload's process, and may be from another version, truncated or hostile).
+//
+// Whether the header is of the format this build reads (magic, version, header and record
+// sizes); `what` and `path` name the file in the error.
+absl::Status CheckRingFormat(uint64_t magic, uint64_t expected_magic, uint32_t version,
+                             uint64_t header_size, size_t expected_header_size,
+                             uint32_t record_size, size_t expected_record_size,
+                             std::string_view what, const std::string& path);
+template <typename Header, typename Record>
+absl::Status CheckRingFormat(const Header& h, uint64_t expected_magic, std::string_view what,
+                             const std::string& path) {
+  return CheckRingFormat(h.magic, expected_magic, h.version, h.header_size, sizeof(Header),
+                         h.record_size, sizeof(Record), what, path);
+}
+// Whether [offset, offset + length) lies within a file of `size` bytes (no overflow).
+inline bool FitsInFile(size_t size, uint64_t offset, uint64_t length) {
+  return offset <= size && length <= size - offset;
+}
+// A string table 4-byte aligned and within the file.
+inline bool StringTableFits(size_t size, uint64_t offset, uint64_t capacity) {
+  return offset % 4 == 0 && FitsInFile(size, offset, capacity);
+}
+// The error for a header whose offsets and counts do not fit the file.
+absl::Status InconsistentRingLayout(std::string_view what, const std::string& path);
+
 // Ring files in `dir` (annotation rings by default; kGpuRingPrefix for GPU rings), sorted.
 absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
                                                        std::string_view prefix = kRingPrefix);
