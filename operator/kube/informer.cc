@@ -234,20 +234,21 @@ void Informer::SetError(const absl::Status& status) {
   last_error_ = status.ok() ? "" : std::string(status.message());
 }
 
-void Informer::Dispatch(const std::vector<ObjectStore::Change>& changes, bool initial_list) {
+void Informer::Dispatch(const std::vector<ObjectStore::Change>& changes, Source source) {
   MutexLock lock(&dispatch_mu_);
   for (const ObjectStore::Change& change : changes) {
     for (ResourceEventHandler* handler : handlers_) {
       switch (change.kind) {
         case ObjectStore::Change::Kind::kAdd:
-          handler->OnAdd(change.new_object, initial_list);
+          handler->OnAdd(change.new_object, /*initial_list=*/source == Source::kInitialList);
           break;
         case ObjectStore::Change::Kind::kUpdate:
           handler->OnUpdate(change.old_object, change.new_object);
           break;
         case ObjectStore::Change::Kind::kDelete:
           // Deletions found by a list are inferred: the final state is unknown.
-          handler->OnDelete(change.old_object, /*final_state_unknown=*/true);
+          handler->OnDelete(change.old_object,
+                            /*final_state_unknown=*/source != Source::kWatch);
           break;
       }
     }
@@ -305,7 +306,7 @@ absl::Status Informer::ListAndReplace(bool relist) {
     if (relist) ++stats_.relists;
     stats_.decode_errors += decode_errors;
   }
-  Dispatch(changes, initial);
+  Dispatch(changes, initial ? Source::kInitialList : Source::kRelist);
   {
     MutexLock lock(&mu_);
     synced_ = true;
@@ -343,22 +344,7 @@ void Informer::Apply(WatchEvent& event) {
     resource_version_ = resource_version;
     ++stats_.events;
   }
-  MutexLock lock(&dispatch_mu_);
-  for (const ObjectStore::Change& change : changes) {
-    for (ResourceEventHandler* handler : handlers_) {
-      switch (change.kind) {
-        case ObjectStore::Change::Kind::kAdd:
-          handler->OnAdd(change.new_object, false);
-          break;
-        case ObjectStore::Change::Kind::kUpdate:
-          handler->OnUpdate(change.old_object, change.new_object);
-          break;
-        case ObjectStore::Change::Kind::kDelete:
-          handler->OnDelete(change.old_object, /*final_state_unknown=*/false);
-          break;
-      }
-    }
-  }
+  Dispatch(changes, Source::kWatch);
 }
 
 absl::Status Informer::WatchOnce(bool* delivered) {

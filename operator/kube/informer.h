@@ -160,7 +160,10 @@ class Informer {
   // Watches from resource_version_ until the watch ends. Returns OutOfRange for 410 Gone.
   absl::Status WatchOnce(bool* delivered);
   void Apply(WatchEvent& event);
-  void Dispatch(const std::vector<ObjectStore::Change>& changes, bool initial_list);
+  // Where changes come from: the first list (adds are initial_list), a later list (deletions
+  // inferred: their final state unknown), or a watch event.
+  enum class Source { kInitialList, kRelist, kWatch };
+  void Dispatch(const std::vector<ObjectStore::Change>& changes, Source source);
   // Sleeps the backoff (or `at_least_ns`), doubling it; false when stopped.
   bool Backoff(int64_t at_least_ns);
   void SetError(const absl::Status& status);
