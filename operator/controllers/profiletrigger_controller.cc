@@ -430,15 +430,12 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
     CLUSTERPROF_RETURN_IF_ERROR(CreateJob(meta, spec, status.recent_firings.front()));
     status.last_job_created = true;
   }
-
-  std::vector<Child> children = ListChildren(meta);
   status.active.clear();
-  for (const Child& child : children) {
+  for (const Child& child : ListChildren(meta)) {
     if (!api::IsTerminal(child.phase)) {
       status.active.push_back({child.name, meta.namespace_, child.uid});
     }
   }
-
   if (spec.suspend) {
     Unfollow(key);
     api::SetCondition(status.conditions,
@@ -451,18 +448,45 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
   int followed = 0;
   std::vector<std::string> skipped;
   Follow(key, spec, meta, &followed, &skipped);
-
   std::optional<analysis::TriggerEvaluation> evaluation;
-  std::vector<coordinator::WatchedSidecar> sidecars;
-  std::map<std::string, std::string> names;
   {
     MutexLock lock(&mu_);
     Watch& watch = *watches_.at(key);
     evaluation = watch.evaluation;
-    sidecars = watch.sidecars;
-    names = watch.pods;
     watch.last_status_ns = now_ns;
+    SetWatchingConditions(meta, followed, skipped, watch.sidecars, watch.pods, now_text, status);
   }
+  if (evaluation.has_value()) CopyTelemetry(evaluation->telemetry, status);
+  const Limits limits = SetLimitConditions(meta, spec, now_ns, now_text, status);
+
+  if (!evaluation.has_value() || evaluation->firings.empty()) return absl::OkStatus();
+  const analysis::TriggerFiring& firing = evaluation->firings.front();
+  // One firing per detection: the rule must hold again on a step newer than the one the last
+  // firing was detected on (a reconcile may run on an evaluation it already acted on).
+  if (!status.recent_firings.empty() &&
+      firing.detected_ns <= status.recent_firings.front().detected_ns) {
+    return absl::OkStatus();
+  }
+  if (limits.cooling || limits.capped || !status.active.empty()) {
+    const std::string_view reason = limits.cooling  ? "cooldown"
+                                    : limits.capped ? "daily-cap"
+                                                    : "active-job";
+    if (metrics_ != nullptr) metrics_->TriggerSuppressed(reason);
+    if (limits.capped && !limits.was_capped) {
+      Event(meta, kube::kEventTypeWarning, "DailyCapReached",
+            StrCat(firing.rule, " held (", firing.evidence, ") but maxCapturesPerDay ",
+                   spec.max_captures_per_day, " is reached for today"));
+    }
+    return absl::OkStatus();
+  }
+  return Fire(trigger, spec, firing, now_ns, status, written);
+}
+
+void ProfileTriggerController::SetWatchingConditions(
+    const kube::ObjectMeta& meta, int followed, const std::vector<std::string>& skipped,
+    const std::vector<coordinator::WatchedSidecar>& sidecars,
+    const std::map<std::string, std::string>& names, const std::string& now_text,
+    api::ProfileTriggerStatus& status) {
   api::SetCondition(
       status.conditions,
       followed > 0
@@ -477,7 +501,8 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
                                                             : JoinNames(skipped, 10)),
                            meta.generation, ""},
       now_text);
-
+  status.pods = static_cast<int32_t>(sidecars.size());
+  if (sidecars.empty()) return;
   // Pods that report no steps, each with why.
   std::vector<std::string> silent;
   for (const coordinator::WatchedSidecar& sidecar : sidecars) {
@@ -494,83 +519,77 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
                               ")"));
     }
   }
-  if (!sidecars.empty()) {
-    api::SetCondition(
-        status.conditions,
-        silent.empty() ? api::Condition{"NoStepTelemetry", "False", "AllPodsReportSteps",
-                                        "every followed pod reports steps", meta.generation, ""}
-                       : api::Condition{"NoStepTelemetry", "True", "PodsWithoutSteps",
-                                        StrCat("no steps from ", JoinNames(silent, 10),
-                                               "; mark steps with step_num (docs/annotations.md)"),
-                                        meta.generation, ""},
-        now_text);
-  }
+  api::SetCondition(status.conditions,
+                    silent.empty()
+                        ? api::Condition{"NoStepTelemetry", "False", "AllPodsReportSteps",
+                                         "every followed pod reports steps", meta.generation, ""}
+                        : api::Condition{"NoStepTelemetry", "True", "PodsWithoutSteps",
+                                         StrCat("no steps from ", JoinNames(silent, 10),
+                                                "; mark steps with step_num (docs/annotations.md)"),
+                                         meta.generation, ""},
+                    now_text);
+}
 
-  status.pods = static_cast<int32_t>(sidecars.size());
-  if (evaluation.has_value()) {
-    const analysis::JobTelemetry& telemetry = evaluation->telemetry;
-    status.pods_with_steps = telemetry.pods_with_steps;
-    status.last_step = telemetry.last_step;
-    status.step_time_ns = telemetry.step_p50_ns;
-    status.step_time = telemetry.step_p50_ns > 0 ? api::FormatDuration(telemetry.step_p50_ns) : "";
-    status.baseline_ns = telemetry.baseline_ns;
-    status.baseline = telemetry.baseline_ns > 0 ? api::FormatDuration(telemetry.baseline_ns) : "";
-  }
+void ProfileTriggerController::CopyTelemetry(const analysis::JobTelemetry& telemetry,
+                                             api::ProfileTriggerStatus& status) {
+  status.pods_with_steps = telemetry.pods_with_steps;
+  status.last_step = telemetry.last_step;
+  status.step_time_ns = telemetry.step_p50_ns;
+  status.step_time = telemetry.step_p50_ns > 0 ? api::FormatDuration(telemetry.step_p50_ns) : "";
+  status.baseline_ns = telemetry.baseline_ns;
+  status.baseline = telemetry.baseline_ns > 0 ? api::FormatDuration(telemetry.baseline_ns) : "";
+}
 
+ProfileTriggerController::Limits ProfileTriggerController::SetLimitConditions(
+    const kube::ObjectMeta& meta, const api::ProfileTriggerSpec& spec, int64_t now_ns,
+    const std::string& now_text, api::ProfileTriggerStatus& status) {
+  Limits limits;
   // The cooldown and the daily cap, from the status (they hold across restarts).
-  const bool cooling = status.last_fired_ns > 0 &&
-                       now_ns - status.last_fired_ns < spec.cooldown_seconds * kNanosPerSecond;
+  limits.cooling = status.last_fired_ns > 0 &&
+                   now_ns - status.last_fired_ns < spec.cooldown_seconds * kNanosPerSecond;
   api::SetCondition(
       status.conditions,
-      cooling ? api::Condition{"CooldownActive", "True", "Cooldown",
-                               StrCat("fired at ", status.last_fired_time, "; no firing before ",
-                                      api::FormatTime(status.last_fired_ns +
-                                                      spec.cooldown_seconds * kNanosPerSecond),
-                                      " (cooldownSeconds ", spec.cooldown_seconds, ")"),
-                               meta.generation, ""}
-              : api::Condition{"CooldownActive", "False", "Ready", "a rule may fire",
-                               meta.generation, ""},
+      limits.cooling
+          ? api::Condition{"CooldownActive", "True", "Cooldown",
+                           StrCat("fired at ", status.last_fired_time, "; no firing before ",
+                                  api::FormatTime(status.last_fired_ns +
+                                                  spec.cooldown_seconds * kNanosPerSecond),
+                                  " (cooldownSeconds ", spec.cooldown_seconds, ")"),
+                           meta.generation, ""}
+          : api::Condition{"CooldownActive", "False", "Ready", "a rule may fire", meta.generation,
+                           ""},
       now_text);
   const std::string today = UtcDay(now_ns);
   if (status.captures_day != today) {
     status.captures_day = today;
     status.captures_today = 0;
   }
-  const bool capped = status.captures_today >= spec.max_captures_per_day;
+  limits.capped = status.captures_today >= spec.max_captures_per_day;
   const api::Condition* was_capped = api::FindCondition(status.conditions, "DailyCapReached");
+  limits.was_capped = was_capped != nullptr && was_capped->status == "True";
   api::SetCondition(
       status.conditions,
-      capped ? api::Condition{"DailyCapReached", "True", "DailyCap",
-                              StrCat(status.captures_today, " captures today (", today,
-                                     ", UTC): maxCapturesPerDay ", spec.max_captures_per_day,
-                                     " reached; rules fire again tomorrow"),
-                              meta.generation, ""}
-             : api::Condition{"DailyCapReached", "False", "BelowCap",
-                              StrCat(status.captures_today, " of ", spec.max_captures_per_day,
-                                     " captures today (UTC)"),
-                              meta.generation, ""},
+      limits.capped ? api::Condition{"DailyCapReached", "True", "DailyCap",
+                                     StrCat(status.captures_today, " captures today (", today,
+                                            ", UTC): maxCapturesPerDay ", spec.max_captures_per_day,
+                                            " reached; rules fire again tomorrow"),
+                                     meta.generation, ""}
+                    : api::Condition{"DailyCapReached", "False", "BelowCap",
+                                     StrCat(status.captures_today, " of ",
+                                            spec.max_captures_per_day, " captures today (UTC)"),
+                                     meta.generation, ""},
       now_text);
+  return limits;
+}
 
-  if (!evaluation.has_value() || evaluation->firings.empty()) return absl::OkStatus();
-  const analysis::TriggerFiring& firing = evaluation->firings.front();
-  // One firing per detection: the rule must hold again on a step newer than the one the last
-  // firing was detected on (a reconcile may run on an evaluation it already acted on).
-  if (!status.recent_firings.empty() &&
-      firing.detected_ns <= status.recent_firings.front().detected_ns) {
-    return absl::OkStatus();
-  }
-  if (cooling || capped || !status.active.empty()) {
-    const std::string_view reason = cooling ? "cooldown" : capped ? "daily-cap" : "active-job";
-    if (metrics_ != nullptr) metrics_->TriggerSuppressed(reason);
-    if (capped && (was_capped == nullptr || was_capped->status != "True")) {
-      Event(meta, kube::kEventTypeWarning, "DailyCapReached",
-            StrCat(firing.rule, " held (", firing.evidence, ") but maxCapturesPerDay ",
-                   spec.max_captures_per_day, " is reached for today"));
-    }
-    return absl::OkStatus();
-  }
-
-  // Fire: the status first (so a new leader never fires twice for this episode), then the job.
+absl::Status ProfileTriggerController::Fire(const kube::JsonObject& trigger,
+                                            const api::ProfileTriggerSpec& spec,
+                                            const analysis::TriggerFiring& firing, int64_t now_ns,
+                                            api::ProfileTriggerStatus& status,
+                                            std::optional<value>* written) {
+  const kube::ObjectMeta& meta = trigger.metadata;
+  const std::string now_text = api::FormatTime(now_ns);
+  // The status first (so a new leader never fires twice for this episode), then the job.
   api::TriggerFiringStatus record;
   record.time = now_text;
   record.detected_ns = firing.detected_ns;
@@ -597,15 +616,13 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
                             " (cooldownSeconds ", spec.cooldown_seconds, ")"),
                      meta.generation, ""},
                     now_text);
-  {
-    value updated = trigger.json;
-    updated["status"] = api::ProfileTriggerStatusToJson(status);
-    absl::StatusOr<value> recorded =
-        client_->UpdateStatus(api::ProfileTriggers(), meta.namespace_, updated);
-    // A conflict means another writer got there first: the next reconcile sees its status.
-    if (!recorded.ok()) return recorded.status();
-    *written = *std::move(recorded);
-  }
+  value updated = trigger.json;
+  updated["status"] = api::ProfileTriggerStatusToJson(status);
+  absl::StatusOr<value> recorded =
+      client_->UpdateStatus(api::ProfileTriggers(), meta.namespace_, updated);
+  // A conflict means another writer got there first: the next reconcile sees its status.
+  if (!recorded.ok()) return recorded.status();
+  *written = *std::move(recorded);
   CLUSTERPROF_RETURN_IF_ERROR(CreateJob(meta, spec, record));
   status.last_job_created = true;
   status.active.push_back({record.job, meta.namespace_, ""});
@@ -613,7 +630,7 @@ absl::Status ProfileTriggerController::ReconcileValid(const kube::JsonObject& tr
   Event(meta, kube::kEventTypeNormal, "Triggered",
         StrCat(firing.rule, ": ", firing.evidence, "; capturing ", spec.capture.duration_ms,
                " ms with ", spec.capture.lookback_ms, " ms before, as ProfileJob ", record.job));
-  spdlog::info("profiletrigger {}: {} fired ({}); created ProfileJob {}", key, firing.rule,
+  spdlog::info("profiletrigger {}: {} fired ({}); created ProfileJob {}", meta.Key(), firing.rule,
                firing.evidence, record.job);
   return absl::OkStatus();
 }

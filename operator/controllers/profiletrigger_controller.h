@@ -124,6 +124,31 @@ class ProfileTriggerController : public kube::ResourceEventHandler {
   absl::Status ReconcileValid(const kube::JsonObject& trigger, const api::ProfileTriggerSpec& spec,
                               api::ProfileTriggerStatus& status, int64_t now_ns,
                               std::optional<web::json::value>* written);
+  // The Watching and NoStepTelemetry conditions (each silent pod named with why) and the count
+  // of followed pods.
+  static void SetWatchingConditions(const kube::ObjectMeta& meta, int followed,
+                                    const std::vector<std::string>& skipped,
+                                    const std::vector<coordinator::WatchedSidecar>& sidecars,
+                                    const std::map<std::string, std::string>& names,
+                                    const std::string& now_text, api::ProfileTriggerStatus& status);
+  // The job's live step figures into the status.
+  static void CopyTelemetry(const analysis::JobTelemetry& telemetry,
+                            api::ProfileTriggerStatus& status);
+  // What holds a firing back: the cooldown and the daily cap (its day rolled over at UTC
+  // midnight), each set as a condition.
+  struct Limits {
+    bool cooling = false;
+    bool capped = false;
+    bool was_capped = false;  // DailyCapReached was already True
+  };
+  static Limits SetLimitConditions(const kube::ObjectMeta& meta,
+                                   const api::ProfileTriggerSpec& spec, int64_t now_ns,
+                                   const std::string& now_text, api::ProfileTriggerStatus& status);
+  // Records `firing` in the status (written first, into `written`, so that a new leader never
+  // fires twice for it), then creates its ProfileJob.
+  absl::Status Fire(const kube::JsonObject& trigger, const api::ProfileTriggerSpec& spec,
+                    const analysis::TriggerFiring& firing, int64_t now_ns,
+                    api::ProfileTriggerStatus& status, std::optional<web::json::value>* written);
   // Starts, updates or stops following the trigger's pods.
   void Follow(const std::string& key, const api::ProfileTriggerSpec& spec,
               const kube::ObjectMeta& meta, int* followed, std::vector<std::string>* skipped);
