@@ -153,26 +153,12 @@ struct ProcessOutcome {
   bool out_too_long = false;
 };
 
-// Starts `program` with `argv` and `envp`, stdout (and stderr unless `interactive`) into pipes,
-// and reads them until the child has exited and closed them; kills it at `deadline_ns`
-// (monotonic, on the system clock: a plugin runs in real time whatever clock the caller keeps;
-// 0: no deadline). The child runs in a process group of its own unless interactive (a
-// background group could not read the terminal), so that a kill reaches what it started too.
-absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
-                                          const std::vector<std::string>& argv,
-                                          const std::vector<std::string>& envp, bool interactive,
-                                          int64_t deadline_ns) {
-  int out_pipe[2];
-  if (pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe", program);
-  FdCloser out_read{out_pipe[0]};
-  FdCloser out_write{out_pipe[1]};
-  int err_pipe[2] = {-1, -1};
-  if (!interactive && pipe2(err_pipe, O_CLOEXEC) != 0) {
-    return ErrnoToStatus(errno, "pipe", program);
-  }
-  FdCloser err_read{err_pipe[0]};
-  FdCloser err_write{err_pipe[1]};
-
+// Spawns `program` with `argv` and `envp`: stdout to `out_fd`; unless `interactive`, stdin from
+// /dev/null, stderr to `err_fd` and a process group of its own (a background group could not
+// read the terminal). Nothing else of this process (sockets, files) reaches it.
+absl::StatusOr<pid_t> Spawn(const std::string& program, const std::vector<std::string>& argv,
+                            const std::vector<std::string>& envp, bool interactive, int out_fd,
+                            int err_fd) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawnattr_t attributes;
@@ -187,10 +173,9 @@ absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
   } cleanup{&actions, &attributes};
   if (!interactive) {
     posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, err_write.fd, STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, err_fd, STDERR_FILENO);
   }
-  posix_spawn_file_actions_adddup2(&actions, out_write.fd, STDOUT_FILENO);
-  // Nothing else of this process (sockets, files) reaches the plugin.
+  posix_spawn_file_actions_adddup2(&actions, out_fd, STDOUT_FILENO);
   posix_spawn_file_actions_addclosefrom_np(&actions, STDERR_FILENO + 1);
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
   if (!interactive) {
@@ -211,13 +196,64 @@ absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
   std::vector<char*> c_envp;
   for (const std::string& variable : envp) c_envp.push_back(const_cast<char*>(variable.c_str()));
   c_envp.push_back(nullptr);
-
   pid_t pid = -1;
   if (const int error =
           posix_spawn(&pid, program.c_str(), &actions, &attributes, c_argv.data(), c_envp.data());
       error != 0) {
     return ErrnoToStatus(error, "run", program);
   }
+  return pid;
+}
+
+// One read of the child's stdout (`is_out`) or stderr into `outcome`; the pipe is closed at EOF,
+// and stdout also when it passes kMaxStdoutBytes (the plugin gets EPIPE if it writes on). Of
+// stderr only the last kMaxStderrBytes are kept.
+void ReadFromChild(bool is_out, FdCloser& pipe, ProcessOutcome& outcome) {
+  char buffer[16384];
+  const ssize_t n = read(pipe.fd, buffer, sizeof(buffer));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    close(pipe.fd);
+    pipe.fd = -1;
+    return;
+  }
+  if (is_out) {
+    if (outcome.out.size() + static_cast<size_t>(n) > kMaxStdoutBytes) {
+      outcome.out_too_long = true;
+      close(pipe.fd);
+      pipe.fd = -1;
+      return;
+    }
+    outcome.out.append(buffer, static_cast<size_t>(n));
+    return;
+  }
+  outcome.err.append(buffer, static_cast<size_t>(n));
+  if (outcome.err.size() > kMaxStderrBytes) {
+    outcome.err.erase(0, outcome.err.size() - kMaxStderrBytes);
+  }
+}
+
+// Starts `program` with `argv` and `envp`, stdout (and stderr unless `interactive`) into pipes,
+// and reads them until the child has exited and closed them; kills it at `deadline_ns`
+// (monotonic, on the system clock: a plugin runs in real time whatever clock the caller keeps;
+// 0: no deadline). The child runs in a process group of its own unless interactive, so that a
+// kill reaches what it started too.
+absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
+                                          const std::vector<std::string>& argv,
+                                          const std::vector<std::string>& envp, bool interactive,
+                                          int64_t deadline_ns) {
+  int out_pipe[2];
+  if (pipe2(out_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe", program);
+  FdCloser out_read{out_pipe[0]};
+  FdCloser out_write{out_pipe[1]};
+  int err_pipe[2] = {-1, -1};
+  if (!interactive && pipe2(err_pipe, O_CLOEXEC) != 0) {
+    return ErrnoToStatus(errno, "pipe", program);
+  }
+  FdCloser err_read{err_pipe[0]};
+  FdCloser err_write{err_pipe[1]};
+  CLUSTERPROF_ASSIGN_OR_RETURN(const pid_t pid,
+                               Spawn(program, argv, envp, interactive, out_write.fd, err_write.fd));
   // The child holds the write ends now; EOF comes when it (and what it started) closes them.
   close(out_write.fd);
   out_write.fd = -1;
@@ -241,7 +277,6 @@ absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
     }
   };
   bool exited = false;
-  char buffer[16384];
   while (true) {
     if (!exited) {
       const pid_t done = waitpid(pid, &outcome.wait_status, WNOHANG);
@@ -274,28 +309,7 @@ absl::StatusOr<ProcessOutcome> RunProcess(const std::string& program,
     if (ready == 0 && exited) return outcome;
     for (int i = 0; ready > 0 && i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
-      FdCloser& pipe = i == 0 ? out_read : err_read;
-      const ssize_t n = read(pipe.fd, buffer, sizeof(buffer));
-      if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-      if (n <= 0) {
-        close(pipe.fd);
-        pipe.fd = -1;
-        continue;
-      }
-      if (i == 0) {
-        if (outcome.out.size() + static_cast<size_t>(n) > kMaxStdoutBytes) {
-          outcome.out_too_long = true;
-          close(pipe.fd);  // the plugin gets EPIPE if it writes on
-          pipe.fd = -1;
-          continue;
-        }
-        outcome.out.append(buffer, static_cast<size_t>(n));
-      } else {
-        outcome.err.append(buffer, static_cast<size_t>(n));
-        if (outcome.err.size() > kMaxStderrBytes) {
-          outcome.err.erase(0, outcome.err.size() - kMaxStderrBytes);
-        }
-      }
+      ReadFromChild(i == 0, i == 0 ? out_read : err_read, outcome);
     }
   }
 }
