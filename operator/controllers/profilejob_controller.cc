@@ -179,21 +179,7 @@ void ProfileJobController::RefreshMetrics() {
 absl::Status ProfileJobController::Reconcile(const std::string& key) {
   const kube::ObjectPtr object = jobs_->store().Get(key);
   if (object == nullptr) {
-    // Deleted. A capture still running finishes on its own; its status write finds no job.
-    {
-      MutexLock lock(&queued_mu_);
-      const std::string ns = key.substr(0, key.find('/'));
-      if (auto it = waiting_for_pods_.find(ns); it != waiting_for_pods_.end()) {
-        it->second.erase(key);
-        if (it->second.empty()) waiting_for_pods_.erase(it);
-      }
-    }
-    MutexLock lock(&mu_);
-    auto it = captures_.find(key);
-    if (it != captures_.end() && it->second->finished) {
-      if (it->second->thread.joinable()) it->second->thread.join();
-      captures_.erase(it);
-    }
+    ForgetDeleted(key);
     return absl::OkStatus();
   }
   const kube::JsonObject* job = AsJson(object);
@@ -211,36 +197,7 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
                        "); it was written by something other than the operator"));
   }
   api::ProfileJobStatus status = *std::move(parsed_status);
-
-  // A capture of this process for the job.
-  {
-    MutexLock lock(&mu_);
-    auto it = captures_.find(key);
-    if (it != captures_.end()) {
-      Capture& capture = *it->second;
-      // Still running (for this job, or for one deleted and re-created under the same name,
-      // whose capture must end before this one can start).
-      if (!capture.finished) {
-        if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
-            cancel != nullptr && *cancel == "true" && capture.uid == meta.uid &&
-            !capture.stop.cancelled()) {
-          spdlog::info("profilejob {}: cancel requested: stopping the capture", key);
-          Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "Cancelling",
-                StrCat("annotation ", api::kCancelAnnotation,
-                       "=true: the sidecars stop recording; what they recorded is kept"));
-          capture.stop.Cancel();
-        }
-        return absl::OkStatus();
-      }
-      if (capture.uid == meta.uid && capture.wrote_final && !api::IsTerminal(status.phase)) {
-        // Our final status is written; the cache has not caught up. Its update requeues us.
-        return absl::OkStatus();
-      }
-      if (capture.thread.joinable()) capture.thread.join();
-      captures_.erase(it);
-    }
-  }
-
+  if (OwnCaptureHolds(key, meta, status)) return absl::OkStatus();
   if (api::IsTerminal(status.phase)) return HandleFinished(key, meta, job->json, status);
 
   const web::json::value& spec_json =
@@ -251,25 +208,12 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
                 StrCat(spec.status().message(),
                        ". The spec cannot change: delete the ProfileJob and create a fixed one."));
   }
-  if (std::string why = LogdirOutsideAllowlist(spec->parsed_logdir, options_.allowed_logdirs);
-      !why.empty()) {
-    return Fail(meta, job->json, std::move(status), "LogdirNotAllowed", std::move(why));
+  if (std::optional<Refusal> refused = Refuse(meta, *spec); refused.has_value()) {
+    return Fail(meta, job->json, std::move(status), refused->reason, std::move(refused->message));
   }
-  if (!options_.allow_external_addresses && !spec->addresses.empty()) {
-    if (std::vector<std::string> outside =
-            AddressesOutsideNamespace(*spec, pods_->List(meta.namespace_));
-        !outside.empty()) {
-      return Fail(meta, job->json, std::move(status), "AddressNotAllowed",
-                  StrCat("spec.targets.addresses: ", absl::StrJoin(outside, ", "),
-                         outside.size() == 1 ? " is not the address" : " are not addresses",
-                         " of a pod in namespace ", meta.namespace_,
-                         ": a ProfileJob reaches only its own namespace's pods (the operator's "
-                         "--allow-external-addresses, the chart's "
-                         "operator.allowExternalAddresses, lets jobs name other servers)"));
-    }
-  }
-  if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
-      cancel != nullptr && *cancel == "true" && status.phase == api::JobPhase::kPending) {
+  const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
+  const bool cancelled = cancel != nullptr && *cancel == "true";
+  if (cancelled && status.phase == api::JobPhase::kPending) {
     {
       MutexLock lock(&queued_mu_);
       if (auto it = waiting_for_pods_.find(meta.namespace_); it != waiting_for_pods_.end()) {
@@ -282,39 +226,111 @@ absl::Status ProfileJobController::Reconcile(const std::string& key) {
         StrCat("cancelled before it started (annotation ", api::kCancelAnnotation, "=true)"));
   }
   if (status.phase == api::JobPhase::kScheduled || status.phase == api::JobPhase::kCapturing) {
-    if (status.run_name.empty()) {
-      return Fail(meta, job->json, std::move(status), "InvalidStatus",
-                  "the job is past Pending but its status has no run to resume");
-    }
-    // Begun by an earlier operator (or replica): resume it. The status does not list a large
-    // job's targets: they are resolved again, and each sidecar says whether it has the run's
-    // session (read back when finished, joined when running, never captured twice).
-    TargetResolution plan = Resolve(meta.namespace_, *spec);
-    const int32_t planned = status.summary.has_value() ? status.summary->targets : 0;
-    if (plan.targets.empty()) {
-      return Fail(
-          meta, job->json, std::move(status), "TargetsGone",
-          StrCat("resuming run ", status.run_name, " after an operator restart: none of its ",
-                 planned, " target(s) can be found again (",
-                 plan.skipped.empty() ? "no pod matches the selector" : JoinNames(plan.skipped, 10),
-                 ")"));
-    }
-    spdlog::info("profilejob {}: resuming run {} ({}, attempt {}) with {} target(s){}", key,
-                 status.run_name, api::JobPhaseName(status.phase), status.attempt,
-                 plan.targets.size(),
-                 planned > 0 && static_cast<size_t>(planned) != plan.targets.size()
-                     ? StrCat(" (", planned, " planned: pods came or went)")
-                     : "");
-    StartCapture(key, {meta.namespace_, meta.name, meta.uid}, *spec, status, std::move(plan),
-                 /*resume=*/true);
-    if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
-        cancel != nullptr && *cancel == "true") {
-      MutexLock lock(&mu_);
-      if (auto it = captures_.find(key); it != captures_.end()) it->second->stop.Cancel();
-    }
-    return absl::OkStatus();
+    return Resume(key, meta, job->json, *spec, std::move(status), cancelled);
   }
   return Schedule(meta, job->json, *spec, std::move(status));
+}
+
+void ProfileJobController::ForgetDeleted(const std::string& key) {
+  // A capture still running finishes on its own; its status write finds no job.
+  {
+    MutexLock lock(&queued_mu_);
+    const std::string ns = key.substr(0, key.find('/'));
+    if (auto it = waiting_for_pods_.find(ns); it != waiting_for_pods_.end()) {
+      it->second.erase(key);
+      if (it->second.empty()) waiting_for_pods_.erase(it);
+    }
+  }
+  MutexLock lock(&mu_);
+  auto it = captures_.find(key);
+  if (it != captures_.end() && it->second->finished) {
+    if (it->second->thread.joinable()) it->second->thread.join();
+    captures_.erase(it);
+  }
+}
+
+bool ProfileJobController::OwnCaptureHolds(const std::string& key, const kube::ObjectMeta& meta,
+                                           const api::ProfileJobStatus& status) {
+  MutexLock lock(&mu_);
+  auto it = captures_.find(key);
+  if (it == captures_.end()) return false;
+  Capture& capture = *it->second;
+  // Still running (for this job, or for one deleted and re-created under the same name, whose
+  // capture must end before this one can start).
+  if (!capture.finished) {
+    if (const std::string* cancel = kube::FindValue(meta.annotations, api::kCancelAnnotation);
+        cancel != nullptr && *cancel == "true" && capture.uid == meta.uid &&
+        !capture.stop.cancelled()) {
+      spdlog::info("profilejob {}: cancel requested: stopping the capture", key);
+      Event({meta.namespace_, meta.name, meta.uid}, kube::kEventTypeNormal, "Cancelling",
+            StrCat("annotation ", api::kCancelAnnotation,
+                   "=true: the sidecars stop recording; what they recorded is kept"));
+      capture.stop.Cancel();
+    }
+    return true;
+  }
+  if (capture.uid == meta.uid && capture.wrote_final && !api::IsTerminal(status.phase)) {
+    // Our final status is written; the cache has not caught up. Its update requeues us.
+    return true;
+  }
+  if (capture.thread.joinable()) capture.thread.join();
+  captures_.erase(it);
+  return false;
+}
+
+std::optional<ProfileJobController::Refusal> ProfileJobController::Refuse(
+    const kube::ObjectMeta& meta, const api::ProfileJobSpec& spec) {
+  if (std::string why = LogdirOutsideAllowlist(spec.parsed_logdir, options_.allowed_logdirs);
+      !why.empty()) {
+    return Refusal{"LogdirNotAllowed", std::move(why)};
+  }
+  if (options_.allow_external_addresses || spec.addresses.empty()) return std::nullopt;
+  const std::vector<std::string> outside =
+      AddressesOutsideNamespace(spec, pods_->List(meta.namespace_));
+  if (outside.empty()) return std::nullopt;
+  return Refusal{"AddressNotAllowed",
+                 StrCat("spec.targets.addresses: ", absl::StrJoin(outside, ", "),
+                        outside.size() == 1 ? " is not the address" : " are not addresses",
+                        " of a pod in namespace ", meta.namespace_,
+                        ": a ProfileJob reaches only its own namespace's pods (the operator's "
+                        "--allow-external-addresses, the chart's "
+                        "operator.allowExternalAddresses, lets jobs name other servers)")};
+}
+
+absl::Status ProfileJobController::Resume(const std::string& key, const kube::ObjectMeta& meta,
+                                          const web::json::value& job,
+                                          const api::ProfileJobSpec& spec,
+                                          api::ProfileJobStatus status, bool cancelled) {
+  if (status.run_name.empty()) {
+    return Fail(meta, job, std::move(status), "InvalidStatus",
+                "the job is past Pending but its status has no run to resume");
+  }
+  // Begun by an earlier operator (or replica). The status does not list a large job's targets:
+  // they are resolved again, and each sidecar says whether it has the run's session (read back
+  // when finished, joined when running, never captured twice).
+  TargetResolution plan = Resolve(meta.namespace_, spec);
+  const int32_t planned = status.summary.has_value() ? status.summary->targets : 0;
+  if (plan.targets.empty()) {
+    return Fail(
+        meta, job, std::move(status), "TargetsGone",
+        StrCat("resuming run ", status.run_name, " after an operator restart: none of its ",
+               planned, " target(s) can be found again (",
+               plan.skipped.empty() ? "no pod matches the selector" : JoinNames(plan.skipped, 10),
+               ")"));
+  }
+  spdlog::info("profilejob {}: resuming run {} ({}, attempt {}) with {} target(s){}", key,
+               status.run_name, api::JobPhaseName(status.phase), status.attempt,
+               plan.targets.size(),
+               planned > 0 && static_cast<size_t>(planned) != plan.targets.size()
+                   ? StrCat(" (", planned, " planned: pods came or went)")
+                   : "");
+  StartCapture(key, {meta.namespace_, meta.name, meta.uid}, spec, status, std::move(plan),
+               /*resume=*/true);
+  if (cancelled) {
+    MutexLock lock(&mu_);
+    if (auto it = captures_.find(key); it != captures_.end()) it->second->stop.Cancel();
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,

@@ -116,6 +116,25 @@ class ProfileJobController : public kube::ResourceEventHandler {
 
   // One reconcile of the job `key` ("namespace/name"); public for tests. An error requeues it.
   absl::Status Reconcile(const std::string& key);
+  // A job gone from the cache: out of the queue; its capture, if finished, let go.
+  void ForgetDeleted(const std::string& key);
+  // Whether this process's capture under `key` holds the reconcile back (still running: a
+  // cancel request is passed on; or its final status not yet in the cache). A finished one is
+  // let go.
+  bool OwnCaptureHolds(const std::string& key, const kube::ObjectMeta& meta,
+                       const api::ProfileJobStatus& status);
+  // Why the job may not run (its logdir outside the allowlist, addresses outside its
+  // namespace), as the reason and message it fails with; nullopt when it may.
+  struct Refusal {
+    std::string reason;
+    std::string message;
+  };
+  std::optional<Refusal> Refuse(const kube::ObjectMeta& meta, const api::ProfileJobSpec& spec);
+  // A job begun by an earlier operator or replica: its targets resolved again and its capture
+  // resumed (`cancelled`: and stopped at once).
+  absl::Status Resume(const std::string& key, const kube::ObjectMeta& meta,
+                      const web::json::value& job, const api::ProfileJobSpec& spec,
+                      api::ProfileJobStatus status, bool cancelled);
 
   // Captures running in this process.
   int RunningCaptures() const;
