@@ -24,10 +24,10 @@
 #include <string>
 #include <thread>
 
-#include "sidecar/sdk/annotate.h"
-#include "sidecar/sdk/control_page.h"
-#include "sidecar/sdk/ring_writer.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/annotate.h"
+#include "sdk/control_page.h"
+#include "sdk/ring_writer.h"
+#include "sdk/shm_format.h"
 #include "sidecar/tracers/ring_reader.h"
 
 #if defined(__x86_64__)

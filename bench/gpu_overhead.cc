@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "sidecar/sdk/control_page.h"
+#include "sdk/control_page.h"
 #include "sidecar/tracers/gpu_tracer.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 

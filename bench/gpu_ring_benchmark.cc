@@ -8,14 +8,14 @@
 #include <string>
 #include <vector>
 
-#include "sidecar/sdk/gpu_ring_writer.h"
+#include "sdk/gpu_ring_writer.h"
 #include "sidecar/tracers/gpu_ring_reader.h"
 #include "sidecar/tracers/gpu_xplane.h"
 #include "tests/support/temp_dir.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 #ifdef CLUSTERPROF_BENCH_CUPTI
-#include "sidecar/sdk/cupti/cupti_recorder.h"
-#include "tests/sidecar/sdk/cupti/mock_cupti_api.h"
+#include "sdk/cupti/cupti_recorder.h"
+#include "tests/sdk/cupti/mock_cupti_api.h"
 #endif
 
 namespace clusterprof {

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "sidecar/sdk/annotate.h"
+#include "sdk/annotate.h"
 
 int main(int argc, char** argv) {
   CLI::App app("Annotates at a steady rate");

@@ -12,8 +12,8 @@
 #include <filesystem>
 #include <thread>
 
-#include "sidecar/sdk/annotate.h"
-#include "sidecar/sdk/ring_writer.h"
+#include "sdk/annotate.h"
+#include "sdk/ring_writer.h"
 #include "sidecar/tracers/annotation_tracer.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 

@@ -70,12 +70,12 @@ RUN set -eux; \
     cmake --build /build --target $targets; \
     install -D -m 0755 /build/sidecar/clusterprof-sidecar /out/usr/bin/clusterprof-sidecar; \
     strip --strip-unneeded /out/usr/bin/clusterprof-sidecar; \
-    install -D -m 0755 /build/sidecar/libclusterprof_annotate.so \
+    install -D -m 0755 /build/sdk/libclusterprof_annotate.so \
       /out/usr/lib/clusterprof/libclusterprof_annotate.so; \
-    install -D -m 0644 sidecar/sdk/clusterprof_annotate.h \
+    install -D -m 0644 sdk/clusterprof_annotate.h \
       /out/usr/include/clusterprof/clusterprof_annotate.h; \
-    if [ -e /build/sidecar/libclusterprof_cupti.so ]; then \
-      install -D -m 0755 /build/sidecar/libclusterprof_cupti.so \
+    if [ -e /build/sdk/libclusterprof_cupti.so ]; then \
+      install -D -m 0755 /build/sdk/libclusterprof_cupti.so \
         /out/usr/lib/clusterprof/libclusterprof_cupti.so; \
     fi
 

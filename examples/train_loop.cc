@@ -39,7 +39,7 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "sidecar/sdk/annotate.h"
+#include "sdk/annotate.h"
 
 namespace {
 

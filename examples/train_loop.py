@@ -15,7 +15,7 @@ With --sync-dir, --world and --rank several processes train in lockstep (allredu
 over files in --sync-dir, the same protocol as train_loop.cc's), and --straggle-ms makes this
 rank compute longer each step: a straggler that holds the others back.
 
-The clusterprof module is imported from sidecar/sdk/python of this checkout when it is not on
+The clusterprof module is imported from sdk/python of this checkout when it is not on
 the path already; it finds libclusterprof_annotate.so as its documentation says (in a checkout:
 the build tree), and without it the loop still runs, unrecorded.
 """
@@ -32,7 +32,7 @@ try:
     import clusterprof
 except ImportError:
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                    "sidecar", "sdk", "python"))
+                                    "sdk", "python"))
     import clusterprof
 
 _stop = threading.Event()

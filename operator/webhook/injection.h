@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::webhook {
 

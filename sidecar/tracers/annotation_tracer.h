@@ -22,8 +22,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/mutex.h"
-#include "sidecar/sdk/control_page.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/control_page.h"
+#include "sdk/shm_format.h"
 #include "sidecar/tracers/block_buffer.h"
 #include "sidecar/tracers/record_window.h"
 #include "sidecar/tracers/ring_reader.h"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::sidecar {
 

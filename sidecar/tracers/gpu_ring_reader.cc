@@ -7,7 +7,7 @@
 
 #include "common/base/status.h"
 #include "common/base/strings.h"
-#include "sidecar/sdk/shm_file.h"
+#include "sdk/shm_file.h"
 #include "sidecar/tracers/ring_reader.h"
 
 namespace clusterprof::shm {

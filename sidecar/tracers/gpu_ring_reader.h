@@ -1,4 +1,4 @@
-// The sidecar's side of a GPU ring (sidecar/sdk/shm_format.h): maps the file a CUDA process's
+// The sidecar's side of a GPU ring (sdk/shm_format.h): maps the file a CUDA process's
 // libclusterprof_cupti writes and drains its records. The file is untrusted input: its geometry
 // is validated once at open and copied out, indices are clamped and string ids bounds-checked, so
 // a corrupt file yields an error or fewer records, never a read outside the mapping.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::shm {
 

@@ -1,4 +1,4 @@
-// Turns the GPU records of CUDA processes (sidecar/sdk/shm_format.h) into XPlanes the way the
+// Turns the GPU records of CUDA processes (sdk/shm_format.h) into XPlanes the way the
 // XLA GPU profiler lays them out (docs/trace-format.md, "GPU"):
 //   /device:GPU:<n>   one line per stream, "Stream #<id>(<kinds>)"; kernels, memcpys and memsets
 //                     with correlation_id, context_id and kernel_details / memcpy_details /
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace tensorflow::profiler {
 class XSpace;

@@ -13,7 +13,7 @@
 #include <span>
 #include <vector>
 
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::sidecar {
 

@@ -14,8 +14,8 @@
 
 #include "common/base/status.h"
 #include "common/base/strings.h"
-#include "sidecar/sdk/ring_writer.h"
-#include "sidecar/sdk/shm_file.h"
+#include "sdk/ring_writer.h"
+#include "sdk/shm_file.h"
 #include "spdlog/spdlog.h"
 
 namespace clusterprof::shm {

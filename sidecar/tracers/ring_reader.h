@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::shm {
 

@@ -19,8 +19,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/base/strings.h"
-#include "sidecar/sdk/control_page.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/control_page.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::sidecar {
 

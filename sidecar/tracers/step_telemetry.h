@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/mutex.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/shm_format.h"
 
 namespace clusterprof::shm {
 class RingReader;

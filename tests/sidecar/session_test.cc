@@ -12,7 +12,7 @@
 #include "common/xspace/xspace_io.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sidecar/sdk/ring_writer.h"
+#include "sdk/ring_writer.h"
 #include "sidecar/tracers/annotation_tracer.h"
 #include "sidecar/tracers/shm_transport.h"
 #include "tests/support/temp_dir.h"

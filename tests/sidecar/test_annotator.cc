@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "sidecar/sdk/annotate.h"
+#include "sdk/annotate.h"
 
 namespace {
 

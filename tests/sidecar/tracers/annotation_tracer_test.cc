@@ -13,7 +13,7 @@
 #include "common/xspace/schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sidecar/sdk/ring_writer.h"
+#include "sdk/ring_writer.h"
 #include "tests/support/temp_dir.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 

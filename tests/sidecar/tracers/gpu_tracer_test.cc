@@ -12,9 +12,9 @@
 #include "common/xspace/schema.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sidecar/sdk/control_page.h"
-#include "sidecar/sdk/cupti/injection_watcher.h"
-#include "tests/sidecar/sdk/cupti/mock_cupti_api.h"
+#include "sdk/control_page.h"
+#include "sdk/cupti/injection_watcher.h"
+#include "tests/sdk/cupti/mock_cupti_api.h"
 #include "tests/support/temp_dir.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 

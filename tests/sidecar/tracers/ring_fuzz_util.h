@@ -29,10 +29,10 @@
 #include <tuple>
 #include <vector>
 
-#include "sidecar/sdk/gpu_ring_writer.h"
-#include "sidecar/sdk/ring_writer.h"
-#include "sidecar/sdk/shm_file.h"
-#include "sidecar/sdk/shm_format.h"
+#include "sdk/gpu_ring_writer.h"
+#include "sdk/ring_writer.h"
+#include "sdk/shm_file.h"
+#include "sdk/shm_format.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
 namespace clusterprof::fuzzing {

@@ -6,7 +6,7 @@
 #include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "sidecar/sdk/ring_writer.h"
+#include "sdk/ring_writer.h"
 #include "sidecar/tracers/ring_reader.h"
 #include "tests/support/temp_dir.h"
 
