@@ -656,6 +656,100 @@ std::optional<int> KubernetesMinorVersion(std::string_view version_json) {
   return std::atoi(minor.substr(0, digits).c_str());
 }
 
+namespace {
+
+// Whether the pod already runs a container under the sidecar's name.
+bool HasSidecarContainer(const value& spec) {
+  for (const char* field : {"initContainers", "containers"}) {
+    for (const value& container : Containers(spec, field)) {
+      if (StringField(container, "name") == kSidecarContainerName) return true;
+    }
+  }
+  return false;
+}
+
+// The volumes the sidecar shares or reads (each kept when the pod has one of that name: the
+// user's own) and the image pull secrets, added to `patch`.
+void AddVolumes(const InjectionConfig& config, const value& spec, Patch& patch) {
+  std::set<std::string> volumes;
+  if (const value* existing = Field(spec, "volumes"); existing && existing->is_array()) {
+    for (const value& volume : existing->as_array()) volumes.insert(StringField(volume, "name"));
+  }
+  std::vector<value> new_volumes;
+  if (!volumes.contains(std::string(kShmVolumeName))) {
+    new_volumes.push_back(Object(
+        {{"name", Str(kShmVolumeName)}, {"emptyDir", EmptyDir("Memory", config.shm_size_limit)}}));
+  }
+  if (!volumes.contains(std::string(kSpoolVolumeName))) {
+    new_volumes.push_back(Object(
+        {{"name", Str(kSpoolVolumeName)}, {"emptyDir", EmptyDir("", config.spool_size_limit)}}));
+  }
+  if (!config.token_secret.empty() && !volumes.contains(std::string(kTokenVolumeName))) {
+    new_volumes.push_back(Object({{"name", Str(kTokenVolumeName)},
+                                  {"secret", Object({{"secretName", Str(config.token_secret)},
+                                                     {"defaultMode", value::number(0444)},
+                                                     {"optional", true}})}}));
+  }
+  // All of the Secret's keys (no `items`), readable by the sidecar's user (65532, whatever the
+  // pod's fsGroup), and optional: a namespace without the Secret still starts its pods.
+  if (!config.tls_secret.empty() && !volumes.contains(std::string(kTlsVolumeName))) {
+    new_volumes.push_back(Object({{"name", Str(kTlsVolumeName)},
+                                  {"secret", Object({{"secretName", Str(config.tls_secret)},
+                                                     {"defaultMode", value::number(0444)},
+                                                     {"optional", true}})}}));
+  }
+  for (value& volume : new_volumes) patch.Append(spec, "volumes", "/spec", std::move(volume));
+  std::set<std::string> pull_secrets;
+  if (const value* existing = Field(spec, "imagePullSecrets"); existing && existing->is_array()) {
+    for (const value& secret : existing->as_array()) {
+      pull_secrets.insert(StringField(secret, "name"));
+    }
+  }
+  for (const std::string& name : config.image_pull_secrets) {
+    if (pull_secrets.insert(name).second) {
+      patch.Append(spec, "imagePullSecrets", "/spec", Object({{"name", Str(name)}}));
+    }
+  }
+}
+
+// Every container sees the shared directory; the GPU ones load the tracing library. A
+// container that sets either variable itself keeps it, with a warning.
+void PatchContainers(const value& spec, const PodSettings& settings, Patch& patch,
+                     std::vector<std::string>* warnings) {
+  const std::string library_path = StrCat(kShmDir, "/", kInjectionLibraryName);
+  for (const char* field : {"initContainers", "containers"}) {
+    const web::json::array& containers = Containers(spec, field);
+    for (size_t i = 0; i < containers.size(); ++i) {
+      const value& container = containers.at(i);
+      const std::string path = StrCat("/spec/", field, "/", i);
+      const std::string name = StringField(container, "name");
+      if (!MountsAt(container, kShmDir)) {
+        patch.Append(container, "volumeMounts", path,
+                     Object({{"name", Str(kShmVolumeName)}, {"mountPath", Str(kShmDir)}}));
+      }
+      if (const value* env = FindEnv(container, shm::kDirEnv); env == nullptr) {
+        patch.Append(container, "env", path, EnvVar(shm::kDirEnv, kShmDir));
+      } else if (StringField(*env, "value") != kShmDir) {
+        warnings->push_back(StrCat("clusterprof: container ", name,
+                                   " sets CLUSTERPROF_DIR itself; its annotations reach "
+                                   "the sidecar only if that is ",
+                                   kShmDir));
+      }
+      if (settings.gpu && RequestsGpu(container)) {
+        if (const value* env = FindEnv(container, "CUDA_INJECTION64_PATH"); env == nullptr) {
+          patch.Append(container, "env", path, EnvVar("CUDA_INJECTION64_PATH", library_path));
+        } else {
+          warnings->push_back(StrCat("clusterprof: container ", name,
+                                     " sets CUDA_INJECTION64_PATH itself; its GPU activity "
+                                     "is not traced"));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::string_view pod_json) {
   value pod;
   try {
@@ -672,13 +766,7 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
   const value* labels = Field(metadata, "labels");
 
   InjectionResult result;
-  bool has_sidecar = false;
-  for (const char* field : {"initContainers", "containers"}) {
-    for (const value& container : Containers(*spec, field)) {
-      if (StringField(container, "name") == kSidecarContainerName) has_sidecar = true;
-    }
-  }
-  if (MapString(labels, kInjectedLabel) == "true" || has_sidecar) {
+  if (MapString(labels, kInjectedLabel) == "true" || HasSidecarContainer(*spec)) {
     result.outcome = "already-injected";
     return result;
   }
@@ -716,77 +804,8 @@ absl::StatusOr<InjectionResult> Inject(const InjectionConfig& config, std::strin
 
   Patch patch;
   patch.SetMapEntry(metadata, "labels", "/metadata", kInjectedLabel, "true");
-  // Volumes: the shared one may be the user's own (same name): then it is kept.
-  std::set<std::string> volumes;
-  if (const value* existing = Field(*spec, "volumes"); existing && existing->is_array()) {
-    for (const value& volume : existing->as_array()) volumes.insert(StringField(volume, "name"));
-  }
-  std::vector<value> new_volumes;
-  if (!volumes.contains(std::string(kShmVolumeName))) {
-    new_volumes.push_back(Object(
-        {{"name", Str(kShmVolumeName)}, {"emptyDir", EmptyDir("Memory", config.shm_size_limit)}}));
-  }
-  if (!volumes.contains(std::string(kSpoolVolumeName))) {
-    new_volumes.push_back(Object(
-        {{"name", Str(kSpoolVolumeName)}, {"emptyDir", EmptyDir("", config.spool_size_limit)}}));
-  }
-  if (!config.token_secret.empty() && !volumes.contains(std::string(kTokenVolumeName))) {
-    new_volumes.push_back(Object({{"name", Str(kTokenVolumeName)},
-                                  {"secret", Object({{"secretName", Str(config.token_secret)},
-                                                     {"defaultMode", value::number(0444)},
-                                                     {"optional", true}})}}));
-  }
-  // All of the Secret's keys (no `items`), readable by the sidecar's user (65532, whatever the
-  // pod's fsGroup), and optional: a namespace without the Secret still starts its pods.
-  if (!config.tls_secret.empty() && !volumes.contains(std::string(kTlsVolumeName))) {
-    new_volumes.push_back(Object({{"name", Str(kTlsVolumeName)},
-                                  {"secret", Object({{"secretName", Str(config.tls_secret)},
-                                                     {"defaultMode", value::number(0444)},
-                                                     {"optional", true}})}}));
-  }
-  for (value& volume : new_volumes) patch.Append(*spec, "volumes", "/spec", std::move(volume));
-  std::set<std::string> pull_secrets;
-  if (const value* existing = Field(*spec, "imagePullSecrets"); existing && existing->is_array()) {
-    for (const value& secret : existing->as_array())
-      pull_secrets.insert(StringField(secret, "name"));
-  }
-  for (const std::string& name : config.image_pull_secrets) {
-    if (pull_secrets.insert(name).second) {
-      patch.Append(*spec, "imagePullSecrets", "/spec", Object({{"name", Str(name)}}));
-    }
-  }
-
-  // Every container sees the shared directory; the GPU ones load the tracing library.
-  const std::string library_path = StrCat(kShmDir, "/", kInjectionLibraryName);
-  for (const char* field : {"initContainers", "containers"}) {
-    const web::json::array& containers = Containers(*spec, field);
-    for (size_t i = 0; i < containers.size(); ++i) {
-      const value& container = containers.at(i);
-      const std::string path = StrCat("/spec/", field, "/", i);
-      const std::string name = StringField(container, "name");
-      if (!MountsAt(container, kShmDir)) {
-        patch.Append(container, "volumeMounts", path,
-                     Object({{"name", Str(kShmVolumeName)}, {"mountPath", Str(kShmDir)}}));
-      }
-      if (const value* env = FindEnv(container, shm::kDirEnv); env == nullptr) {
-        patch.Append(container, "env", path, EnvVar(shm::kDirEnv, kShmDir));
-      } else if (StringField(*env, "value") != kShmDir) {
-        result.warnings.push_back(StrCat("clusterprof: container ", name,
-                                         " sets CLUSTERPROF_DIR itself; its annotations reach "
-                                         "the sidecar only if that is ",
-                                         kShmDir));
-      }
-      if (settings.gpu && RequestsGpu(container)) {
-        if (const value* env = FindEnv(container, "CUDA_INJECTION64_PATH"); env == nullptr) {
-          patch.Append(container, "env", path, EnvVar("CUDA_INJECTION64_PATH", library_path));
-        } else {
-          result.warnings.push_back(StrCat("clusterprof: container ", name,
-                                           " sets CUDA_INJECTION64_PATH itself; its GPU activity "
-                                           "is not traced"));
-        }
-      }
-    }
-  }
+  AddVolumes(config, *spec, patch);
+  PatchContainers(*spec, settings, patch, &result.warnings);
   // Last, as inserting at the front of initContainers moves the indices used above.
   if (config.native_sidecar) {
     patch.Prepend(*spec, "initContainers", "/spec", SidecarContainer(config, settings));
