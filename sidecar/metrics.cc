@@ -42,139 +42,113 @@ void SidecarMetrics::SetCertificateExpiry(double not_after_seconds) {
   certificate_expiry_->Set(not_after_seconds);
 }
 
+namespace {
+
+// A metric family of `registry`: its name and help, declared in one line each below.
+prometheus::Family<prometheus::Counter>& Counters(prometheus::Registry& registry,
+                                                  const std::string& name,
+                                                  const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(registry);
+}
+prometheus::Family<prometheus::Gauge>& Gauges(prometheus::Registry& registry,
+                                              const std::string& name, const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(registry);
+}
+prometheus::Histogram* Histogram(prometheus::Registry& registry, const std::string& name,
+                                 const std::string& help,
+                                 prometheus::Histogram::BucketBoundaries buckets) {
+  return &prometheus::BuildHistogram().Name(name).Help(help).Register(registry).Add(
+      {}, std::move(buckets));
+}
+
+}  // namespace
+
 SidecarMetrics::SidecarMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
-  unauthenticated_ = &prometheus::BuildCounter()
-                          .Name("clusterprof_sidecar_unauthenticated_calls_total")
-                          .Help(
-                              "gRPC calls refused for their bearer token, by reason (missing, "
-                              "malformed, wrong, rotated_out)")
-                          .Register(*registry_);
-  handshake_failures_ = &prometheus::BuildCounter()
-                             .Name("clusterprof_sidecar_handshake_failures_total")
-                             .Help(
-                                 "Connections to the gRPC port whose handshake failed, by cause "
-                                 "(timeout, plaintext_client, closed, tls_error, other)")
-                             .Register(*registry_);
-  connections_closed_ = &prometheus::BuildCounter()
-                             .Name("clusterprof_sidecar_connections_closed_total")
-                             .Help(
-                                 "gRPC connections closed for being over a limit (per_peer: "
-                                 "--max-connections-per-peer, total: --max-connections)")
-                             .Register(*registry_);
-  credential_reloads_ = &prometheus::BuildCounter()
-                             .Name("clusterprof_sidecar_credential_reloads_total")
-                             .Help(
-                                 "Changes of the token or certificate files seen, by file and "
-                                 "result (ok; unreadable, empty, invalid: the one before stays)")
-                             .Register(*registry_);
-  certificate_expiry_ = &prometheus::BuildGauge()
-                             .Name("clusterprof_sidecar_tls_certificate_expiry_timestamp_seconds")
-                             .Help(
-                                 "When the serving certificate expires (notAfter, seconds since "
-                                 "the epoch; 0: no TLS)")
-                             .Register(*registry_)
+  RegisterSecurityMetrics(*registry_);
+  RegisterCaptureMetrics(*registry_);
+  RegisterStepMetrics(*registry_);
+  RegisterUploadMetrics(*registry_);
+}
+
+void SidecarMetrics::RegisterSecurityMetrics(prometheus::Registry& r) {
+  unauthenticated_ = &Counters(r, "clusterprof_sidecar_unauthenticated_calls_total",
+                               "gRPC calls refused for their bearer token, by reason (missing, "
+                               "malformed, wrong, rotated_out)");
+  handshake_failures_ = &Counters(r, "clusterprof_sidecar_handshake_failures_total",
+                                  "Connections to the gRPC port whose handshake failed, by cause "
+                                  "(timeout, plaintext_client, closed, tls_error, other)");
+  connections_closed_ = &Counters(r, "clusterprof_sidecar_connections_closed_total",
+                                  "gRPC connections closed for being over a limit (per_peer: "
+                                  "--max-connections-per-peer, total: --max-connections)");
+  credential_reloads_ = &Counters(r, "clusterprof_sidecar_credential_reloads_total",
+                                  "Changes of the token or certificate files seen, by file and "
+                                  "result (ok; unreadable, empty, invalid: the one before stays)");
+  certificate_expiry_ = &Gauges(r, "clusterprof_sidecar_tls_certificate_expiry_timestamp_seconds",
+                                "When the serving certificate expires (notAfter, seconds since "
+                                "the epoch; 0: no TLS)")
                              .Add({});
-  captures_ = &prometheus::BuildCounter()
-                   .Name("clusterprof_sidecar_captures_total")
-                   .Help("Captures finished, by outcome (ok, empty, failed, cancelled)")
-                   .Register(*registry_);
-  refused_ = &prometheus::BuildCounter()
-                  .Name("clusterprof_sidecar_refused_requests_total")
-                  .Help("Profile requests refused before capturing, by gRPC status code")
-                  .Register(*registry_);
-  profile_calls_ = &prometheus::BuildGauge()
-                        .Name("clusterprof_sidecar_profile_calls")
-                        .Help(
-                            "Profile calls in progress (most wait for their capture to end); "
-                            "at --max-profile-calls more are refused")
-                        .Register(*registry_)
+}
+
+void SidecarMetrics::RegisterCaptureMetrics(prometheus::Registry& r) {
+  captures_ = &Counters(r, "clusterprof_sidecar_captures_total",
+                        "Captures finished, by outcome (ok, empty, failed, cancelled)");
+  refused_ = &Counters(r, "clusterprof_sidecar_refused_requests_total",
+                       "Profile requests refused before capturing, by gRPC status code");
+  profile_calls_ = &Gauges(r, "clusterprof_sidecar_profile_calls",
+                           "Profile calls in progress (most wait for their capture to end); "
+                           "at --max-profile-calls more are refused")
                         .Add({});
-  events_ = &prometheus::BuildCounter()
-                 .Name("clusterprof_sidecar_events_total")
-                 .Help("Events collected into XSpaces")
-                 .Register(*registry_)
-                 .Add({});
-  dropped_ = &prometheus::BuildCounter()
-                  .Name("clusterprof_sidecar_dropped_events_total")
-                  .Help("Events lost (full rings, event caps)")
-                  .Register(*registry_)
+  events_ =
+      &Counters(r, "clusterprof_sidecar_events_total", "Events collected into XSpaces").Add({});
+  dropped_ = &Counters(r, "clusterprof_sidecar_dropped_events_total",
+                       "Events lost (full rings, event caps)")
                   .Add({});
-  bytes_ = &prometheus::BuildCounter()
-                .Name("clusterprof_sidecar_written_bytes_total")
-                .Help("Bytes of trace files committed")
-                .Register(*registry_)
+  bytes_ = &Counters(r, "clusterprof_sidecar_written_bytes_total", "Bytes of trace files committed")
                 .Add({});
-  latency_ = &prometheus::BuildHistogram()
-                  .Name("clusterprof_sidecar_capture_latency_seconds")
-                  .Help("From the end of recording to the files committed (collect and write)")
-                  .Register(*registry_)
-                  .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25, 0.5, 1,
-                                                                   2.5, 5, 10, 30});
-  start_error_ = &prometheus::BuildHistogram()
-                      .Name("clusterprof_sidecar_start_error_seconds")
-                      .Help(
-                          "|actual start - requested start_timestamp_ns| of captures that "
-                          "asked for a start time")
-                      .Register(*registry_)
-                      .Add({}, prometheus::Histogram::BucketBoundaries{1e-5, 5e-5, 1e-4, 2e-4, 5e-4,
-                                                                       1e-3, 5e-3, 1e-2, 0.1, 1});
+  latency_ = Histogram(r, "clusterprof_sidecar_capture_latency_seconds",
+                       "From the end of recording to the files committed (collect and write)",
+                       {0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30});
+  start_error_ = Histogram(r, "clusterprof_sidecar_start_error_seconds",
+                           "|actual start - requested start_timestamp_ns| of captures that "
+                           "asked for a start time",
+                           {1e-5, 5e-5, 1e-4, 2e-4, 5e-4, 1e-3, 5e-3, 1e-2, 0.1, 1});
+}
+
+void SidecarMetrics::RegisterStepMetrics(prometheus::Registry& r) {
   step_duration_ =
-      &prometheus::BuildHistogram()
-           .Name("clusterprof_step_duration_seconds")
-           .Help(
-               "Duration of the workloads' steps (step markers, live: no capture "
-               "needed)")
-           .Register(*registry_)
-           .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                            0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
-  steps_ = &prometheus::BuildCounter()
-                .Name("clusterprof_steps_total")
-                .Help("Steps the workloads finished, as seen by the live step telemetry")
-                .Register(*registry_)
+      Histogram(r, "clusterprof_step_duration_seconds",
+                "Duration of the workloads' steps (step markers, live: no capture needed)",
+                {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60});
+  steps_ = &Counters(r, "clusterprof_steps_total",
+                     "Steps the workloads finished, as seen by the live step telemetry")
                 .Add({});
-  last_step_ = &prometheus::BuildGauge()
-                    .Name("clusterprof_last_step")
-                    .Help("Number of the last step a workload finished")
-                    .Register(*registry_)
-                    .Add({});
-  last_step_end_ = &prometheus::BuildGauge()
-                        .Name("clusterprof_last_step_end_timestamp_seconds")
-                        .Help("When the last step ended (wall clock, seconds since the epoch)")
-                        .Register(*registry_)
+  last_step_ =
+      &Gauges(r, "clusterprof_last_step", "Number of the last step a workload finished").Add({});
+  last_step_end_ = &Gauges(r, "clusterprof_last_step_end_timestamp_seconds",
+                           "When the last step ended (wall clock, seconds since the epoch)")
                         .Add({});
-  uploads_ = &prometheus::BuildCounter()
-                  .Name("clusterprof_sidecar_uploads_total")
-                  .Help(
-                      "gs:// uploads by outcome: uploaded (verified), deferred (transient "
-                      "errors outlasted the retry deadline; tried again later), failed "
-                      "(permanent error; kept in the spool)")
-                  .Register(*registry_);
-  uploaded_bytes_ = &prometheus::BuildCounter()
-                         .Name("clusterprof_sidecar_uploaded_bytes_total")
-                         .Help("Bytes uploaded to gs:// and verified")
-                         .Register(*registry_)
+}
+
+void SidecarMetrics::RegisterUploadMetrics(prometheus::Registry& r) {
+  uploads_ = &Counters(r, "clusterprof_sidecar_uploads_total",
+                       "gs:// uploads by outcome: uploaded (verified), deferred (transient "
+                       "errors outlasted the retry deadline; tried again later), failed "
+                       "(permanent error; kept in the spool)");
+  uploaded_bytes_ = &Counters(r, "clusterprof_sidecar_uploaded_bytes_total",
+                              "Bytes uploaded to gs:// and verified")
                          .Add({});
-  upload_retries_ = &prometheus::BuildCounter()
-                         .Name("clusterprof_sidecar_upload_retries_total")
-                         .Help(
-                             "GCS requests retried after a transient error (408, 429, 5xx, "
-                             "broken connections)")
-                         .Register(*registry_)
+  upload_retries_ = &Counters(r, "clusterprof_sidecar_upload_retries_total",
+                              "GCS requests retried after a transient error (408, 429, 5xx, "
+                              "broken connections)")
                          .Add({});
-  spool_full_ = &prometheus::BuildCounter()
-                     .Name("clusterprof_sidecar_spool_full_total")
-                     .Help("Writes refused because the upload spool was at --spool-max-bytes")
-                     .Register(*registry_)
+  spool_full_ = &Counters(r, "clusterprof_sidecar_spool_full_total",
+                          "Writes refused because the upload spool was at --spool-max-bytes")
                      .Add({});
-  spool_bytes_ = &prometheus::BuildGauge()
-                      .Name("clusterprof_sidecar_spool_bytes")
-                      .Help("Bytes in the upload spool (files waiting for upload)")
-                      .Register(*registry_)
+  spool_bytes_ = &Gauges(r, "clusterprof_sidecar_spool_bytes",
+                         "Bytes in the upload spool (files waiting for upload)")
                       .Add({});
-  spool_files_ = &prometheus::BuildGauge()
-                      .Name("clusterprof_sidecar_spool_files")
-                      .Help("Files in the upload spool by state (spooled, uploading, failed)")
-                      .Register(*registry_);
+  spool_files_ = &Gauges(r, "clusterprof_sidecar_spool_files",
+                         "Files in the upload spool by state (spooled, uploading, failed)");
 }
 
 SidecarMetrics::~SidecarMetrics() = default;

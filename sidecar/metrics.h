@@ -53,6 +53,12 @@ class SidecarMetrics final : public SessionObserver {
   void SetCertificateExpiry(double not_after_seconds);
 
  private:
+  // The families, by what they watch; each metric declared once with its name and help.
+  void RegisterSecurityMetrics(prometheus::Registry& registry);
+  void RegisterCaptureMetrics(prometheus::Registry& registry);
+  void RegisterStepMetrics(prometheus::Registry& registry);
+  void RegisterUploadMetrics(prometheus::Registry& registry);
+
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>* captures_;
   prometheus::Family<prometheus::Counter>* refused_;
