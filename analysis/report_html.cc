@@ -531,25 +531,22 @@ std::vector<int64_t> BreakdownTotals(const std::vector<StepDigest>& steps, bool 
   return totals;
 }
 
-Page Lay(const RunReport& report) {
-  const std::vector<ReportHost>& hosts = report.runs;
-  const Analysis& a = report.analysis;
-  Page page;
-  std::vector<StepDigest> steps;
-
-  // The hosts shown: every one in a small run, in the report's order (natural order of names);
-  // else the worst, worst first.
-  if (hosts.size() <= kPageAllHostsUpTo) {
-    for (size_t h = 0; h < hosts.size(); ++h) page.shown.push_back(h);
-  } else {
-    const std::vector<size_t> worst = HostsWorstFirst(a);
-    page.shown.assign(worst.begin(), worst.begin() + static_cast<ptrdiff_t>(kPageWorstHosts));
-    page.others = hosts.size() - kPageWorstHosts;
+// The hosts shown: every one in a small run, in the report's order (natural order of names);
+// else the worst, worst first.
+void ChooseHosts(const RunReport& report, Page& page) {
+  const size_t hosts = report.runs.size();
+  if (hosts <= kPageAllHostsUpTo) {
+    for (size_t h = 0; h < hosts; ++h) page.shown.push_back(h);
+    return;
   }
-  std::vector<bool> is_shown(hosts.size(), false);
-  for (size_t h : page.shown) is_shown[h] = true;
+  const std::vector<size_t> worst = HostsWorstFirst(report.analysis);
+  page.shown.assign(worst.begin(), worst.begin() + static_cast<ptrdiff_t>(kPageWorstHosts));
+  page.others = hosts - kPageWorstHosts;
+}
 
-  // The columns: the union of the hosts' step numbers.
+// The columns: the union of the hosts' step numbers.
+void SetColumns(const std::vector<ReportHost>& hosts, Page& page) {
+  std::vector<StepDigest> steps;
   std::vector<int64_t> numbers, both;
   for (const ReportHost& host : hosts) {
     host.steps.Unpack(&steps);
@@ -562,15 +559,28 @@ Page Lay(const RunReport& report) {
     both.erase(std::unique(both.begin(), both.end()), both.end());
     page.numbers.swap(both);
   }
-  const size_t m = page.numbers.size();
+}
 
-  // Per column: every host's collective entry on the common clock (the shown hosts' apart),
-  // and the others' step times; the others' mean breakdown.
-  std::vector<std::vector<int64_t>> others_entries(m), shown_entries(m), others_times(m);
+// Per column, the samples the page's figures come from.
+struct ColumnSamples {
+  std::vector<std::vector<int64_t>> others_entries;  // collective entries, common clock
+  std::vector<std::vector<int64_t>> shown_entries;
+  std::vector<std::vector<int64_t>> others_times;  // step times
+};
+
+// Per column: every host's collective entry on the common clock (the shown hosts' apart), the
+// others' step times, the earliest start and the others' span; and the others' mean breakdown.
+ColumnSamples CollectColumns(const RunReport& report, const std::vector<bool>& is_shown,
+                             Page& page) {
+  const std::vector<ReportHost>& hosts = report.runs;
+  const size_t m = page.numbers.size();
+  ColumnSamples samples{std::vector<std::vector<int64_t>>(m), std::vector<std::vector<int64_t>>(m),
+                        std::vector<std::vector<int64_t>>(m)};
   page.earliest_ns.assign(m, std::numeric_limits<int64_t>::max());
   page.others_start_ns.assign(m, kNone);
   page.others_end_ns.assign(m, kNone);
   std::vector<double> parts_sum(5, 0);
+  std::vector<StepDigest> steps;
   for (size_t h = 0; h < hosts.size(); ++h) {
     const ReportHost& host = hosts[h];
     host.steps.Unpack(&steps);
@@ -582,11 +592,11 @@ Page Lay(const RunReport& report) {
                                 ? kNone
                                 : SaturatingSub(step.collective_entry_ns, host.clock_offset_ns);
       if (is_shown[h]) {
-        if (entry != kNone) shown_entries[column].push_back(entry);
+        if (entry != kNone) samples.shown_entries[column].push_back(entry);
         continue;
       }
-      if (entry != kNone) others_entries[column].push_back(entry);
-      others_times[column].push_back(step.duration_ns());
+      if (entry != kNone) samples.others_entries[column].push_back(entry);
+      samples.others_times[column].push_back(step.duration_ns());
       const int64_t end = SaturatingSub(step.end_ns, host.clock_offset_ns);
       int64_t& first = page.others_start_ns[column];
       int64_t& last = page.others_end_ns[column];
@@ -595,7 +605,7 @@ Page Lay(const RunReport& report) {
     }
     if (!is_shown[h]) {
       const std::vector<int64_t> totals =
-          BreakdownTotals(steps, host.has_device, a.compared_step_numbers);
+          BreakdownTotals(steps, host.has_device, report.analysis.compared_step_numbers);
       for (size_t k = 0; k < totals.size(); ++k) parts_sum[k] += static_cast<double>(totals[k]);
     }
   }
@@ -603,9 +613,13 @@ Page Lay(const RunReport& report) {
     page.others_parts.push_back(
         page.others > 0 ? Units(static_cast<int64_t>(sum / static_cast<double>(page.others))) : 0);
   }
+  return samples;
+}
 
-  // Per column: the median entry (lateness is measured from it, as in the verdict), the spread,
-  // and the others' bands.
+// Per column: the median entry (lateness is measured from it, as in the verdict), the spread,
+// and the others' bands. The samples are let go column by column.
+void SummarizeColumns(ColumnSamples& samples, Page& page) {
+  const size_t m = page.numbers.size();
   page.median_entry_ns.assign(m, kNone);
   page.spread_ns.assign(m, -1);
   page.band_time_ns.assign(std::size(kBands), std::vector<int64_t>(m, kNone));
@@ -615,10 +629,11 @@ Page Lay(const RunReport& report) {
   page.others_entry_p90_ns.assign(m, kNone);
   std::vector<int64_t> all;
   for (size_t j = 0; j < m; ++j) {
-    std::vector<int64_t>& entries = others_entries[j];
+    std::vector<int64_t>& entries = samples.others_entries[j];
+    std::vector<int64_t>& times = samples.others_times[j];
     std::sort(entries.begin(), entries.end());
     all = entries;
-    all.insert(all.end(), shown_entries[j].begin(), shown_entries[j].end());
+    all.insert(all.end(), samples.shown_entries[j].begin(), samples.shown_entries[j].end());
     if (!all.empty()) {
       const size_t middle = (all.size() - 1) / 2;
       std::nth_element(all.begin(), all.begin() + static_cast<ptrdiff_t>(middle), all.end());
@@ -626,9 +641,9 @@ Page Lay(const RunReport& report) {
       const auto [first, last] = std::minmax_element(all.begin(), all.end());
       page.spread_ns[j] = SaturatingSub(*last, *first);
     }
-    std::sort(others_times[j].begin(), others_times[j].end());
+    std::sort(times.begin(), times.end());
     for (size_t b = 0; b < std::size(kBands); ++b) {
-      page.band_time_ns[b][j] = At(others_times[j], kBands[b].fraction);
+      page.band_time_ns[b][j] = At(times, kBands[b].fraction);
       const int64_t entry = At(entries, kBands[b].fraction);
       if (entry != kNone) {
         page.band_lateness_ns[b][j] = SaturatingSub(entry, page.median_entry_ns[j]);
@@ -638,21 +653,22 @@ Page Lay(const RunReport& report) {
     page.others_entry_p50_ns[j] = At(entries, 0.5);
     page.others_entry_p90_ns[j] = At(entries, 0.9);
     std::vector<int64_t>().swap(entries);
-    std::vector<int64_t>().swap(others_times[j]);
+    std::vector<int64_t>().swap(times);
   }
+}
 
-  // The focus: the compared step whose entries are furthest apart (the first column when none
-  // was compared).
+// The focus: the compared step whose entries are furthest apart (the first column when none was
+// compared); and whether the hosts' step times are alike (their medians within the rule's share
+// of each other), so that lateness is shown first.
+void SetFocus(const Analysis& a, Page& page) {
   int64_t widest = -1;
   for (int64_t number : a.compared_step_numbers) {
     const size_t column = ColumnOf(page.numbers, number);
-    if (column < m && page.spread_ns[column] > widest) {
+    if (column < page.numbers.size() && page.spread_ns[column] > widest) {
       widest = page.spread_ns[column];
       page.focus = column;
     }
   }
-
-  // Step times alike: the hosts' median step times within the rule's share of each other.
   if (a.compared_steps > 0 && !a.hosts.empty()) {
     int64_t low = std::numeric_limits<int64_t>::max();
     int64_t high = 0;
@@ -664,6 +680,17 @@ Page Lay(const RunReport& report) {
         static_cast<double>(high - low) <=
         StragglerRule().step_fraction * static_cast<double>(std::max<int64_t>(low, 1));
   }
+}
+
+Page Lay(const RunReport& report) {
+  Page page;
+  ChooseHosts(report, page);
+  std::vector<bool> is_shown(report.runs.size(), false);
+  for (size_t h : page.shown) is_shown[h] = true;
+  SetColumns(report.runs, page);
+  ColumnSamples samples = CollectColumns(report, is_shown, page);
+  SummarizeColumns(samples, page);
+  SetFocus(report.analysis, page);
   return page;
 }
 
