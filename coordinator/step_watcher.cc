@@ -15,10 +15,18 @@ namespace clusterprof::coordinator {
 // watcher's mutex).
 struct StepWatcher::Stream {
   WatchedSidecar state;
+  std::unique_ptr<v1alpha1::Sidecar::Stub> stub;  // the stream thread's
   std::thread thread;
   // Set (under the watcher's mutex) to end the thread; `context` is the open stream's, to cancel.
   bool stop = false;
   grpc::ClientContext* context = nullptr;
+};
+
+// A sidecar's clock against ours, from the probe with the smallest round trip.
+struct ClockProbe {
+  int64_t offset_ns = 0;
+  int64_t rtt_ns = INT64_MAX;
+  std::string error;  // the first probe that failed; empty when all answered
 };
 
 namespace {
@@ -28,6 +36,65 @@ constexpr int64_t kProbeTimeoutMs = 2'000;
 
 void AddToken(const std::string& token, grpc::ClientContext* context) {
   if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+}
+
+ClockProbe ProbeClock(v1alpha1::Sidecar::Stub& stub, const std::string& token, Clock& clock) {
+  ClockProbe probe;
+  for (int i = 0; i < kClockProbes; ++i) {
+    grpc::ClientContext context;
+    AddToken(token, &context);
+    context.set_deadline(GrpcTimeout(kProbeTimeoutMs * kNanosPerMilli));
+    v1alpha1::GetInfoResponse info;
+    const int64_t sent = clock.WallNs();
+    const grpc::Status status = stub.GetInfo(&context, v1alpha1::GetInfoRequest(), &info);
+    const int64_t received = clock.WallNs();
+    if (!status.ok()) {
+      probe.error = FromGrpcStatus(status).ToString();
+      return probe;
+    }
+    if (received - sent < probe.rtt_ns) {
+      probe.rtt_ns = received - sent;
+      probe.offset_ns = info.wall_time_ns() - (sent + (received - sent) / 2);
+    }
+  }
+  return probe;
+}
+
+// One WatchSteps message into what is known of its sidecar: its figures, and its steps merged
+// by number (a reconnect re-sends history that may overlap), the newest `max_steps` kept.
+void ApplyMessage(const v1alpha1::WatchStepsResponse& message, int64_t now_ns, int64_t max_steps,
+                  WatchedSidecar& s) {
+  s.connected = true;
+  s.error.clear();
+  s.last_message_ns = now_ns;
+  s.host_name = message.host_name();
+  s.steps_total = message.steps_total();
+  s.last_step_end_ns = message.last_step_end_ns();
+  s.processes = message.processes();
+  s.processes_with_steps = message.processes_with_steps();
+  s.step_source = message.step_source();
+  s.recorder_level = message.recorder_level();
+  s.recorder_window_ms = message.recorder_window_ms();
+  s.recorder_covered_since_ns = message.recorder_covered_since_ns();
+  for (const v1alpha1::LiveStep& step : message.steps()) {
+    analysis::StepDigest digest;
+    digest.step = step.step();
+    digest.start_ns = step.start_ns();
+    digest.end_ns = step.end_ns();
+    digest.collective_entry_ns = step.collective_entry_ns();
+    // Usually after the last one.
+    auto it = std::lower_bound(
+        s.steps.begin(), s.steps.end(), digest.step,
+        [](const analysis::StepDigest& a, int64_t number) { return a.step < number; });
+    if (it != s.steps.end() && it->step == digest.step) {
+      *it = digest;
+    } else {
+      s.steps.insert(it, digest);
+    }
+  }
+  if (s.steps.size() > static_cast<size_t>(max_steps)) {
+    s.steps.erase(s.steps.begin(), s.steps.end() - static_cast<std::ptrdiff_t>(max_steps));
+  }
 }
 
 }  // namespace
@@ -92,7 +159,7 @@ void StepWatcher::Run(Stream* stream) {
   security->ConfigureArgs(&args);
   std::shared_ptr<grpc::Channel> channel =
       grpc::CreateCustomChannel(stream->state.address, security->credentials(), args);
-  std::unique_ptr<v1alpha1::Sidecar::Stub> stub = v1alpha1::Sidecar::NewStub(channel);
+  stream->stub = v1alpha1::Sidecar::NewStub(channel);
   int64_t backoff_ms = options_.reconnect_min_ms;
   std::string last_token;
   while (true) {
@@ -104,94 +171,17 @@ void StepWatcher::Run(Stream* stream) {
       }
       token = last_token;
     }
-    // The clock offset, from the probe with the smallest round trip.
-    int64_t best_rtt = INT64_MAX;
-    int64_t offset = 0;
-    std::string probe_error;
-    for (int i = 0; i < kClockProbes; ++i) {
-      grpc::ClientContext context;
-      AddToken(token, &context);
-      context.set_deadline(GrpcTimeout(kProbeTimeoutMs * kNanosPerMilli));
-      v1alpha1::GetInfoResponse info;
-      const int64_t sent = clock.WallNs();
-      const grpc::Status status = stub->GetInfo(&context, v1alpha1::GetInfoRequest(), &info);
-      const int64_t received = clock.WallNs();
-      if (!status.ok()) {
-        probe_error = FromGrpcStatus(status).ToString();
-        break;
-      }
-      if (received - sent < best_rtt) {
-        best_rtt = received - sent;
-        offset = info.wall_time_ns() - (sent + (received - sent) / 2);
-      }
-    }
+    const ClockProbe probe = ProbeClock(*stream->stub, token, clock);
     bool opened = false;
-    if (probe_error.empty()) {
-      grpc::ClientContext context;
-      AddToken(token, &context);
-      {
-        MutexLock lock(&mu_);
-        if (stream->stop) return;
-        stream->context = &context;
-        stream->state.clock_offset_ns = offset;
-        stream->state.clock_uncertainty_ns = best_rtt / 2;
-      }
-      v1alpha1::WatchStepsRequest request;
-      request.set_history(options_.history);
-      std::unique_ptr<grpc::ClientReader<v1alpha1::WatchStepsResponse>> reader =
-          stub->WatchSteps(&context, request);
-      v1alpha1::WatchStepsResponse message;
-      while (reader->Read(&message)) {
-        opened = true;
-        MutexLock lock(&mu_);
-        WatchedSidecar& s = stream->state;
-        s.connected = true;
-        s.error.clear();
-        s.last_message_ns = clock.WallNs();
-        s.host_name = message.host_name();
-        s.steps_total = message.steps_total();
-        s.last_step_end_ns = message.last_step_end_ns();
-        s.processes = message.processes();
-        s.processes_with_steps = message.processes_with_steps();
-        s.step_source = message.step_source();
-        s.recorder_level = message.recorder_level();
-        s.recorder_window_ms = message.recorder_window_ms();
-        s.recorder_covered_since_ns = message.recorder_covered_since_ns();
-        for (const v1alpha1::LiveStep& step : message.steps()) {
-          analysis::StepDigest digest;
-          digest.step = step.step();
-          digest.start_ns = step.start_ns();
-          digest.end_ns = step.end_ns();
-          digest.collective_entry_ns = step.collective_entry_ns();
-          // Usually after the last one; a reconnect re-sends history that may overlap.
-          auto it = std::lower_bound(
-              s.steps.begin(), s.steps.end(), digest.step,
-              [](const analysis::StepDigest& a, int64_t number) { return a.step < number; });
-          if (it != s.steps.end() && it->step == digest.step) {
-            *it = digest;
-          } else {
-            s.steps.insert(it, digest);
-          }
-        }
-        if (s.steps.size() > static_cast<size_t>(options_.max_steps)) {
-          s.steps.erase(s.steps.begin(),
-                        s.steps.end() - static_cast<std::ptrdiff_t>(options_.max_steps));
-        }
-        ++updates_;
-      }
-      const grpc::Status status = reader->Finish();
-      MutexLock lock(&mu_);
-      stream->context = nullptr;
-      if (stream->stop) return;
-      stream->state.connected = false;
-      stream->state.error =
-          status.ok() ? "the sidecar ended the stream" : FromGrpcStatus(status).ToString();
-      ++updates_;
+    if (probe.error.empty()) {
+      const std::optional<bool> followed = Follow(stream, token, probe, clock);
+      if (!followed.has_value()) return;
+      opened = *followed;
     } else {
       MutexLock lock(&mu_);
       if (stream->stop) return;
       stream->state.connected = false;
-      stream->state.error = probe_error;
+      stream->state.error = probe.error;
       ++updates_;
     }
     // A stream that delivered starts the backoff over; one that never opened doubles it.
@@ -202,6 +192,40 @@ void StepWatcher::Run(Stream* stream) {
                          std::chrono::milliseconds(backoff_ms));
     if (stream->stop) return;
   }
+}
+
+std::optional<bool> StepWatcher::Follow(Stream* stream, const std::string& token,
+                                        const ClockProbe& probe, Clock& clock) {
+  grpc::ClientContext context;
+  AddToken(token, &context);
+  {
+    MutexLock lock(&mu_);
+    if (stream->stop) return std::nullopt;
+    stream->context = &context;
+    stream->state.clock_offset_ns = probe.offset_ns;
+    stream->state.clock_uncertainty_ns = probe.rtt_ns / 2;
+  }
+  v1alpha1::WatchStepsRequest request;
+  request.set_history(options_.history);
+  std::unique_ptr<grpc::ClientReader<v1alpha1::WatchStepsResponse>> reader =
+      stream->stub->WatchSteps(&context, request);
+  v1alpha1::WatchStepsResponse message;
+  bool opened = false;
+  while (reader->Read(&message)) {
+    opened = true;
+    MutexLock lock(&mu_);
+    ApplyMessage(message, clock.WallNs(), options_.max_steps, stream->state);
+    ++updates_;
+  }
+  const grpc::Status status = reader->Finish();
+  MutexLock lock(&mu_);
+  stream->context = nullptr;
+  if (stream->stop) return std::nullopt;
+  stream->state.connected = false;
+  stream->state.error =
+      status.ok() ? "the sidecar ended the stream" : FromGrpcStatus(status).ToString();
+  ++updates_;
+  return opened;
 }
 
 }  // namespace clusterprof::coordinator

@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@
 #include "common/grpc/tls.h"
 
 namespace clusterprof::coordinator {
+
+struct ClockProbe;
 
 // What is known of one sidecar's live steps.
 struct WatchedSidecar {
@@ -95,6 +98,9 @@ class StepWatcher final : public StepSource {
  private:
   struct Stream;
   void Run(Stream* stream);
+  // One WatchSteps stream, read until it ends; nullopt when stopped, else whether it delivered.
+  std::optional<bool> Follow(Stream* stream, const std::string& token, const ClockProbe& probe,
+                             Clock& clock);
 
   const Options options_;
   mutable Mutex mu_;
