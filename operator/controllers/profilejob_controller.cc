@@ -352,30 +352,8 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
     return *waiting;
   }
   if (resolution.targets.size() < needed) {
-    std::string message;
-    if (spec.selector.has_value() && resolution.targets.empty() && resolution.skipped.empty()) {
-      message = StrCat("no pods in namespace ", meta.namespace_, " match the selector \"",
-                       spec.selector->ToString(), "\"");
-    } else {
-      message = StrCat(resolution.targets.size(), " target(s) ready, ", needed,
-                       " needed (spec.targets.minReady)");
-    }
-    if (!resolution.skipped.empty()) {
-      StrAppend(&message, "; not ready: ", JoinNames(resolution.skipped, 10));
-    }
-    if (const api::Condition* waited = api::FindCondition(status.conditions, kWaitingForTargets);
-        waited != nullptr) {
-      // The wait that just ended, as its condition says (it was not needed when every pod was
-      // stuck).
-      const absl::StatusOr<int64_t> created = api::ParseTime(meta.creation_timestamp);
-      const int64_t seconds = created.ok() ? (clock_->WallNs() - *created) / kNanosPerSecond : 0;
-      StrAppend(&message, ", after waiting ", seconds,
-                " s (spec.targets.waitSeconds: ", spec.wait_seconds, ")");
-    }
-    StrAppend(&message,
-              ". Check the selector and that the pods are Running and Ready with a clusterprof "
-              "sidecar, then create the ProfileJob again.");
-    return Fail(meta, job, std::move(status), "NotEnoughTargets", message);
+    std::string message = NotEnoughTargets(meta, spec, status, resolution, needed);
+    return Fail(meta, job, std::move(status), "NotEnoughTargets", std::move(message));
   }
 
   JobClaim self{.name = meta.name, .uid = meta.uid, .created = meta.creation_timestamp};
@@ -404,10 +382,62 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
                 std::string(layout.status().message()));
   }
 
+  MarkScheduled(meta, resolution, run, layout->RunDir(), t0, now, status, &queued_since);
+  CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
+  if (metrics_ != nullptr && queued_since >= 0) {
+    metrics_->QueueWaitEnded("scheduled", static_cast<double>(now - queued_since) / 1e9);
+  }
+
+  const JobRef ref{meta.namespace_, meta.name, meta.uid};
+  Event(ref, kube::kEventTypeNormal, "Scheduled",
+        StrCat("capturing ", resolution.targets.size(), " target(s) for ", spec.duration_ms,
+               " ms from ", status.start_time, " into run ", run));
+  if (const std::string skipped = SkippedEvent(resolution.skipped); !skipped.empty()) {
+    Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
+  }
+  StartCapture(meta.Key(), ref, spec, status, std::move(resolution), /*resume=*/false);
+  return absl::OkStatus();
+}
+
+std::string ProfileJobController::NotEnoughTargets(const kube::ObjectMeta& meta,
+                                                   const api::ProfileJobSpec& spec,
+                                                   const api::ProfileJobStatus& status,
+                                                   const TargetResolution& resolution,
+                                                   size_t needed) {
+  std::string message;
+  if (spec.selector.has_value() && resolution.targets.empty() && resolution.skipped.empty()) {
+    message = StrCat("no pods in namespace ", meta.namespace_, " match the selector \"",
+                     spec.selector->ToString(), "\"");
+  } else {
+    message = StrCat(resolution.targets.size(), " target(s) ready, ", needed,
+                     " needed (spec.targets.minReady)");
+  }
+  if (!resolution.skipped.empty()) {
+    StrAppend(&message, "; not ready: ", JoinNames(resolution.skipped, 10));
+  }
+  if (const api::Condition* waited = api::FindCondition(status.conditions, kWaitingForTargets);
+      waited != nullptr) {
+    // The wait that just ended, as its condition says (it was not needed when every pod was
+    // stuck).
+    const absl::StatusOr<int64_t> created = api::ParseTime(meta.creation_timestamp);
+    const int64_t seconds = created.ok() ? (clock_->WallNs() - *created) / kNanosPerSecond : 0;
+    StrAppend(&message, ", after waiting ", seconds,
+              " s (spec.targets.waitSeconds: ", spec.wait_seconds, ")");
+  }
+  StrAppend(&message,
+            ". Check the selector and that the pods are Running and Ready with a clusterprof "
+            "sidecar, then create the ProfileJob again.");
+  return message;
+}
+
+void ProfileJobController::MarkScheduled(const kube::ObjectMeta& meta,
+                                         const TargetResolution& resolution, const std::string& run,
+                                         const std::string& run_uri, int64_t t0, int64_t now,
+                                         api::ProfileJobStatus& status, int64_t* queued_since) {
   status.phase = api::JobPhase::kScheduled;
   status.message.clear();
   status.run_name = run;
-  status.run_uri = layout->RunDir();
+  status.run_uri = run_uri;
   status.start_time_ns = t0;
   status.start_time = api::FormatTime(t0);
   status.attempt = 0;
@@ -427,8 +457,8 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   if (const api::Condition* queued = api::FindCondition(status.conditions, kQueued);
       queued != nullptr && queued->status == "True") {
     if (absl::StatusOr<int64_t> t = api::ParseTime(queued->last_transition_time);
-        t.ok() && queued_since < 0) {
-      queued_since = *t;
+        t.ok() && *queued_since < 0) {
+      *queued_since = *t;
     }
     api::SetCondition(status.conditions,
                       {std::string(kQueued), "False", "TargetsFree",
@@ -436,20 +466,6 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
                        meta.generation, ""},
                       api::FormatTime(now));
   }
-  CLUSTERPROF_RETURN_IF_ERROR(status_writer_.Overwrite(job, status));
-  if (metrics_ != nullptr && queued_since >= 0) {
-    metrics_->QueueWaitEnded("scheduled", static_cast<double>(now - queued_since) / 1e9);
-  }
-
-  const JobRef ref{meta.namespace_, meta.name, meta.uid};
-  Event(ref, kube::kEventTypeNormal, "Scheduled",
-        StrCat("capturing ", resolution.targets.size(), " target(s) for ", spec.duration_ms,
-               " ms from ", status.start_time, " into run ", run));
-  if (const std::string skipped = SkippedEvent(resolution.skipped); !skipped.empty()) {
-    Event(ref, kube::kEventTypeWarning, "TargetSkipped", skipped);
-  }
-  StartCapture(meta.Key(), ref, spec, status, std::move(resolution), /*resume=*/false);
-  return absl::OkStatus();
 }
 
 std::optional<absl::Status> ProfileJobController::WaitForTargets(

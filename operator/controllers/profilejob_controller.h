@@ -164,6 +164,17 @@ class ProfileJobController : public kube::ResourceEventHandler {
   };
 
   void Worker();
+  // Why the job cannot run with the targets it has: the selector that matches nothing, or how
+  // many are ready against minReady, with those not ready and how long it waited.
+  std::string NotEnoughTargets(const kube::ObjectMeta& meta, const api::ProfileJobSpec& spec,
+                               const api::ProfileJobStatus& status,
+                               const TargetResolution& resolution, size_t needed);
+  // The status of a job scheduled at `t0` into `run`: phase, run, targets and the
+  // TargetsResolved condition; a Queued one ends (`queued_since` gets its start when this
+  // process did not know it).
+  void MarkScheduled(const kube::ObjectMeta& meta, const TargetResolution& resolution,
+                     const std::string& run, const std::string& run_uri, int64_t t0, int64_t now,
+                     api::ProfileJobStatus& status, int64_t* queued_since);
   absl::Status Schedule(const kube::ObjectMeta& meta, const web::json::value& job,
                         const api::ProfileJobSpec& spec, api::ProfileJobStatus status);
   // Whether the job should wait for targets still on their way, and if so keeps it Pending with
