@@ -276,11 +276,8 @@ class Leadership {
   absl::Status status_;
 };
 
-}  // namespace
-
-absl::Status RunManager(const ManagerOptions& options, Clock& clock,
-                        const std::atomic<bool>& stop) {
-  OperatorMetrics metrics;
+// The API client's limits, identity and request metrics.
+kube::RestClientOptions ClientOptions(const ManagerOptions& options, OperatorMetrics& metrics) {
   kube::RestClientOptions client_options;
   client_options.qps = options.qps;
   client_options.burst = options.burst;
@@ -289,6 +286,76 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
                                               int64_t latency_ns) {
     metrics.ApiRequest(method, code, latency_ns);
   };
+  return client_options;
+}
+
+// The trigger controller's options: what it shares with the job controller (the token, the
+// sidecars' TLS, the address rule) comes from there unless set.
+controllers::ProfileTriggerControllerOptions TriggerOptions(const ManagerOptions& options) {
+  controllers::ProfileTriggerControllerOptions trigger_options = options.triggers;
+  if (trigger_options.sidecar_token_file.empty()) {
+    trigger_options.sidecar_token_file = options.jobs.sidecar_token_file;
+  }
+  trigger_options.allow_external_addresses = options.jobs.allow_external_addresses;
+  if (trigger_options.sidecar_security == nullptr) {
+    trigger_options.sidecar_security = options.jobs.sidecar_security;
+  }
+  return trigger_options;
+}
+
+// Until every informer has its first list (or `stop`).
+void WaitForSync(const std::vector<kube::Informer*>& informers, Clock& clock,
+                 const std::atomic<bool>& stop) {
+  while (!stop && !std::all_of(informers.begin(), informers.end(),
+                               [](const kube::Informer* i) { return i->HasSynced(); })) {
+    clock.SleepForNs(50 * kNanosPerMilli);
+  }
+}
+
+// The leader's connections to the sidecars, kept across captures and warmed as pods become
+// Ready (none with a connector or pool given, or --sidecar-connections 0).
+struct KeptConnections {
+  std::unique_ptr<coordinator::ChannelPool> pool;
+  std::unique_ptr<controllers::ConnectionWarmer> warmer;
+};
+KeptConnections KeepConnections(const ManagerOptions& options) {
+  KeptConnections kept;
+  if (options.jobs.connector != nullptr || options.jobs.channel_pool != nullptr ||
+      options.sidecar_connections == 0) {
+    return kept;
+  }
+  kept.pool = std::make_unique<coordinator::ChannelPool>(coordinator::ChannelPool::Options{
+      .security = options.jobs.sidecar_security, .max_channels = options.sidecar_connections});
+  kept.warmer = std::make_unique<controllers::ConnectionWarmer>(kept.pool.get());
+  return kept;
+}
+
+// Shut down: the controllers first (a lost leader cancels its captures at once; the next leader
+// resumes them), then the Lease, so that terms never overlap.
+void Shutdown(const ManagerOptions& options, OperatorMetrics& metrics,
+              ProfileJobController& job_controller, ProfileScheduleController& schedule_controller,
+              controllers::ProfileTriggerController* trigger_controller, Leadership& leadership,
+              kube::EventRecorder& recorder, const std::vector<kube::Informer*>& informers) {
+  spdlog::info("shutting down");
+  metrics.SetLeader(false);
+  if (!job_controller.Stop(leadership.lost() ? 0 : options.shutdown_grace_ns)) {
+    spdlog::warn(
+        "captures still running at shutdown were cancelled; the sidecars finish them and the "
+        "next operator reads them back from the jobs' status");
+  }
+  schedule_controller.Stop();
+  if (trigger_controller != nullptr) trigger_controller->Stop();
+  leadership.Stop();
+  recorder.Flush(2 * kNanosPerSecond);
+  for (kube::Informer* informer : informers) informer->Stop();
+}
+
+}  // namespace
+
+absl::Status RunManager(const ManagerOptions& options, Clock& clock,
+                        const std::atomic<bool>& stop) {
+  OperatorMetrics metrics;
+  const kube::RestClientOptions client_options = ClientOptions(options, metrics);
   CLUSTERPROF_ASSIGN_OR_RETURN(
       std::unique_ptr<kube::RestClient> client,
       kube::RestClient::Create(options.rest_config, &clock, client_options));
@@ -297,14 +364,9 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
 
   const std::string& ns = options.namespace_;
   // Declared before the informers, which call the warmer, and the controllers, which use the pool.
-  std::unique_ptr<coordinator::ChannelPool> channel_pool;
-  std::unique_ptr<controllers::ConnectionWarmer> warmer;
-  if (options.jobs.connector == nullptr && options.jobs.channel_pool == nullptr &&
-      options.sidecar_connections > 0) {
-    channel_pool = std::make_unique<coordinator::ChannelPool>(coordinator::ChannelPool::Options{
-        .security = options.jobs.sidecar_security, .max_channels = options.sidecar_connections});
-    warmer = std::make_unique<controllers::ConnectionWarmer>(channel_pool.get());
-  }
+  KeptConnections kept = KeepConnections(options);
+  coordinator::ChannelPool* const channel_pool = kept.pool.get();
+  controllers::ConnectionWarmer* const warmer = kept.warmer.get();
   kube::Informer jobs(client.get(), &clock,
                       InformerOptionsFor(api::ProfileJobs(), ns, "profilejobs"));
   kube::Informer schedules(client.get(), &clock,
@@ -317,8 +379,8 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   ProfileJobControllerOptions job_options = options.jobs;
   if (job_options.storages == nullptr) job_options.storages = &storages;
   if (channel_pool != nullptr) {
-    job_options.channel_pool = channel_pool.get();
-    pods.AddEventHandler(warmer.get());
+    job_options.channel_pool = channel_pool;
+    pods.AddEventHandler(warmer);
   }
   ProfileJobController job_controller(client.get(), &clock, &jobs, &pods, &recorder, &metrics,
                                       job_options);
@@ -331,16 +393,9 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   if (absl::Status installed = CheckTriggerApi(*client, ns); installed.ok()) {
     triggers = std::make_unique<kube::Informer>(
         client.get(), &clock, InformerOptionsFor(api::ProfileTriggers(), ns, "profiletriggers"));
-    controllers::ProfileTriggerControllerOptions trigger_options = options.triggers;
-    if (trigger_options.sidecar_token_file.empty()) {
-      trigger_options.sidecar_token_file = options.jobs.sidecar_token_file;
-    }
-    trigger_options.allow_external_addresses = options.jobs.allow_external_addresses;
-    if (trigger_options.sidecar_security == nullptr) {
-      trigger_options.sidecar_security = options.jobs.sidecar_security;
-    }
     trigger_controller = std::make_unique<controllers::ProfileTriggerController>(
-        client.get(), &clock, triggers.get(), &jobs, &pods, &recorder, &metrics, trigger_options);
+        client.get(), &clock, triggers.get(), &jobs, &pods, &recorder, &metrics,
+        TriggerOptions(options));
   } else {
     spdlog::warn("ProfileTriggers are off: {}", std::string(installed.message()));
   }
@@ -358,10 +413,7 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
   spdlog::info("watching ProfileJobs, ProfileSchedules, {}pods in {}",
                triggers != nullptr ? "ProfileTriggers and " : "",
                ns.empty() ? std::string("every namespace") : StrCat("namespace ", ns));
-  while (!stop && !std::all_of(informers.begin(), informers.end(),
-                               [](const kube::Informer* i) { return i->HasSynced(); })) {
-    clock.SleepForNs(50 * kNanosPerMilli);
-  }
+  WaitForSync(informers, clock, stop);
 
   Leadership leadership(options, clock, identity);
   if (!stop) CLUSTERPROF_RETURN_IF_ERROR(leadership.Start(client_options));
@@ -384,20 +436,8 @@ absl::Status RunManager(const ManagerOptions& options, Clock& clock,
     clock.SleepForNs(100 * kNanosPerMilli);
   }
 
-  // Shut down: the controllers first (a lost leader cancels its captures at once; the next
-  // leader resumes them), then the Lease, so that terms never overlap.
-  spdlog::info("shutting down");
-  metrics.SetLeader(false);
-  if (!job_controller.Stop(leadership.lost() ? 0 : options.shutdown_grace_ns)) {
-    spdlog::warn(
-        "captures still running at shutdown were cancelled; the sidecars finish them and the "
-        "next operator reads them back from the jobs' status");
-  }
-  schedule_controller.Stop();
-  if (trigger_controller != nullptr) trigger_controller->Stop();
-  leadership.Stop();
-  recorder.Flush(2 * kNanosPerSecond);
-  for (kube::Informer* informer : informers) informer->Stop();
+  Shutdown(options, metrics, job_controller, schedule_controller, trigger_controller.get(),
+           leadership, recorder, informers);
   return leadership.lost() ? leadership.LostError() : absl::OkStatus();
 }
 
