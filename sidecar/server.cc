@@ -219,6 +219,12 @@ struct SidecarServer::Impl {
   absl::Status StartFrameworkTracer(const SidecarConfig& config);
   // The sessions, the gRPC services and the server.
   absl::Status StartGrpc(const SidecarConfig& config, RequestPolicy policy);
+  // The bearer token check of --auth-token-file (none without it).
+  absl::Status LoadTokenAuth(const SidecarConfig& config);
+  // gRPC's log lines into ours, failed handshakes counted.
+  void InstallLogBridge();
+  // Closes connections beyond --max-connections-per-peer and --max-connections.
+  absl::Status StartConnectionGuard(const SidecarConfig& config);
   absl::Status StartHealth(const SidecarConfig& config);
 };
 
@@ -323,26 +329,7 @@ absl::Status SidecarServer::Impl::StartFrameworkTracer(const SidecarConfig& conf
 
 absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, RequestPolicy policy) {
   sessions = std::make_unique<SessionManager>(*clock, tracers, metrics.get(), storages.get());
-  if (!config.auth_token_file.empty()) {
-    TokenAuth::Options auth_options;
-    auth_options.path = config.auth_token_file;
-    auth_options.allow_loopback = config.allow_loopback_without_token;
-    auth_options.grace_ns = config.token_grace_seconds * kNanosPerSecond;
-    auth_options.clock = clock;
-    auth_options.on_refused = [metrics = metrics.get()](std::string_view reason) {
-      metrics->CallUnauthenticated(reason);
-    };
-    auth_options.on_reload = [metrics = metrics.get()](std::string_view result) {
-      metrics->CredentialReloaded("token", result);
-    };
-    absl::StatusOr<std::unique_ptr<TokenAuth>> loaded = TokenAuth::Create(std::move(auth_options));
-    if (!loaded.ok()) {
-      return absl::InvalidArgumentError(StrCat("--auth-token-file: ", loaded.status().message()));
-    }
-    auth = std::move(*loaded);
-    spdlog::info("gRPC calls must carry the bearer token of {}{}", config.auth_token_file,
-                 config.allow_loopback_without_token ? " (calls from loopback need none)" : "");
-  }
+  CLUSTERPROF_RETURN_IF_ERROR(LoadTokenAuth(config));
   const std::vector<const Tracer*> all(tracers.begin(), tracers.end());
   const std::string host_name = policy.default_host_name;
   policy.tracers = all;
@@ -354,16 +341,7 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
   sidecar_service = std::make_unique<SidecarServiceImpl>(*sessions, all, host_name, *clock,
                                                          auth.get(), live_steps);
 
-  grpclog::LogBridge::Options bridge_options;
-  bridge_options.clock = clock;
-  bridge_options.on_handshake_failure =
-      [metrics = metrics.get()](const grpclog::HandshakeFailure& failure) {
-        if (failure.reason != grpclog::HandshakeFailureReason::kServerShutdown) {
-          metrics->HandshakeFailed(grpclog::HandshakeFailureReasonName(failure.reason));
-        }
-      };
-  log_bridge = std::make_unique<grpclog::LogBridge>(std::move(bridge_options));
-  if (absl::Status installed = log_bridge->Install(); !installed.ok()) log_bridge.reset();
+  InstallLogBridge();
 
   grpc::ServerBuilder builder;
   const std::string address = config.address.find(':') != std::string::npos
@@ -409,21 +387,61 @@ absl::Status SidecarServer::Impl::StartGrpc(const SidecarConfig& config, Request
                " (port in use, or not an address of this host?): choose another port with --port "
                "(0 picks a free one) or another address with --address"));
   }
-  if (config.max_connections_per_peer > 0 || config.max_connections > 0) {
-    ConnectionGuard::Options guard_options;
-    guard_options.port = grpc_port;
-    guard_options.max_per_peer =
-        config.max_connections_per_peer > 0 ? config.max_connections_per_peer : INT32_MAX;
-    guard_options.max_total = config.max_connections > 0 ? config.max_connections : INT32_MAX;
-    guard_options.interval_ns = kNanosPerSecond;
-    guard_options.clock = clock;
-    guard_options.on_refused = [metrics = metrics.get()](std::string_view reason, int count) {
-      metrics->ConnectionsClosed(reason, count);
-    };
-    connection_guard = std::make_unique<ConnectionGuard>(std::move(guard_options));
-    CLUSTERPROF_RETURN_IF_ERROR(connection_guard->Start());
+  return StartConnectionGuard(config);
+}
+
+absl::Status SidecarServer::Impl::LoadTokenAuth(const SidecarConfig& config) {
+  if (config.auth_token_file.empty()) return absl::OkStatus();
+  TokenAuth::Options auth_options;
+  auth_options.path = config.auth_token_file;
+  auth_options.allow_loopback = config.allow_loopback_without_token;
+  auth_options.grace_ns = config.token_grace_seconds * kNanosPerSecond;
+  auth_options.clock = clock;
+  auth_options.on_refused = [metrics = metrics.get()](std::string_view reason) {
+    metrics->CallUnauthenticated(reason);
+  };
+  auth_options.on_reload = [metrics = metrics.get()](std::string_view result) {
+    metrics->CredentialReloaded("token", result);
+  };
+  absl::StatusOr<std::unique_ptr<TokenAuth>> loaded = TokenAuth::Create(std::move(auth_options));
+  if (!loaded.ok()) {
+    return absl::InvalidArgumentError(StrCat("--auth-token-file: ", loaded.status().message()));
   }
+  auth = std::move(*loaded);
+  spdlog::info("gRPC calls must carry the bearer token of {}{}", config.auth_token_file,
+               config.allow_loopback_without_token ? " (calls from loopback need none)" : "");
   return absl::OkStatus();
+}
+
+void SidecarServer::Impl::InstallLogBridge() {
+  grpclog::LogBridge::Options bridge_options;
+  bridge_options.clock = clock;
+  bridge_options.on_handshake_failure =
+      [metrics = metrics.get()](const grpclog::HandshakeFailure& failure) {
+        if (failure.reason != grpclog::HandshakeFailureReason::kServerShutdown) {
+          metrics->HandshakeFailed(grpclog::HandshakeFailureReasonName(failure.reason));
+        }
+      };
+  log_bridge = std::make_unique<grpclog::LogBridge>(std::move(bridge_options));
+  if (absl::Status installed = log_bridge->Install(); !installed.ok()) log_bridge.reset();
+}
+
+absl::Status SidecarServer::Impl::StartConnectionGuard(const SidecarConfig& config) {
+  if (config.max_connections_per_peer <= 0 && config.max_connections <= 0) {
+    return absl::OkStatus();
+  }
+  ConnectionGuard::Options guard_options;
+  guard_options.port = grpc_port;
+  guard_options.max_per_peer =
+      config.max_connections_per_peer > 0 ? config.max_connections_per_peer : INT32_MAX;
+  guard_options.max_total = config.max_connections > 0 ? config.max_connections : INT32_MAX;
+  guard_options.interval_ns = kNanosPerSecond;
+  guard_options.clock = clock;
+  guard_options.on_refused = [metrics = metrics.get()](std::string_view reason, int count) {
+    metrics->ConnectionsClosed(reason, count);
+  };
+  connection_guard = std::make_unique<ConnectionGuard>(std::move(guard_options));
+  return connection_guard->Start();
 }
 
 void SidecarServer::Impl::StartCertificateWatch(const SidecarConfig& config) {
