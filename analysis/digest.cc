@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "common/base/saturating.h"
+#include "common/base/status.h"
 #include "common/base/strings.h"
 #include "common/xspace/schema.h"
 #include "tsl/profiler/protos/xplane.pb.h"
@@ -360,32 +361,58 @@ std::vector<OpStat> TopOps(std::map<std::pair<bool, std::string>, OpStat> by_nam
   return ops;
 }
 
+// The options' patterns, compiled.
+struct Patterns {
+  std::optional<std::regex> step;  // none: steps are events with a step_num stat
+  std::regex collective;
+  std::regex input;
+};
+
+absl::StatusOr<Patterns> CompilePatterns(const DigestOptions& options) {
+  Patterns patterns;
+  if (!options.step_pattern.empty()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(patterns.step, Compile(options.step_pattern, "step"));
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(patterns.collective,
+                               Compile(options.collective_pattern, "collective"));
+  CLUSTERPROF_ASSIGN_OR_RETURN(patterns.input, Compile(options.input_pattern, "input"));
+  return patterns;
+}
+
+// The step whose span holds an instant, if any, over steps in time order (the last that starts
+// at or before it). `hint` is where the line's previous event was: a line's events come in time
+// order, so the answer is nearly always there or just after.
+class StepLocator {
+ public:
+  explicit StepLocator(const std::vector<StepDigest>& steps) : steps_(steps) {}
+  int Find(int64_t start, int* hint) const {
+    const int n = static_cast<int>(steps_.size());
+    int i = *hint;
+    if (i < 0 || i >= n || start < steps_[i].start_ns) {
+      auto it = std::upper_bound(steps_.begin(), steps_.end(), start,
+                                 [](int64_t t, const StepDigest& s) { return t < s.start_ns; });
+      i = static_cast<int>(it - steps_.begin()) - 1;
+    } else {
+      while (i + 1 < n && steps_[i + 1].start_ns <= start) ++i;
+    }
+    *hint = std::max(i, 0);
+    return i >= 0 && start < steps_[i].end_ns ? i : -1;
+  }
+
+ private:
+  const std::vector<StepDigest>& steps_;
+};
+
 }  // namespace
 
 absl::Status ValidateDigestOptions(const DigestOptions& options) {
-  if (!options.step_pattern.empty()) {
-    if (absl::StatusOr<std::regex> re = Compile(options.step_pattern, "step"); !re.ok()) {
-      return re.status();
-    }
-  }
-  if (absl::StatusOr<std::regex> re = Compile(options.collective_pattern, "collective"); !re.ok()) {
-    return re.status();
-  }
-  return Compile(options.input_pattern, "input").status();
+  return CompilePatterns(options).status();
 }
 
 absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
                                         const DigestOptions& options) {
-  std::optional<std::regex> step_re;
-  if (!options.step_pattern.empty()) {
-    absl::StatusOr<std::regex> compiled = Compile(options.step_pattern, "step");
-    if (!compiled.ok()) return compiled.status();
-    step_re = std::move(*compiled);
-  }
-  absl::StatusOr<std::regex> collective_re = Compile(options.collective_pattern, "collective");
-  if (!collective_re.ok()) return collective_re.status();
-  absl::StatusOr<std::regex> input_re = Compile(options.input_pattern, "input");
-  if (!input_re.ok()) return input_re.status();
+  CLUSTERPROF_ASSIGN_OR_RETURN(const Patterns patterns, CompilePatterns(options));
+  const std::optional<std::regex>& step_re = patterns.step;
 
   HostDigest digest;
   digest.host = std::move(host);
@@ -397,22 +424,7 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
   if (digest.steps.empty()) return digest;
 
   std::vector<StepIntervals> intervals(digest.steps.size());
-  // The step whose span holds `start`, if any (steps in time order; the last that starts at or
-  // before it). `hint` is where the line's previous event was: a line's events come in time
-  // order, so the answer is nearly always there or just after.
-  auto step_of = [&](int64_t start, int* hint) -> int {
-    const int n = static_cast<int>(digest.steps.size());
-    int i = *hint;
-    if (i < 0 || i >= n || start < digest.steps[i].start_ns) {
-      auto it = std::upper_bound(digest.steps.begin(), digest.steps.end(), start,
-                                 [](int64_t t, const StepDigest& s) { return t < s.start_ns; });
-      i = static_cast<int>(it - digest.steps.begin()) - 1;
-    } else {
-      while (i + 1 < n && digest.steps[i + 1].start_ns <= start) ++i;
-    }
-    *hint = std::max(i, 0);
-    return i >= 0 && start < digest.steps[i].end_ns ? i : -1;
-  };
+  const StepLocator steps(digest.steps);
   int line_serials = 0;
   std::map<std::pair<bool, std::string>, OpStat> ops_by_name;
   for (int p = 0; p < space.planes_size(); ++p) {
@@ -420,7 +432,7 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
     const bool device = IsDevicePlane(plane);
     OpTotals op_totals;
     const int64_t step_stat = device ? -1 : StepStatId(plane);
-    EventClasses classes(plane, *collective_re, *input_re,
+    EventClasses classes(plane, patterns.collective, patterns.input,
                          step_re.has_value() && !device ? &*step_re : nullptr, step_stat);
     for (const XLine& line : plane.lines()) {
       if (xspace::IsCounterLine(line.name())) continue;
@@ -440,7 +452,7 @@ absl::StatusOr<HostDigest> DigestXSpace(const XSpace& space, std::string host,
         if (kind == EventClass::kMarker) continue;
         if (kind == EventClass::kOther && !device && !step_thread) continue;
         auto [start, end] = Span(line, event);
-        const int index = step_of(start, &hint);
+        const int index = steps.Find(start, &hint);
         if (index < 0) continue;
         StepDigest& step = digest.steps[index];
         end = std::min(end, step.end_ns);
