@@ -384,6 +384,37 @@ absl::StatusOr<int64_t> ParseDurationMs(std::string_view text) {
   return static_cast<int64_t>(std::llround(total_ms));
 }
 
+namespace {
+
+// The ProfileJob `kubectl clusterprof capture` creates: its flags as the spec.
+value CaptureJob(const KubeCaptureOptions& options, const kube::LabelSelector& selector,
+                 const std::string& logdir) {
+  value job = value::object();
+  job["apiVersion"] = value::string("clusterprof.io/v1alpha1");
+  job["kind"] = value::string("ProfileJob");
+  if (!options.name.empty()) {
+    job["metadata"]["name"] = value::string(options.name);
+  } else {
+    job["metadata"]["generateName"] = value::string("capture-");
+  }
+  job["metadata"]["labels"]["app.kubernetes.io/created-by"] = value::string("kubectl-clusterprof");
+  value& spec = job["spec"];
+  spec["targets"]["selector"] = SelectorJson(selector);
+  if (options.wait_seconds >= 0) {
+    spec["targets"]["waitSeconds"] = value::number(options.wait_seconds);
+  }
+  spec["durationMs"] = value::number(options.duration_ms);
+  spec["delayMs"] = value::number(options.delay_ms);
+  if (options.lookback_ms > 0) spec["lookbackMs"] = value::number(options.lookback_ms);
+  spec["logdir"] = value::string(logdir);
+  spec["options"]["hostTracerLevel"] = value::number(options.host_tracer_level);
+  spec["options"]["deviceTracerLevel"] = value::number(options.device_tracer_level);
+  spec["options"]["pythonTracerLevel"] = value::number(options.python_tracer_level);
+  return job;
+}
+
+}  // namespace
+
 int RunKubeCapture(const KubeCaptureOptions& options, std::ostream& out, std::ostream& err) {
   RealClock clock;
   absl::StatusOr<kube::LabelSelector> selector = kube::LabelSelector::Parse(options.selector);
@@ -442,27 +473,8 @@ int RunKubeCapture(const KubeCaptureOptions& options, std::ostream& out, std::os
   err << decoded.size() << " pod(s) match " << selector->ToString() << " in namespace "
       << cluster->ns << ", " << resolution.targets.size() << " ready with a clusterprof sidecar\n";
 
-  value job = value::object();
-  job["apiVersion"] = value::string("clusterprof.io/v1alpha1");
-  job["kind"] = value::string("ProfileJob");
-  if (!options.name.empty()) {
-    job["metadata"]["name"] = value::string(options.name);
-  } else {
-    job["metadata"]["generateName"] = value::string("capture-");
-  }
-  job["metadata"]["labels"]["app.kubernetes.io/created-by"] = value::string("kubectl-clusterprof");
-  value& spec = job["spec"];
-  spec["targets"]["selector"] = SelectorJson(*selector);
-  if (options.wait_seconds >= 0)
-    spec["targets"]["waitSeconds"] = value::number(options.wait_seconds);
-  spec["durationMs"] = value::number(options.duration_ms);
-  spec["delayMs"] = value::number(options.delay_ms);
-  if (options.lookback_ms > 0) spec["lookbackMs"] = value::number(options.lookback_ms);
-  spec["logdir"] = value::string(logdir);
-  spec["options"]["hostTracerLevel"] = value::number(options.host_tracer_level);
-  spec["options"]["deviceTracerLevel"] = value::number(options.device_tracer_level);
-  spec["options"]["pythonTracerLevel"] = value::number(options.python_tracer_level);
-  absl::StatusOr<value> created = cluster->client->Create(api::ProfileJobs(), cluster->ns, job);
+  absl::StatusOr<value> created = cluster->client->Create(api::ProfileJobs(), cluster->ns,
+                                                          CaptureJob(options, *selector, logdir));
   if (!created.ok()) {
     // The API server's own words: the CRD's schema and CEL rules say what is wrong.
     err << Error("capture",
