@@ -217,6 +217,31 @@ absl::StatusOr<ConvertStats> ConvertRunPerfetto(storage::StorageSet& storages,
   return StatsOf(writer.total());
 }
 
+// Where the output goes: --output, else beside the input (a run: named after it, here).
+std::string OutputFor(const ConvertOptions& options) {
+  if (!options.output.empty()) return options.output;
+  if (!options.run) return DefaultOutput(options.input, options.format);
+  std::string_view run = options.input;
+  while (ConsumeSuffix(&run, "/")) {
+  }
+  return StrCat(run.substr(run.find_last_of('/') + 1), OutputSuffix(options.format));
+}
+
+// What was written, and where to open it.
+void SayWritten(const storage::ObjectInfo& info, const ConvertStats& stats, bool perfetto,
+                double seconds, std::ostream& out) {
+  out << fmt::format("wrote {} ({} events, {} counter samples; {} of {}, {} on disk) in {:.2f} s\n",
+                     info.uri, stats.complete_events, stats.counter_events,
+                     FormatBytes(stats.bytes), perfetto ? "Perfetto protobuf" : "JSON",
+                     FormatBytes(info.bytes), seconds);
+  if (perfetto) {
+    out << "open it at https://ui.perfetto.dev (Open trace file), or query it with "
+           "trace_processor\n";
+  } else {
+    out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
+  }
+}
+
 }  // namespace
 
 int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& err) {
@@ -263,15 +288,7 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     return kExitOk;
   }
 
-  std::string output = options.output;
-  if (output.empty() && options.run) {
-    std::string_view run = options.input;
-    while (ConsumeSuffix(&run, "/")) {
-    }
-    output = StrCat(run.substr(run.find_last_of('/') + 1), OutputSuffix(options.format));
-  } else if (output.empty()) {
-    output = DefaultOutput(options.input, options.format);
-  }
+  const std::string output = OutputFor(options);
   auto path = storage::ParseLogdir(output);  // makes it absolute and rejects '..'
   if (!path.ok()) {
     err << "clusterprof convert: bad output path '" << output << "': " << path.status().message()
@@ -314,17 +331,8 @@ int RunConvert(const ConvertOptions& options, std::ostream& out, std::ostream& e
     err << "clusterprof convert: writing " << output << ": " << committed.message() << "\n";
     return kExitFailure;
   }
-  const double seconds = static_cast<double>(clock.MonotonicNs() - started_ns) / kNanosPerSecond;
-  out << fmt::format("wrote {} ({} events, {} counter samples; {} of {}, {} on disk) in {:.2f} s\n",
-                     info->uri, stats->complete_events, stats->counter_events,
-                     FormatBytes(stats->bytes), perfetto ? "Perfetto protobuf" : "JSON",
-                     FormatBytes(info->bytes), seconds);
-  if (perfetto) {
-    out << "open it at https://ui.perfetto.dev (Open trace file), or query it with "
-           "trace_processor\n";
-  } else {
-    out << "open it at https://ui.perfetto.dev (Open trace file) or chrome://tracing\n";
-  }
+  SayWritten(*info, *stats, perfetto,
+             static_cast<double>(clock.MonotonicNs() - started_ns) / kNanosPerSecond, out);
   return kExitOk;
 }
 
