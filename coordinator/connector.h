@@ -105,8 +105,11 @@ class ChannelPool {
   class Poller;
   // A channel in TRANSIENT_FAILURE (its server was down) is replaced, the old one handed out in
   // `dropped` to be let go outside the mutex.
-  std::shared_ptr<grpc::Channel> GetLocked(const std::string& address, bool* made,
+  std::shared_ptr<grpc::Channel> GetLocked(const std::string& address,
                                            std::shared_ptr<grpc::Channel>* dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Takes the entry out of the pool; its channel is returned, to be let go outside the mutex.
+  std::shared_ptr<grpc::Channel> EraseLocked(std::map<std::string, Entry>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::shared_ptr<const tls::ChannelSecurity> security_;

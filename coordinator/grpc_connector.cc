@@ -294,19 +294,18 @@ class ChannelPool::Poller {
 
  private:
   void Run() {
-    for (;;) {
-      {
-        MutexLock lock(&mu_);
-        if (stopping_) break;
+    bool armed = false;
+    {
+      MutexLock lock(&mu_);
+      if (!stopping_) {
         alarm_.Set(&cq_, gpr_inf_future(GPR_CLOCK_REALTIME), &alarm_);
+        armed = true;
       }
-      void* tag = nullptr;
-      bool ok = false;
-      if (!cq_.Next(&tag, &ok)) break;
     }
-    cq_.Shutdown();
     void* tag = nullptr;
     bool ok = false;
+    if (armed) cq_.Next(&tag, &ok);  // returns when the destructor cancels the alarm
+    cq_.Shutdown();
     while (cq_.Next(&tag, &ok)) {
     }
   }
@@ -326,23 +325,26 @@ ChannelPool::ChannelPool(Options options)
 
 ChannelPool::~ChannelPool() = default;
 
-std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address, bool* made,
+std::shared_ptr<grpc::Channel> ChannelPool::EraseLocked(std::map<std::string, Entry>::iterator it) {
+  std::shared_ptr<grpc::Channel> channel = std::move(it->second.channel);
+  order_.erase(it->second.position);
+  channels_.erase(it);
+  return channel;
+}
+
+std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address,
                                                       std::shared_ptr<grpc::Channel>* dropped) {
   auto it = channels_.find(address);
   if (it != channels_.end()) {
     const grpc_connectivity_state state = it->second.channel->GetState(/*try_to_connect=*/false);
     if (state != GRPC_CHANNEL_TRANSIENT_FAILURE && state != GRPC_CHANNEL_SHUTDOWN) {
       order_.splice(order_.begin(), order_, it->second.position);
-      *made = false;
       return it->second.channel;
     }
     // A server that was down (a sidecar restarting): a new channel connects at once, where this
     // one would wait out its reconnect backoff and fail the capture's calls meanwhile.
-    *dropped = std::move(it->second.channel);
-    order_.erase(it->second.position);
-    channels_.erase(it);
+    *dropped = EraseLocked(it);
   }
-  *made = true;
   spdlog::debug("ChannelPool: new channel to {}", address);
   order_.push_front(address);
   Entry& entry = channels_[address];
@@ -352,45 +354,31 @@ std::shared_ptr<grpc::Channel> ChannelPool::GetLocked(const std::string& address
 }
 
 std::shared_ptr<grpc::Channel> ChannelPool::Get(const std::string& address) {
-  std::shared_ptr<grpc::Channel> dropped;
+  // Channels let go are destroyed outside the mutex, on this (the caller's) thread.
   std::shared_ptr<grpc::Channel> replaced;
-  std::shared_ptr<grpc::Channel> channel;
-  {
-    MutexLock lock(&mu_);
-    bool made = false;
-    channel = GetLocked(address, &made, &replaced);
-    if (channels_.size() > max_channels_) {
-      // Dropped outside the mutex, on this (the caller's) thread.
-      auto last = channels_.find(order_.back());
-      dropped = std::move(last->second.channel);
-      channels_.erase(last);
-      order_.pop_back();
-    }
-  }
+  std::shared_ptr<grpc::Channel> evicted;
+  MutexLock lock(&mu_);
+  std::shared_ptr<grpc::Channel> channel = GetLocked(address, &replaced);
+  if (channels_.size() > max_channels_) evicted = EraseLocked(channels_.find(order_.back()));
   return channel;
 }
 
 bool ChannelPool::Warm(const std::string& address) {
-  std::shared_ptr<grpc::Channel> replaced;
+  std::shared_ptr<grpc::Channel> replaced;  // destroyed outside the mutex
   std::shared_ptr<grpc::Channel> channel;
   {
     MutexLock lock(&mu_);
     if (channels_.count(address) == 0 && channels_.size() >= max_channels_) return false;
-    bool made = false;
-    channel = GetLocked(address, &made, &replaced);
+    channel = GetLocked(address, &replaced);
   }
   channel->GetState(/*try_to_connect=*/true);
   return true;
 }
 
 void ChannelPool::Forget(const std::string& address) {
-  std::shared_ptr<grpc::Channel> dropped;  // outside the mutex, on the caller's thread
+  std::shared_ptr<grpc::Channel> dropped;  // destroyed outside the mutex
   MutexLock lock(&mu_);
-  auto it = channels_.find(address);
-  if (it == channels_.end()) return;
-  dropped = std::move(it->second.channel);
-  order_.erase(it->second.position);
-  channels_.erase(it);
+  if (auto it = channels_.find(address); it != channels_.end()) dropped = EraseLocked(it);
 }
 
 size_t ChannelPool::size() const {
