@@ -1,13 +1,16 @@
 // clusterprof-sidecar's settings: flags, or a YAML file (--config) with the same names in
-// snake_case; a flag given on the command line wins over the file (docs/sidecar.md).
+// snake_case; a flag given on the command line wins over the file. Each is declared once, in
+// config.cc's table, which makes the flags, the YAML reader and docs/sidecar.md's table.
 #ifndef CLUSTERPROF_SIDECAR_CONFIG_H_
 #define CLUSTERPROF_SIDECAR_CONFIG_H_
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/settings/settings.h"
 
 namespace clusterprof::sidecar {
 
@@ -100,6 +103,9 @@ struct SidecarConfig {
   bool start_realtime = true;
   int64_t start_spin_us = 0;
 };
+
+// Every setting: its flag, YAML key, help and docs.
+std::span<const settings::Setting<SidecarConfig>> SidecarSettings();
 
 // Reads a YAML mapping into `config`, keeping what the file does not set. Unknown keys and
 // values of the wrong type are errors that name the key and the file.
