@@ -693,8 +693,8 @@ int CoordinatorChild(const std::string& targets_file, const std::string& result_
   }
   absl::StatusOr<storage::Logdir> parsed = storage::ParseLogdir(logdir);
   if (!parsed.ok()) return Fail(parsed.status());
-  options.logdir = *parsed;
-  options.run = StrCat(per_node ? "per_node" : "per_target", release ? "_released" : "_held");
+  options.layout = *storage::RunLayout::Create(
+      *parsed, StrCat(per_node ? "per_node" : "per_target", release ? "_released" : "_held"));
   options.outlive_client = release;
   options.duration_ms = duration_ms;
   options.delay_ms = delay_ms;

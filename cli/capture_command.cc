@@ -284,8 +284,15 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
     err << "clusterprof capture: --logdir: " << logdir.status().message() << "\n";
     return kExitUsage;
   }
-  capture.logdir = std::move(*logdir);
-  capture.run = options.run;
+  RealClock clock;
+  absl::StatusOr<storage::RunLayout> layout = storage::RunLayout::Create(
+      *std::move(logdir),
+      options.run.empty() ? storage::DefaultRunName(clock.WallNs()) : options.run);
+  if (!layout.ok()) {
+    err << "clusterprof capture: --run: " << layout.status().message() << "\n";
+    return kExitUsage;
+  }
+  capture.layout = *std::move(layout);
   capture.duration_ms = options.duration_ms;
   capture.delay_ms = options.delay_ms;
   capture.num_tracing_attempts = options.num_tracing_attempts;
@@ -294,10 +301,9 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
   err << fmt::format("Capturing {} ms from {} host{}{} into {}\n", capture.duration_ms,
                      capture.targets.size(), capture.targets.size() == 1 ? "" : "s",
                      capture.delay_ms > 0 ? fmt::format(" after {} ms", capture.delay_ms) : "",
-                     capture.logdir.uri);
+                     capture.layout->logdir().uri);
   ProgressPrinter printer(err, options.progress && isatty(STDERR_FILENO) == 1, capture.duration_ms);
   RunResult last;
-  RealClock clock;
   absl::StatusOr<RunResult> result =
       coordinator::Capture(capture, clock, [&](const RunResult& state, int64_t now_ns) {
         last = state;
@@ -322,8 +328,8 @@ int RunCapture(const CaptureOptions& options, std::ostream& out, std::ostream& e
     out << "  report         " << final_result.report_html_uri << "   (and "
         << storage::kReportJsonName << "; docs/analysis.md)\n";
   }
-  out << "  open it with   xprof --logdir " << capture.logdir.uri << "   (or tensorboard --logdir "
-      << capture.logdir.uri << ")\n";
+  out << "  open it with   xprof --logdir " << capture.layout->logdir().uri
+      << "   (or tensorboard --logdir " << capture.layout->logdir().uri << ")\n";
   out << "  in Perfetto    load a <host>.trace.json.gz from the run directory at "
          "https://ui.perfetto.dev\n";
   return kExitOk;

@@ -261,7 +261,7 @@ class Run {
   void ReportEvery();
   RunResult Snapshot();
   // Checks the options and sets the run's layout up; an INVALID_ARGUMENT names what is wrong.
-  absl::Status Prepare(int64_t created_ns);
+  absl::Status Prepare();
   // Sleeps the backoff before attempt `attempt` of `last`; CANCELLED when cancelled meanwhile.
   absl::Status PauseBeforeRetry(Backoff& backoff, int attempt, int last, size_t targets);
   // Picks T0 for `targets` targets and tells before_attempt, picking again (a later T0) when
@@ -1148,7 +1148,7 @@ void Run::ReportEvery() {
   Report();
 }
 
-absl::Status Run::Prepare(int64_t created_ns) {
+absl::Status Run::Prepare() {
   if (options_.targets.empty()) {
     return absl::InvalidArgumentError("no targets: give at least one host:port");
   }
@@ -1165,10 +1165,11 @@ absl::Status Run::Prepare(int64_t created_ns) {
   }
   CLUSTERPROF_ASSIGN_OR_RETURN(digest_options_,
                                analysis::DigestOptionsFromProfile(options_.profile));
-  const std::string run = options_.run.empty() ? storage::DefaultRunName(created_ns) : options_.run;
-  CLUSTERPROF_ASSIGN_OR_RETURN(storage::RunLayout layout,
-                               storage::RunLayout::Create(options_.logdir, run));
-  layout_ = std::move(layout);
+  if (!options_.layout.has_value()) {
+    return absl::InvalidArgumentError(
+        "no run layout: CaptureOptions.layout names the logdir and run");
+  }
+  layout_ = options_.layout;
   for (const Target& target : options_.targets) {
     std::string_view address = target.address;
     ConsumePrefix(&address, "grpc://");
@@ -1284,7 +1285,7 @@ storage::StorageSet& Run::Storages() {
 
 void Run::WriteRunFile(std::string_view name, std::string_view what, const std::string& content,
                        std::string* uri) {
-  absl::StatusOr<storage::Storage*> store = Storages().For(options_.logdir);
+  absl::StatusOr<storage::Storage*> store = Storages().For(layout_->logdir());
   absl::StatusOr<storage::ObjectInfo> written =
       store.ok() ? storage::WriteObject(**store, StrCat(layout_->RunDir(), "/", name), content)
                  : absl::StatusOr<storage::ObjectInfo>(store.status());
@@ -1409,7 +1410,7 @@ void Run::ExplainConnectFailures() {
 
 absl::StatusOr<RunResult> Run::Execute() {
   const int64_t created_ns = clock_.WallNs();
-  CLUSTERPROF_RETURN_IF_ERROR(Prepare(created_ns));
+  CLUSTERPROF_RETURN_IF_ERROR(Prepare());
   CheckFileLimit();
   Connect();
   CancelToken::Registration on_stop;

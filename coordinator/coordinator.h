@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -61,9 +62,9 @@ struct Target {
 
 struct CaptureOptions {
   std::vector<Target> targets;
-  storage::Logdir logdir;
-  // Empty: the UTC time of the capture, YYYY_MM_DD_HH_MM_SS.
-  std::string run;
+  // Where the run goes: made by whoever names the run (the ProfileJob controller from its start
+  // instant, `clusterprof capture` from --run or the time). Required.
+  std::optional<storage::RunLayout> layout;
   int64_t duration_ms = 2000;
   int64_t delay_ms = 0;
   // The least time between sending the requests and the start, so every target has its

@@ -85,7 +85,7 @@ std::string ManifestJson(const CaptureOptions& options, const RunResult& result,
   json.Open('{');
   json.Field("kind", std::string_view("clusterprof.io/v1alpha1/CaptureRun"));
   json.Field("run", result.run);
-  json.Field("logdir", options.logdir.uri);
+  json.Field("logdir", options.layout.has_value() ? options.layout->logdir().uri : "");
   json.Field("created_ns", created_ns);
   json.Field("t0_ns", result.t0_ns);
   json.Field("duration_ms", options.duration_ms);

@@ -111,14 +111,12 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
         "repository_root is empty: give <logdir>/plugins/profile, or set emit_xspace to get the "
         "XSpace in the response instead of files");
   }
-  if (!StartsWith(root_text, "/") && !StartsWith(root_text, "file://") &&
-      !StartsWith(root_text, "gs://")) {
-    return absl::InvalidArgumentError(
-        StrCat("repository_root '", root_text,
-               "' is relative; the sidecar needs an absolute path, file:// or gs:// location"));
+  absl::StatusOr<storage::Logdir> root = storage::ParseAbsoluteLogdir(root_text);
+  if (!root.ok()) {
+    return absl::InvalidArgumentError(StrCat("repository_root: ", root.status().message()));
   }
   absl::StatusOr<storage::RunLayout> layout =
-      storage::RunLayout::FromRepositoryRoot(root_text, out.session_id);
+      storage::RunLayout::FromRepositoryRoot(*root, out.session_id);
   if (!layout.ok()) return absl::InvalidArgumentError(layout.status().message());
   if (policy.allowed_logdirs.empty()) {
     return absl::PermissionDeniedError(
@@ -127,11 +125,11 @@ absl::StatusOr<CaptureRequest> ParseCaptureRequest(const tensorflow::ProfileRequ
   }
   // The run directory is checked, not the logdir: a symbolic link at plugins/, profile/ or
   // <run>/ must not lead out of the allowed prefixes either.
-  CLUSTERPROF_ASSIGN_OR_RETURN(const storage::Logdir root, storage::ParseLogdir(layout->RunDir()));
+  const storage::Logdir run_dir = layout->RunDirLogdir();
   bool allowed = false;
   std::string prefixes;
   for (const storage::Logdir& prefix : policy.allowed_logdirs) {
-    allowed = allowed || storage::IsUnderPrefix(root, prefix);
+    allowed = allowed || storage::IsUnderPrefix(run_dir, prefix);
     StrAppend(&prefixes, prefixes.empty() ? "" : ", ", prefix.uri);
   }
   if (!allowed) {

@@ -75,6 +75,41 @@ std::string Logdir::Join(std::string_view relative) const {
   return StrCat(uri, "/", relative);
 }
 
+Logdir Logdir::Below(std::string_view relative) const {
+  Logdir below = *this;
+  below.uri = Join(relative);
+  if (kind == Kind::kGcs)
+    below.prefix = prefix.empty() ? std::string(relative) : StrCat(prefix, "/", relative);
+  return below;
+}
+
+std::optional<Logdir> Logdir::Above(std::string_view relative) const {
+  std::string_view rest = uri;
+  if (!ConsumeSuffix(&rest, relative) || !ConsumeSuffix(&rest, "/")) return std::nullopt;
+  Logdir above = *this;
+  if (kind == Kind::kGcs) {
+    std::string_view prefix_rest = prefix;
+    if (!ConsumeSuffix(&prefix_rest, relative)) return std::nullopt;
+    ConsumeSuffix(&prefix_rest, "/");
+    above.prefix = std::string(prefix_rest);
+    above.uri = std::string(rest);
+  } else {
+    above.uri = rest.empty() ? "/" : std::string(rest);
+  }
+  return above;
+}
+
+absl::StatusOr<Logdir> ParseAbsoluteLogdir(std::string_view text) {
+  // Leading whitespace is not stripped here: " gs://b" is not what a spec or request means.
+  if (!text.empty() && !StartsWith(text, "gs://") && !StartsWith(text, "/") &&
+      !StartsWith(text, "file:///")) {
+    return absl::InvalidArgumentError(
+        StrCat("\"", text, "\" is neither gs://bucket/prefix nor an absolute path (/... or ",
+               "file:///...)"));
+  }
+  return ParseLogdir(text);
+}
+
 absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd) {
   const std::string_view original = text;
   text = StripAsciiWhitespace(text);
@@ -172,22 +207,29 @@ absl::StatusOr<RunLayout> RunLayout::Create(Logdir logdir, std::string_view run)
   return RunLayout(std::move(logdir), std::string(run));
 }
 
-absl::StatusOr<RunLayout> RunLayout::FromRepositoryRoot(std::string_view repository_root,
+absl::StatusOr<RunLayout> RunLayout::FromRepositoryRoot(const Logdir& repository_root,
                                                         std::string_view run) {
-  CLUSTERPROF_ASSIGN_OR_RETURN(Logdir root, ParseLogdir(repository_root));
-  std::string_view uri = root.uri;
-  if (!ConsumeSuffix(&uri, StrCat("/", kProfilePluginDir))) {
+  std::optional<Logdir> logdir = repository_root.Above(kProfilePluginDir);
+  if (!logdir) {
     return absl::InvalidArgumentError(
-        StrCat("repository_root '", repository_root, "' does not end in /", kProfilePluginDir,
+        StrCat("repository_root '", repository_root.uri, "' does not end in /", kProfilePluginDir,
                ": TensorBoard and XProf only find runs under <logdir>/", kProfilePluginDir));
   }
-  CLUSTERPROF_ASSIGN_OR_RETURN(Logdir logdir, ParseLogdir(uri));
-  return Create(std::move(logdir), run);
+  if (logdir->kind == Logdir::Kind::kLocal && logdir->uri == "/") {
+    return absl::InvalidArgumentError(
+        StrCat("repository_root '", repository_root.uri,
+               "' makes the file system's root the logdir; give a directory below it"));
+  }
+  return Create(*std::move(logdir), run);
 }
 
 std::string RunLayout::RepositoryRoot() const { return logdir_.Join(kProfilePluginDir); }
 
 std::string RunLayout::RunDir() const { return StrCat(RepositoryRoot(), "/", run_); }
+
+Logdir RunLayout::RunDirLogdir() const {
+  return logdir_.Below(StrCat(kProfilePluginDir, "/", run_));
+}
 
 std::string RunLayout::XPlanePath(std::string_view host_stem) const {
   return StrCat(RunDir(), "/", host_stem, kXPlaneSuffix);

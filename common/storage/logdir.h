@@ -9,6 +9,7 @@
 #ifndef CLUSTERPROF_COMMON_STORAGE_LOGDIR_H_
 #define CLUSTERPROF_COMMON_STORAGE_LOGDIR_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,12 +30,22 @@ struct Logdir {
 
   // `uri` joined with a relative path by '/'.
   std::string Join(std::string_view relative) const;
+  // The logdir `relative` ('/'-separated components, none "." or "..") names below this one,
+  // without parsing again.
+  Logdir Below(std::string_view relative) const;
+  // This logdir less a trailing `relative`; nullopt when it does not end in it.
+  std::optional<Logdir> Above(std::string_view relative) const;
 };
 
 // Parses "/abs/path", "relative/path" (made absolute against `cwd`), "file:///abs/path" and
 // "gs://bucket[/prefix]". Rejects empty strings, other schemes, bad bucket names and '..'
 // components with an InvalidArgument error that quotes the input.
 absl::StatusOr<Logdir> ParseLogdir(std::string_view text, std::string_view cwd = "");
+
+// For a logdir that arrives from elsewhere (a ProfileJob's spec, a ProfileRequest's
+// repository_root), where no working directory gives a relative path its meaning: as ParseLogdir,
+// but anything other than gs://, an absolute path or file:/// is refused.
+absl::StatusOr<Logdir> ParseAbsoluteLogdir(std::string_view text);
 
 // Whether `root` (a parsed repository root) lies inside `allowed`. Local paths must name the
 // prefix (as given, or as its real path), and compare whole components after resolving symbolic
@@ -65,7 +76,7 @@ class RunLayout {
   // Fails if `run` is not a safe path component.
   static absl::StatusOr<RunLayout> Create(Logdir logdir, std::string_view run);
   // For a repository_root as the profiler protocol sends it (<logdir>/plugins/profile).
-  static absl::StatusOr<RunLayout> FromRepositoryRoot(std::string_view repository_root,
+  static absl::StatusOr<RunLayout> FromRepositoryRoot(const Logdir& repository_root,
                                                       std::string_view run);
 
   const Logdir& logdir() const { return logdir_; }
@@ -74,6 +85,8 @@ class RunLayout {
   std::string RepositoryRoot() const;
   // <logdir>/plugins/profile/<run>
   std::string RunDir() const;
+  // The same, as a logdir (to check against allowed prefixes).
+  Logdir RunDirLogdir() const;
   // Paths for a host; `host_stem` must come from HostFileStem.
   std::string XPlanePath(std::string_view host_stem) const;
   std::string TraceJsonPath(std::string_view host_stem) const;

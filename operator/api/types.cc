@@ -113,23 +113,18 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
   CLUSTERPROF_RETURN_IF_ERROR(
       Range(spec.Path("lookbackMs"), out.lookback_ms, 0, kMaxLookbackMs, "milliseconds"));
 
-  CLUSTERPROF_RETURN_IF_ERROR(spec.String("logdir", &out.logdir));
-  if (out.logdir.empty()) {
+  std::string logdir_text;
+  CLUSTERPROF_RETURN_IF_ERROR(spec.String("logdir", &logdir_text));
+  if (logdir_text.empty()) {
     return absl::InvalidArgumentError(
         StrCat(spec.Path("logdir"),
                ": required: gs://bucket/prefix or an absolute path such as /data/tensorboard"));
   }
-  if (!StartsWith(out.logdir, "gs://") && !StartsWith(out.logdir, "/") &&
-      !StartsWith(out.logdir, "file:///")) {
-    return absl::InvalidArgumentError(
-        StrCat(spec.Path("logdir"), ": \"", out.logdir,
-               "\" is neither gs://bucket/prefix nor an absolute path (/... or file:///...)"));
-  }
-  absl::StatusOr<storage::Logdir> logdir = storage::ParseLogdir(out.logdir);
+  absl::StatusOr<storage::Logdir> logdir = storage::ParseAbsoluteLogdir(logdir_text);
   if (!logdir.ok()) {
     return absl::InvalidArgumentError(StrCat(spec.Path("logdir"), ": ", logdir.status().message()));
   }
-  out.parsed_logdir = *std::move(logdir);
+  out.logdir = *std::move(logdir);
 
   CLUSTERPROF_RETURN_IF_ERROR(spec.String("runName", &out.run_name));
   if (!out.run_name.empty()) {

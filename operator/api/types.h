@@ -96,9 +96,8 @@ struct ProfileJobSpec {
   // How far before the start the trace reaches: the annotations the sidecars' flight recorders
   // kept (docs/triggers.md); sent as advanced_configuration clusterprof_lookback_ms. 0: none.
   int64_t lookback_ms = 0;
-  // As written, and parsed (ParseProfileJobSpec checked that it parses).
-  std::string logdir;
-  storage::Logdir parsed_logdir;
+  // gs://bucket/prefix or an absolute path, parsed once here.
+  storage::Logdir logdir;
   // "": the UTC start time, YYYY_MM_DD_HH_MM_SS.
   std::string run_name;
   int32_t tracing_attempts = 3;

@@ -89,17 +89,20 @@ std::string JoinNames(const std::vector<std::string>& names, size_t limit) {
   return out;
 }
 
-coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
-                                              const api::ProfileJobStatus& status,
-                                              const std::vector<ResolvedTarget>& targets,
-                                              const CaptureSettings& settings, bool resume) {
+absl::StatusOr<storage::RunLayout> JobRunLayout(const api::ProfileJobSpec& spec,
+                                                std::string_view run) {
+  return storage::RunLayout::Create(spec.logdir, run);
+}
+
+absl::StatusOr<coordinator::CaptureOptions> CaptureOptionsFor(
+    const api::ProfileJobSpec& spec, const api::ProfileJobStatus& status,
+    const std::vector<ResolvedTarget>& targets, const CaptureSettings& settings, bool resume) {
   coordinator::CaptureOptions options;
+  CLUSTERPROF_ASSIGN_OR_RETURN(options.layout, JobRunLayout(spec, status.run_name));
   options.targets.reserve(targets.size());
   for (const ResolvedTarget& target : targets) {
     options.targets.push_back({target.address, target.name, target.node});
   }
-  options.logdir = spec.parsed_logdir;
-  options.run = status.run_name;
   options.duration_ms = spec.duration_ms;
   options.delay_ms = spec.delay_ms;
   options.num_tracing_attempts = spec.tracing_attempts;

@@ -39,14 +39,19 @@ struct CaptureSettings {
   storage::StorageSet* storages = nullptr;
 };
 
+// Where the run `run` of the job with `spec` goes: its logdir and run name, checked. Scheduling
+// records its directory in the status, and each capture (or resume) of the run writes there.
+absl::StatusOr<storage::RunLayout> JobRunLayout(const api::ProfileJobSpec& spec,
+                                                std::string_view run);
+
 // The coordinator's options for capturing (or, with `resume`, resuming) the run that `status`
-// planned (its run, T0 and attempts so far) from `targets`. The capture outlives the operator,
+// planned (its run, T0 and attempts so far) from `targets`; an error when the run's name, as the
+// status has it, is not one (JobRunLayout). The capture outlives the operator,
 // so a successor can rejoin it: it resolves the targets again, and each sidecar's session state
 // says what that target did (a finished session is read back, a running one joined).
-coordinator::CaptureOptions CaptureOptionsFor(const api::ProfileJobSpec& spec,
-                                              const api::ProfileJobStatus& status,
-                                              const std::vector<ResolvedTarget>& targets,
-                                              const CaptureSettings& settings, bool resume);
+absl::StatusOr<coordinator::CaptureOptions> CaptureOptionsFor(
+    const api::ProfileJobSpec& spec, const api::ProfileJobStatus& status,
+    const std::vector<ResolvedTarget>& targets, const CaptureSettings& settings, bool resume);
 
 // What a target that came back without data gets in its status and Events: the coordinator's
 // message, with what to look at when nothing listened on its port.

@@ -280,7 +280,7 @@ bool ProfileJobController::OwnCaptureHolds(const std::string& key, const kube::O
 
 std::optional<ProfileJobController::Refusal> ProfileJobController::Refuse(
     const kube::ObjectMeta& meta, const api::ProfileJobSpec& spec) {
-  if (std::string why = LogdirOutsideAllowlist(spec.parsed_logdir, options_.allowed_logdirs);
+  if (std::string why = LogdirOutsideAllowlist(spec.logdir, options_.allowed_logdirs);
       !why.empty()) {
     return Refusal{"LogdirNotAllowed", std::move(why)};
   }
@@ -376,7 +376,7 @@ absl::Status ProfileJobController::Schedule(const kube::ObjectMeta& meta,
   const int64_t now = clock_->WallNs();
   const int64_t t0 = now + std::max(spec.delay_ms, options_.fan_out_lead_ms) * kNanosPerMilli;
   const std::string run = spec.run_name.empty() ? storage::DefaultRunName(t0) : spec.run_name;
-  absl::StatusOr<storage::RunLayout> layout = storage::RunLayout::Create(spec.parsed_logdir, run);
+  absl::StatusOr<storage::RunLayout> layout = JobRunLayout(spec, run);
   if (!layout.ok()) {
     return Fail(meta, job, std::move(status), "InvalidSpec",
                 std::string(layout.status().message()));
@@ -755,8 +755,10 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                     std::string(token.status().message()));
     }
   }
-  coordinator::CaptureOptions options =
+  absl::StatusOr<coordinator::CaptureOptions> made =
       CaptureOptionsFor(spec, status, plan.targets, settings, resume);
+  coordinator::CaptureOptions options =
+      made.ok() ? *std::move(made) : coordinator::CaptureOptions{};
   options.cancel = &capture->cancel;
   options.stop = &capture->stop;
   const std::string run = status.run_name;
@@ -796,8 +798,11 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
   };
   std::optional<coordinator::RunResult> last;
   const int64_t started = clock_->MonotonicNs();
-  absl::StatusOr<coordinator::RunResult> result = coordinator::Capture(
-      options, *clock_, [&](const coordinator::RunResult& state, int64_t) { last = state; });
+  absl::StatusOr<coordinator::RunResult> result =
+      made.ok() ? coordinator::Capture(
+                      options, *clock_,
+                      [&](const coordinator::RunResult& state, int64_t) { last = state; })
+                : made.status();
   // The last Capturing write lands before anything else is written.
   if (absl::Status settled = settle_write(); !settled.ok()) aborted = true;
   if (result.ok()) last = *result;

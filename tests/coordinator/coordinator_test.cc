@@ -70,7 +70,7 @@ TEST(EstimateClockOffsetTest, TheSmallestRoundTripWins) {
 
 TEST(ManifestJsonTest, IsValidJsonWithEveryTarget) {
   CaptureOptions options;
-  options.logdir = *storage::ParseLogdir("/data/tb");
+  options.layout = *storage::RunLayout::Create(*storage::ParseLogdir("/data/tb"), "run1");
   options.duration_ms = 2000;
   options.delay_ms = 500;
   RunResult result;
@@ -127,15 +127,16 @@ TEST(ManifestJsonTest, IsValidJsonWithEveryTarget) {
 TEST(CaptureTest, BadOptionsAreInvalidArguments) {
   SimulatedClock clock;
   CaptureOptions options;
-  options.logdir = *storage::ParseLogdir("/tmp/x");
+  options.targets = {{"127.0.0.1:1", ""}};
+  // No layout: no logdir and run.
+  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
+  options.layout = *storage::RunLayout::Create(*storage::ParseLogdir("/tmp/x"), "ok");
+  options.targets.clear();
   EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
   options.targets = {{"127.0.0.1:1", ""}};
   options.duration_ms = 0;
   EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
   options.duration_ms = 100;
-  options.run = "../escape";
-  EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
-  options.run = "ok";
   options.targets = {{"127.0.0.1:1", "bad/name"}};
   EXPECT_EQ(Capture(options, clock).status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -144,8 +145,7 @@ TEST(CaptureTest, BadOptionsAreInvalidArguments) {
 class FakeCaptureTest : public ::testing::Test {
  protected:
   FakeCaptureTest() : servers_(&clock_) {
-    options_.logdir = *storage::ParseLogdir(dir_.path());
-    options_.run = "run1";
+    options_.layout = *storage::RunLayout::Create(*storage::ParseLogdir(dir_.path()), "run1");
     options_.duration_ms = 1000;
     options_.delay_ms = 500;
     options_.retry_backoff_ms = 1000;

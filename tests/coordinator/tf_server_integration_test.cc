@@ -247,8 +247,7 @@ class TfServerIntegrationTest : public ::testing::Test {
     coordinator::CaptureOptions options;
     if (sidecar_ != nullptr) options.targets.push_back({sidecar_->address(), ""});
     options.targets.push_back({tf_->address(), ""});
-    options.logdir = *storage::ParseLogdir(logs_);
-    options.run = run;
+    options.layout = *storage::RunLayout::Create(*storage::ParseLogdir(logs_), run);
     options.duration_ms = 600;
     options.delay_ms = 300;
     options.retry_backoff_ms = 200;

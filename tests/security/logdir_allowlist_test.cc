@@ -138,7 +138,7 @@ class LogdirAllowlistTest : public ::testing::Test {
       return outcome;
     }
     absl::StatusOr<storage::RunLayout> layout =
-        storage::RunLayout::Create(parsed->parsed_logdir, parsed->run_name);
+        storage::RunLayout::Create(parsed->logdir, parsed->run_name);
     EXPECT_TRUE(layout.ok()) << layout.status();
     return Send(layout->RepositoryRoot());
   }

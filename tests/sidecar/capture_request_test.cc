@@ -303,7 +303,9 @@ TEST_F(CaptureRequestTest, ARootMustNameTheAllowedPrefixItselfOrItsRealPath) {
 
 TEST_F(CaptureRequestTest, RelativeOrMissingRootsAndNoPrefixesAreRefused) {
   request_.set_repository_root("tb/plugins/profile");
-  EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("relative"));
+  EXPECT_THAT(std::string(Parse().status().message()),
+              HasSubstr("repository_root: \"tb/plugins/profile\" is neither gs://bucket/prefix "
+                        "nor an absolute path"));
   request_.set_repository_root("");
   EXPECT_THAT(std::string(Parse().status().message()), HasSubstr("emit_xspace"));
   request_.set_repository_root(allowed_.Join("tb/not_the_profile_dir"));

@@ -44,10 +44,9 @@ TEST(FrameworkIntegrationTest, SidecarWithFrameworkAndADirectFrameworkServerInOn
   coordinator::CaptureOptions options;
   options.targets.push_back({StrCat("127.0.0.1:", sidecar_port), ""});
   options.targets.push_back({StrCat("127.0.0.1:", direct_port), "jax-host-1"});
-  options.logdir = *storage::ParseLogdir(logs);
+  options.layout = *storage::RunLayout::Create(*storage::ParseLogdir(logs), "mixed");
   options.duration_ms = 400;
   options.delay_ms = 500;
-  options.run = "mixed";
   RealClock clock;
   auto result = coordinator::Capture(options, clock);
   ASSERT_TRUE(result.ok()) << result.status() << "\n"

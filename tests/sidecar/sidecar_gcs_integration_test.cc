@@ -175,8 +175,8 @@ TEST_F(SidecarGcsTest, TheCoordinatorsManifestRecordsEachUpload) {
       .gcs = {.spool_dir = root_.Join("coordinator-spool")}});
   coordinator::CaptureOptions options;
   options.targets.push_back({address, ""});
-  options.logdir = *storage::ParseLogdir("gs://logs/tb");
-  options.run = "coordinated";
+  options.layout =
+      *storage::RunLayout::Create(*storage::ParseLogdir("gs://logs/tb"), "coordinated");
   options.duration_ms = 300;
   options.storages = &storages;
   auto result = coordinator::Capture(options, clock);

@@ -104,10 +104,14 @@ class SidecarIntegrationTest : public ::testing::Test {
     return hosts;
   }
 
+  storage::RunLayout Layout(std::string_view run) {
+    return *storage::RunLayout::Create(*storage::ParseLogdir(logs_), run);
+  }
+
   coordinator::CaptureOptions Options(const std::vector<std::unique_ptr<Host>>& hosts) {
     coordinator::CaptureOptions options;
     for (const auto& host : hosts) options.targets.push_back({host->address(), ""});
-    options.logdir = *storage::ParseLogdir(logs_);
+    options.layout = Layout("capture");
     options.duration_ms = 600;
     options.delay_ms = 300;
     options.retry_backoff_ms = 200;
@@ -153,7 +157,7 @@ class SidecarIntegrationTest : public ::testing::Test {
 TEST_F(SidecarIntegrationTest, CapturesAcrossFourSidecars) {
   auto hosts = StartHosts(4);
   coordinator::CaptureOptions options = Options(hosts);
-  options.run = "four_hosts";
+  options.layout = Layout("four_hosts");
   auto result = coordinator::Capture(options, clock_);
   ASSERT_TRUE(result.ok()) << result.status() << "\n" << hosts[0]->Log();
   EXPECT_EQ(result->succeeded, 4);
@@ -197,7 +201,7 @@ TEST_F(SidecarIntegrationTest, CapturesAcrossFourSidecars) {
 TEST_F(SidecarIntegrationTest, ReleasedCallsStillGiveEveryHostsFullCapture) {
   auto hosts = StartHosts(3);
   coordinator::CaptureOptions options = Options(hosts);
-  options.run = "released";
+  options.layout = Layout("released");
   options.outlive_client = true;
   options.duration_ms = 800;
   auto result = coordinator::Capture(options, clock_);
@@ -245,7 +249,7 @@ TEST_F(SidecarIntegrationTest, ADownSidecarIsReportedAndTheOthersSucceed) {
 TEST_F(SidecarIntegrationTest, NoHostWithDataFailsLikeUpstream) {
   coordinator::CaptureOptions options;
   options.targets.push_back({StrCat("127.0.0.1:", testing::UnusedPort()), ""});
-  options.logdir = *storage::ParseLogdir(logs_);
+  options.layout = Layout("unreachable");
   options.duration_ms = 100;
   options.num_tracing_attempts = 1;
   auto result = coordinator::Capture(options, clock_);
@@ -355,7 +359,7 @@ TEST_F(SidecarIntegrationTest, AResumedRunReadsBackJoinsAndCapturesWithoutRepeat
   // Host 2 never heard of it.
   coordinator::CaptureOptions options = Options(hosts);
   for (size_t i = 0; i < hosts.size(); ++i) options.targets[i].host_name = hosts[i]->name();
-  options.run = run;
+  options.layout = Layout(run);
   options.resume = true;
   options.start_at_ns = t0;
   options.attempts_used = 0;

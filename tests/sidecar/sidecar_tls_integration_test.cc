@@ -188,9 +188,9 @@ TEST_F(SidecarTlsTest, ARotationDuringACaptureLosesNothing) {
   // The operator's side of the Secret: its token file, reread for each capture.
   coordinator::CaptureOptions options;
   options.targets.push_back({address(), ""});
-  options.logdir = *storage::ParseLogdir(root_.Join("logs"));
+  const storage::Logdir logdir = *storage::ParseLogdir(root_.Join("logs"));
+  options.layout = *storage::RunLayout::Create(logdir, "rotated");
   options.duration_ms = 3000;
-  options.run = "rotated";
   options.auth_token = "token-one";
   options.security = security_;
   RealClock clock;
@@ -213,7 +213,7 @@ TEST_F(SidecarTlsTest, ARotationDuringACaptureLosesNothing) {
         << file;
   }
   // The next capture uses the new token, over the new certificate.
-  options.run = "after";
+  options.layout = *storage::RunLayout::Create(logdir, "after");
   options.duration_ms = 300;
   options.auth_token = "token-two";
   auto after = coordinator::Capture(options, clock);
@@ -272,9 +272,9 @@ TEST_F(SidecarTlsTest, ACallerWithTheNewTokenFallsBackToTheOneBefore) {
   StartSidecar();
   coordinator::CaptureOptions options;
   options.targets.push_back({address(), ""});
-  options.logdir = *storage::ParseLogdir(root_.Join("logs"));
+  const storage::Logdir logdir = *storage::ParseLogdir(root_.Join("logs"));
+  options.layout = *storage::RunLayout::Create(logdir, "fallback");
   options.duration_ms = 200;
-  options.run = "fallback";
   options.auth_token = "token-two";  // not yet in the sidecar's file
   options.previous_auth_token = "token-one";
   options.security = security_;
@@ -285,7 +285,7 @@ TEST_F(SidecarTlsTest, ACallerWithTheNewTokenFallsBackToTheOneBefore) {
       << result.status();
   EXPECT_EQ(Metric(http_port_, "clusterprof_sidecar_captures_total"), 1);
   options.previous_auth_token.clear();
-  options.run = "no-fallback";
+  options.layout = *storage::RunLayout::Create(logdir, "no-fallback");
   result = coordinator::Capture(options, clock);
   ASSERT_FALSE(result.ok());
   EXPECT_GE(

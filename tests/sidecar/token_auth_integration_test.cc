@@ -96,10 +96,10 @@ TEST(TokenAuthIntegrationTest, OnlyCallsWithTheTokenGetThrough) {
   // The coordinator sends the token on every call: probes, Profile, session queries.
   coordinator::CaptureOptions options;
   options.targets.push_back({StrCat("127.0.0.1:", port), ""});
-  options.logdir = *storage::ParseLogdir(root.Join("logs"));
+  options.layout =
+      *storage::RunLayout::Create(*storage::ParseLogdir(root.Join("logs")), "with_token");
   options.duration_ms = 200;
   options.delay_ms = 300;
-  options.run = "with_token";
   options.auth_token = "s3cret-token";
   RealClock clock;
   auto result = coordinator::Capture(options, clock);

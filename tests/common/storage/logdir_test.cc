@@ -1,5 +1,6 @@
 #include "common/storage/logdir.h"
 
+#include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -79,13 +80,56 @@ TEST(RunLayoutTest, Paths) {
 }
 
 TEST(RunLayoutTest, FromRepositoryRoot) {
-  auto layout = RunLayout::FromRepositoryRoot("gs://bkt/tb/plugins/profile", "r1");
+  auto layout = RunLayout::FromRepositoryRoot(*ParseLogdir("gs://bkt/tb/plugins/profile"), "r1");
   ASSERT_TRUE(layout.ok()) << layout.status();
   EXPECT_EQ(layout->logdir().uri, "gs://bkt/tb");
+  EXPECT_EQ(layout->logdir().prefix, "tb");
   EXPECT_EQ(layout->XPlanePath("h"), "gs://bkt/tb/plugins/profile/r1/h.xplane.pb");
-  auto bad = RunLayout::FromRepositoryRoot("/tb/somewhere", "r1");
+  EXPECT_EQ(layout->RunDirLogdir().uri, "gs://bkt/tb/plugins/profile/r1");
+  EXPECT_EQ(layout->RunDirLogdir().prefix, "tb/plugins/profile/r1");
+  auto bad = RunLayout::FromRepositoryRoot(*ParseLogdir("/tb/somewhere"), "r1");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("plugins/profile"));
+  auto root = RunLayout::FromRepositoryRoot(*ParseLogdir("/plugins/profile"), "r1");
+  EXPECT_EQ(root.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Below and Above give what parsing the longer or shorter text would, without parsing it.
+TEST(LogdirTest, BelowAndAboveAgreeWithParsing) {
+  auto same = [](const Logdir& a, const Logdir& b) {
+    return a.kind == b.kind && a.uri == b.uri && a.bucket == b.bucket && a.prefix == b.prefix;
+  };
+  for (const std::string root : {"/", "/tb", "/data/tb", "gs://bkt", "gs://bkt/p/q", "file:///x"}) {
+    SCOPED_TRACE(root);
+    const Logdir parsed = *ParseLogdir(root);
+    const Logdir below = parsed.Below("plugins/profile");
+    const Logdir longer =
+        *ParseLogdir(StrCat(root, root.back() == '/' ? "" : "/", "plugins/profile"));
+    EXPECT_TRUE(same(below, longer)) << below.uri << " vs " << longer.uri;
+    std::optional<Logdir> above = below.Above("plugins/profile");
+    ASSERT_TRUE(above.has_value());
+    EXPECT_TRUE(same(*above, parsed)) << above->uri << " vs " << parsed.uri;
+  }
+  EXPECT_FALSE(ParseLogdir("/tb/xplugins/profile")->Above("plugins/profile").has_value());
+  EXPECT_FALSE(ParseLogdir("gs://bkt/xplugins/profile")->Above("plugins/profile").has_value());
+  EXPECT_FALSE(ParseLogdir("gs://bkt/tb")->Above("plugins/profile").has_value());
+}
+
+TEST(LogdirTest, AbsoluteLogdirsOnlyFromElsewhere) {
+  EXPECT_EQ(ParseAbsoluteLogdir("gs://bkt/tb")->uri, "gs://bkt/tb");
+  EXPECT_EQ(ParseAbsoluteLogdir("/data/tb/")->uri, "/data/tb");
+  EXPECT_EQ(ParseAbsoluteLogdir("file:///data/tb")->uri, "/data/tb");
+  for (const char* text : {"relative/dir", "./x", "s3://b/x", "file://host/x", " gs://b/x"}) {
+    absl::StatusOr<Logdir> refused = ParseAbsoluteLogdir(text);
+    ASSERT_FALSE(refused.ok()) << text;
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr(StrCat("\"", text,
+                                 "\" is neither gs://bucket/prefix nor an absolute "
+                                 "path")));
+  }
+  // What ParseLogdir refuses stays refused, with its own reason.
+  EXPECT_THAT(ParseAbsoluteLogdir("gs://B/x").status().message(), HasSubstr("bucket name"));
+  EXPECT_THAT(ParseAbsoluteLogdir("").status().message(), HasSubstr("logdir is empty"));
 }
 
 TEST(DefaultRunNameTest, UpstreamFormat) {

@@ -35,7 +35,7 @@ void CheckJobSpec(const web::json::value& json) {
   FUZZ_CHECK(spec->min_ready >= 0 && spec->port >= 0);
   FUZZ_CHECK(!spec->ttl_seconds_after_finished.has_value() ||
              *spec->ttl_seconds_after_finished >= 0);
-  FUZZ_CHECK(!spec->logdir.empty());
+  FUZZ_CHECK(!spec->logdir.uri.empty());
 }
 
 void CheckScheduleSpec(const web::json::value& json) {

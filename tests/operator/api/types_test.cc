@@ -59,9 +59,9 @@ TEST(ProfileJobSpecTest, ReadsEveryField) {
   EXPECT_EQ(spec->min_ready, 2);
   EXPECT_EQ(spec->duration_ms, 5000);
   EXPECT_EQ(spec->delay_ms, 0);
-  EXPECT_EQ(spec->logdir, "gs://bucket/tb");
-  EXPECT_EQ(spec->parsed_logdir.bucket, "bucket");
-  EXPECT_EQ(spec->parsed_logdir.kind, storage::Logdir::Kind::kGcs);
+  EXPECT_EQ(spec->logdir.uri, "gs://bucket/tb");
+  EXPECT_EQ(spec->logdir.bucket, "bucket");
+  EXPECT_EQ(spec->logdir.kind, storage::Logdir::Kind::kGcs);
   EXPECT_EQ(spec->run_name, "step_1200");
   EXPECT_EQ(spec->tracing_attempts, 5);
   EXPECT_EQ(spec->profile_options.host_tracer_level(), 3u);

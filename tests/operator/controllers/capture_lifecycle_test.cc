@@ -73,7 +73,7 @@ TEST(CaptureOptionsForTest, TheSpecAndStatusBecomeTheCoordinatorsOptions) {
   spec.profile_options.set_python_tracer_level(1);
   (*spec.profile_options.mutable_advanced_configuration())["gpu_max_activity_api_events"]
       .set_int64_value(1000);
-  spec.parsed_logdir = *storage::ParseLogdir("/logs");
+  spec.logdir = *storage::ParseLogdir("/logs");
   api::ProfileJobStatus status = Capturing("r1");
   status.start_time_ns = 123;
   status.attempt = 3;
@@ -84,11 +84,12 @@ TEST(CaptureOptionsForTest, TheSpecAndStatusBecomeTheCoordinatorsOptions) {
                                  .auth_token = "t"};
 
   const coordinator::CaptureOptions fresh =
-      CaptureOptionsFor(spec, status, Plan().targets, settings, false);
+      *CaptureOptionsFor(spec, status, Plan().targets, settings, false);
   ASSERT_EQ(fresh.targets.size(), 2u);
   EXPECT_EQ(fresh.targets[1].address, "b:8466");
   EXPECT_EQ(fresh.targets[1].host_name, "b");
-  EXPECT_EQ(fresh.run, "r1");
+  ASSERT_TRUE(fresh.layout.has_value());
+  EXPECT_EQ(fresh.layout->RunDir(), "/logs/plugins/profile/r1");
   EXPECT_EQ(fresh.duration_ms, 3000);
   EXPECT_EQ(fresh.delay_ms, 500);
   EXPECT_EQ(fresh.num_tracing_attempts, 4);
@@ -108,9 +109,16 @@ TEST(CaptureOptionsForTest, TheSpecAndStatusBecomeTheCoordinatorsOptions) {
   EXPECT_EQ(fresh.attempts_used, 0);
 
   const coordinator::CaptureOptions resumed =
-      CaptureOptionsFor(spec, status, Plan().targets, settings, true);
+      *CaptureOptionsFor(spec, status, Plan().targets, settings, true);
   EXPECT_TRUE(resumed.resume);
   EXPECT_EQ(resumed.attempts_used, 2) << "the attempt under way is made again";
+
+  // A run name that is not one (a status edited by hand) is refused, not captured.
+  status.run_name = "../elsewhere";
+  absl::StatusOr<coordinator::CaptureOptions> refused =
+      CaptureOptionsFor(spec, status, Plan().targets, settings, false);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("run name"));
 }
 
 TEST(PhaseForTest, FromTheTargetsWithData) {

@@ -496,8 +496,7 @@ TEST_F(ProfileJobControllerTest, AJobFoundCapturingIsResumedAndReadBackNotCaptur
   // An earlier operator captured run "r1" and stopped before writing the final status.
   coordinator::CaptureOptions earlier;
   earlier.targets = {{"10.0.0.1:8466", "worker-0"}};
-  earlier.logdir = *storage::ParseLogdir(dir_.path());
-  earlier.run = "r1";
+  earlier.layout = *storage::RunLayout::Create(*storage::ParseLogdir(dir_.path()), "r1");
   earlier.connector = &servers_;
   earlier.write_manifest = false;
   ASSERT_TRUE(coordinator::Capture(earlier, clock_).ok());
@@ -530,8 +529,7 @@ TEST_F(ProfileJobControllerTest, ALargeJobResumesFromTheSidecarsSessionsNotFromA
   // The earlier operator reached every other pod before it stopped.
   coordinator::CaptureOptions earlier;
   earlier.targets = first_half;
-  earlier.logdir = *storage::ParseLogdir(dir_.path());
-  earlier.run = "r1";
+  earlier.layout = *storage::RunLayout::Create(*storage::ParseLogdir(dir_.path()), "r1");
   earlier.connector = &servers_;
   earlier.write_manifest = false;
   earlier.write_report = false;

@@ -188,7 +188,8 @@ TEST_F(ProfileTriggerIntegrationTest, ADegradingRankFiresOnceAndItsCaptureReache
   EXPECT_EQ(job_spec->lookback_ms, 10000);
   coordinator::CaptureOptions capture;
   for (const std::string& address : addresses_) capture.targets.push_back({address, ""});
-  capture.logdir = job_spec->parsed_logdir;
+  capture.layout =
+      *storage::RunLayout::Create(job_spec->logdir, storage::DefaultRunName(clock_.WallNs()));
   capture.duration_ms = job_spec->duration_ms;
   capture.profile = job_spec->profile_options;
   absl::StatusOr<coordinator::RunResult> run = coordinator::Capture(capture, clock_);
