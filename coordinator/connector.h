@@ -121,6 +121,11 @@ class ChannelPool {
   std::unique_ptr<Poller> poller_;
 };
 
+// The security of connections made through `pool` (when not null: the pool's), else
+// `security` (when not null), else plaintext: the rule GrpcConnector follows.
+std::shared_ptr<const tls::ChannelSecurity> ConnectionSecurity(
+    const ChannelPool* pool, std::shared_ptr<const tls::ChannelSecurity> security);
+
 // gRPC, one channel per server, no message size limit on answers. `auth_token` non-empty: sent
 // as "authorization: Bearer <token>" on every call (sidecars started with --auth-token-file
 // refuse calls without it; TF/JAX servers ignore it). `previous_auth_token` non-empty: a call

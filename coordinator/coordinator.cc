@@ -1218,9 +1218,7 @@ absl::Status Run::PickStart(int attempt, bool first_attempt, const std::vector<s
   // the first probe round (connecting and a call), and more for its request taken, let go and
   // its connection closed: 1.6 times at 10,000 targets here; twice, to spare.
   if (release_calls_ && connect_ns_per_target_ > 0) {
-    const bool tls =
-        (options_.channel_pool != nullptr && options_.channel_pool->security()->tls()) ||
-        (options_.security != nullptr && options_.security->tls());
+    const bool tls = ConnectionSecurity(options_.channel_pool, options_.security)->tls();
     const int64_t extra_ns =
         std::min<int64_t>(tls ? kMaxTlsConnectNsPerTarget : kMaxConnectNsPerTarget,
                           connect_ns_per_target_ * 2 - kSendNsPerTarget);

@@ -386,13 +386,17 @@ size_t ChannelPool::size() const {
   return channels_.size();
 }
 
+std::shared_ptr<const tls::ChannelSecurity> ConnectionSecurity(
+    const ChannelPool* pool, std::shared_ptr<const tls::ChannelSecurity> security) {
+  if (pool != nullptr) return pool->security();
+  return security != nullptr ? std::move(security) : tls::ChannelSecurity::Insecure();
+}
+
 GrpcConnector::GrpcConnector(std::string auth_token,
                              std::shared_ptr<const tls::ChannelSecurity> security,
                              std::string previous_auth_token, ChannelPool* pool)
     : auth_token_(std::move(auth_token)),
-      security_(pool != nullptr       ? pool->security()
-                : security != nullptr ? std::move(security)
-                                      : tls::ChannelSecurity::Insecure()),
+      security_(ConnectionSecurity(pool, std::move(security))),
       previous_auth_token_(std::move(previous_auth_token)),
       pool_(pool) {}
 

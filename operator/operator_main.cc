@@ -23,18 +23,13 @@ int main(int argc, char** argv) {
       "clusterprof-operator: synchronized profiling captures across the pods a ProfileJob "
       "selects, and ProfileSchedules that repeat them"};
   app.set_version_flag("--version", std::string("clusterprof-operator ") + CLUSTERPROF_VERSION);
+  app.name("clusterprof-operator");
   clusterprof::settings::CommandLine<clusterprof::manager::OperatorConfig> command_line(
       &app, clusterprof::manager::OperatorSettings(), {.config_file = true});
-  CLI11_PARSE(app, argc, argv);
-  if (command_line.table_requested()) {
-    std::cout << command_line.table_markdown();
-    return 0;
-  }
-  absl::StatusOr<clusterprof::manager::OperatorConfig> settings = command_line.Resolve();
-  if (!settings.ok()) {
-    std::cerr << "clusterprof-operator: " << settings.status().message() << "\n";
-    return 2;
-  }
+  int exit_code = 0;
+  const std::optional<clusterprof::manager::OperatorConfig> settings =
+      command_line.Parse(argc, argv, &exit_code);
+  if (!settings) return exit_code;
   absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(settings->log_format);
   absl::Status logging =
       format.ok() ? clusterprof::InitLogging(*format, settings->log_level) : format.status();

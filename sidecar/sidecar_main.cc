@@ -34,23 +34,17 @@ int main(int argc, char** argv) {
       "clusterprof-sidecar: a profiler server (the TensorFlow/JAX ProfilerService protocol) that "
       "captures the annotations of the processes beside it"};
   app.set_version_flag("--version", std::string("clusterprof-sidecar ") + CLUSTERPROF_VERSION);
+  app.name("clusterprof-sidecar");
   clusterprof::settings::CommandLine<clusterprof::sidecar::SidecarConfig> command_line(
       &app, clusterprof::sidecar::SidecarSettings(), {.config_file = true});
-  CLI11_PARSE(app, argc, argv);
-  if (command_line.table_requested()) {
-    std::cout << command_line.table_markdown();
-    return 0;
-  }
-  absl::StatusOr<clusterprof::sidecar::SidecarConfig> resolved = command_line.Resolve();
-  if (!resolved.ok()) {
-    std::cerr << "clusterprof-sidecar: " << resolved.status().message() << "\n";
-    return 2;
-  }
-  const clusterprof::sidecar::SidecarConfig& config = *resolved;
+  int exit_code = 0;
+  const std::optional<clusterprof::sidecar::SidecarConfig> config =
+      command_line.Parse(argc, argv, &exit_code);
+  if (!config) return exit_code;
 
-  absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config.log_format);
+  absl::StatusOr<clusterprof::LogFormat> format = clusterprof::ParseLogFormat(config->log_format);
   absl::Status logging =
-      format.ok() ? clusterprof::InitLogging(*format, config.log_level) : format.status();
+      format.ok() ? clusterprof::InitLogging(*format, config->log_level) : format.status();
   if (!logging.ok()) {
     std::cerr << "clusterprof-sidecar: " << logging.message() << "\n";
     return 2;
@@ -64,8 +58,8 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   clusterprof::RealClock::StartOptions start_options;
-  start_options.spin_ns = config.start_spin_us * clusterprof::kNanosPerMicro;
-  if (config.start_realtime) {
+  start_options.spin_ns = config->start_spin_us * clusterprof::kNanosPerMicro;
+  if (config->start_realtime) {
     if (absl::Status realtime = clusterprof::RealClock::CheckRealtimePermitted(); realtime.ok()) {
       start_options.realtime = true;
       spdlog::info("start instants: captures wait for their start under SCHED_FIFO");
@@ -78,7 +72,7 @@ int main(int argc, char** argv) {
     }
   }
   clusterprof::RealClock clock(start_options);
-  auto server = clusterprof::sidecar::SidecarServer::Start(config, clock);
+  auto server = clusterprof::sidecar::SidecarServer::Start(*config, clock);
   if (!server.ok()) {
     spdlog::error("{}", std::string(server.status().message()));
     return 1;

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <iostream>
 
 #include "CLI/CLI.hpp"
 #include "common/base/strings.h"
@@ -240,6 +241,27 @@ CommandLineBase::CommandLineBase(CLI::App* app, std::vector<Bound> flags,
           "--settings-table", [this] { table_requested_ = true; },
           "Print the settings as the docs' Markdown table")
       ->group("");
+}
+
+bool CommandLineBase::ParseArgs(int argc, const char* const* argv, int* exit_code) {
+  try {
+    app_->parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version exit 0; every other flag error is a usage error.
+    *exit_code = app_->exit(e) == 0 ? 0 : kExitUsage;
+    return false;
+  }
+  if (table_requested_) {
+    std::cout << table_markdown_;
+    *exit_code = 0;
+    return false;
+  }
+  return true;
+}
+
+int CommandLineBase::ReportUsageError(const absl::Status& error) const {
+  std::cerr << app_->get_name() << ": " << error.message() << "\n";
+  return kExitUsage;
 }
 
 absl::Status CommandLineBase::Resolve(const std::vector<Bound>& config) const {

@@ -6,8 +6,9 @@
 //        .help = "gRPC port (0 picks a free one)"},
 //       ...};
 //   settings::CommandLine<SidecarConfig> command_line(&app, kSettings, {.config_file = true});
-//   CLI11_PARSE(app, argc, argv);
-//   absl::StatusOr<SidecarConfig> config = command_line.Resolve();
+//   int exit_code = 0;
+//   std::optional<SidecarConfig> config = command_line.Parse(argc, argv, &exit_code);
+//   if (!config) return exit_code;
 //
 // A setting named "max-duration-ms" is the flag --max-duration-ms and the YAML key
 // max_duration_ms; its default is the config struct's initial value. With a config file, the
@@ -113,11 +114,19 @@ struct CommandLineOptions {
   bool config_file = false;
 };
 
+// The exit code of a program given flags or a config file it cannot use.
+inline constexpr int kExitUsage = 2;
+
 // The flags of one program on its CLI::App, before app.parse; Resolve after it. Also adds the
 // hidden --settings-table, which prints MarkdownTable (scripts/settings-docs keeps the docs
 // equal to it). Not thread-safe; the app must outlive it.
 class CommandLineBase {
  public:
+  // app.parse, then --settings-table. False when the program is done: `exit_code` is 0 after
+  // --help, --version or --settings-table (printed on stdout), kExitUsage after a bad flag (said
+  // on stderr).
+  bool ParseArgs(int argc, const char* const* argv, int* exit_code);
+
   // --settings-table was given: the table is in `table_markdown()`, and the program exits 0.
   bool table_requested() const { return table_requested_; }
   const std::string& table_markdown() const { return table_markdown_; }
@@ -128,6 +137,8 @@ class CommandLineBase {
                   CommandLineOptions options);
   // The config file (when given) into `config`, then every flag given on the command line.
   absl::Status Resolve(const std::vector<Bound>& config) const;
+  // Says `error` on stderr after the program's name; returns kExitUsage.
+  int ReportUsageError(const absl::Status& error) const;
 
  private:
   CLI::App* app_;
@@ -144,6 +155,18 @@ class CommandLine : public CommandLineBase {
   CommandLine(CLI::App* app, std::span<const Setting<Config>> table,
               CommandLineOptions options = {})
       : CommandLine(app, table, options, std::make_unique<Config>(), Config{}) {}
+
+  // ParseArgs, then Resolve. nullopt when the program is done: `exit_code` is as ParseArgs says,
+  // or kExitUsage after a config file it cannot use (said on stderr, after the program's name).
+  std::optional<Config> Parse(int argc, const char* const* argv, int* exit_code) {
+    if (!ParseArgs(argc, argv, exit_code)) return std::nullopt;
+    absl::StatusOr<Config> config = Resolve();
+    if (!config.ok()) {
+      *exit_code = ReportUsageError(config.status());
+      return std::nullopt;
+    }
+    return *std::move(config);
+  }
 
   // The settings: defaults, then the config file, then the flags given.
   absl::StatusOr<Config> Resolve() const {

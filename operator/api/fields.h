@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -129,6 +130,40 @@ inline absl::Status Range(std::string_view path, int64_t v, int64_t lo, int64_t 
   return absl::InvalidArgumentError(StrCat(path, ": must be between ", lo, " and ", hi,
                                            unit.empty() ? "" : StrCat(" (", unit, ")"), ", got ",
                                            v));
+}
+
+// Where one integer field of an object goes.
+using IntRef = std::variant<int32_t*, int64_t*, uint32_t*>;
+
+// One integer field of an object, declared: its key, where it goes in `Out`, and the values it
+// may hold. A field that is absent keeps the value `Out` had.
+template <typename Out>
+struct IntField {
+  std::string_view key;
+  // A captureless lambda: [](auto& o) -> IntRef { return &o.duration_ms; }.
+  IntRef (*field)(Out&);
+  int64_t min;
+  int64_t max;
+  // Named in the error: "must be between 1 and 600000 (milliseconds)".
+  std::string_view unit = {};
+  // 0 means "not set" and is not checked against the range (a port chosen elsewhere).
+  bool zero_is_unset = false;
+};
+
+// Reads the fields of `table` from `fields` into `out`, in the table's order; the first field
+// that is not an integer in its range is the error.
+template <typename Out, size_t N>
+absl::Status ReadInts(const Fields& fields, const IntField<Out> (&table)[N], Out& out) {
+  for (const IntField<Out>& f : table) {
+    CLUSTERPROF_RETURN_IF_ERROR(std::visit(
+        [&](auto* v) -> absl::Status {
+          CLUSTERPROF_RETURN_IF_ERROR(fields.Int(f.key, v));
+          if (f.zero_is_unset && *v == 0) return absl::OkStatus();
+          return Range(fields.Path(f.key), static_cast<int64_t>(*v), f.min, f.max, f.unit);
+        },
+        f.field(out)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace clusterprof::api::api_internal

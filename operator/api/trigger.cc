@@ -95,6 +95,25 @@ kube::ResourceType ProfileTriggers() {
   return {std::string(kGroup), "v1alpha1", "profiletriggers", "ProfileTrigger", true};
 }
 
+namespace {
+
+using api_internal::IntField;
+using api_internal::IntRef;
+using api_internal::ReadInts;
+
+// How often a trigger may fire, and how many of its jobs are kept.
+constexpr IntField<ProfileTriggerSpec> kTriggerInts[] = {
+    {"cooldownSeconds", [](auto& o) -> IntRef { return &o.cooldown_seconds; }, 0,
+     kMaxCooldownSeconds, "seconds"},
+    {"maxCapturesPerDay", [](auto& o) -> IntRef { return &o.max_captures_per_day; }, 1, 1000},
+    {"successfulJobsHistoryLimit",
+     [](auto& o) -> IntRef { return &o.successful_jobs_history_limit; }, 0, 100},
+    {"failedJobsHistoryLimit", [](auto& o) -> IntRef { return &o.failed_jobs_history_limit; }, 0,
+     100},
+};
+
+}  // namespace
+
 absl::StatusOr<ProfileTriggerSpec> ParseProfileTriggerSpec(const value& spec_json,
                                                            int64_t recorder_window_ms) {
   ProfileTriggerSpec out;
@@ -174,20 +193,8 @@ absl::StatusOr<ProfileTriggerSpec> ParseProfileTriggerSpec(const value& spec_jso
   }
   out.job_spec = job;
 
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("cooldownSeconds", &out.cooldown_seconds));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("cooldownSeconds"), out.cooldown_seconds, 0, kMaxCooldownSeconds, "seconds"));
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("maxCapturesPerDay", &out.max_captures_per_day));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("maxCapturesPerDay"), out.max_captures_per_day, 1, 1000));
+  CLUSTERPROF_RETURN_IF_ERROR(ReadInts(spec, kTriggerInts, out));
   CLUSTERPROF_RETURN_IF_ERROR(spec.Bool("suspend", &out.suspend));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      spec.Int("successfulJobsHistoryLimit", &out.successful_jobs_history_limit));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("successfulJobsHistoryLimit"), out.successful_jobs_history_limit, 0, 100));
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("failedJobsHistoryLimit", &out.failed_jobs_history_limit));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("failedJobsHistoryLimit"), out.failed_jobs_history_limit, 0, 100));
   return out;
 }
 

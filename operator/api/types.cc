@@ -19,6 +19,28 @@ using web::json::value;
 
 value Str(std::string_view s) { return value::string(std::string(s)); }
 
+// spec.targets.addresses: host:port strings, at most kMaxAddresses.
+absl::Status ReadAddresses(const value& addresses, const std::string& path, ProfileJobSpec& out) {
+  if (!addresses.is_array()) {
+    return absl::InvalidArgumentError(StrCat(path, ": must be a list of host:port strings"));
+  }
+  int index = 0;
+  for (const value& address : addresses.as_array()) {
+    if (!address.is_string() || !IsHostPort(address.as_string())) {
+      return absl::InvalidArgumentError(
+          StrCat(path, "[", index, "]: must be host:port with a port from 1 to 65535, got ",
+                 address.serialize()));
+    }
+    ++index;
+    out.addresses.push_back(address.as_string());
+  }
+  if (out.addresses.size() > kMaxAddresses) {
+    return absl::InvalidArgumentError(
+        StrCat(path, ": at most ", kMaxAddresses, " addresses, got ", out.addresses.size()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 kube::ResourceType ProfileJobs() {
@@ -39,14 +61,50 @@ kube::ObjectReference ReferenceTo(std::string_view kind, std::string_view ns, st
   return ref;
 }
 
-absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::string_view where) {
-  if (spec_json.is_null()) {
-    return absl::InvalidArgumentError(StrCat(where, ": missing; a ProfileJob needs a spec"));
-  }
-  CLUSTERPROF_ASSIGN_OR_RETURN(Fields spec, Fields::Of(spec_json, std::string(where)));
-  ProfileJobSpec out;
+namespace {
 
-  // targets
+using api_internal::IntField;
+using api_internal::IntRef;
+using api_internal::ReadInts;
+
+constexpr IntField<ProfileJobSpec> kTargetInts[] = {
+    {"port", [](auto& o) -> IntRef { return &o.port; }, 1, 65535, {}, /*zero_is_unset=*/true},
+    {"minReady", [](auto& o) -> IntRef { return &o.min_ready; }, 0,
+     std::numeric_limits<int32_t>::max()},
+    {"waitSeconds", [](auto& o) -> IntRef { return &o.wait_seconds; }, 0, kMaxWaitSeconds,
+     "seconds"},
+    {"maxTargets", [](auto& o) -> IntRef { return &o.max_targets; }, 1, kMaxMaxTargets, "targets"},
+};
+
+constexpr IntField<ProfileJobSpec> kTimingInts[] = {
+    {"durationMs", [](auto& o) -> IntRef { return &o.duration_ms; }, 1, kMaxDurationMs,
+     "milliseconds"},
+    {"delayMs", [](auto& o) -> IntRef { return &o.delay_ms; }, 0, kMaxDelayMs, "milliseconds"},
+    {"lookbackMs", [](auto& o) -> IntRef { return &o.lookback_ms; }, 0, kMaxLookbackMs,
+     "milliseconds"},
+};
+
+constexpr IntField<ProfileJobSpec> kRetryInts[] = {
+    {"tracingAttempts", [](auto& o) -> IntRef { return &o.tracing_attempts; }, 1,
+     kMaxTracingAttempts},
+    {"queueTimeoutSeconds", [](auto& o) -> IntRef { return &o.queue_timeout_seconds; }, 0,
+     kMaxQueueTimeoutSeconds, "seconds"},
+};
+
+struct TracerLevels {
+  uint32_t host;
+  uint32_t device;
+  uint32_t python;
+};
+
+constexpr IntField<TracerLevels> kLevelInts[] = {
+    {"hostTracerLevel", [](auto& o) -> IntRef { return &o.host; }, 0, 3},
+    {"deviceTracerLevel", [](auto& o) -> IntRef { return &o.device; }, 0, 2},
+    {"pythonTracerLevel", [](auto& o) -> IntRef { return &o.python; }, 0, 1},
+};
+
+// spec.targets: a selector, addresses, or both, and how many of them to wait for.
+absl::Status ReadTargets(const Fields& spec, ProfileJobSpec& out) {
   if (const value* targets_json = spec.Find("targets")) {
     CLUSTERPROF_ASSIGN_OR_RETURN(Fields targets, Fields::Of(*targets_json, spec.Path("targets")));
     if (const value* selector = targets.Find("selector")) {
@@ -58,38 +116,9 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
       out.selector = *std::move(parsed);
     }
     if (const value* addresses = targets.Find("addresses")) {
-      if (!addresses->is_array()) {
-        return absl::InvalidArgumentError(
-            StrCat(targets.Path("addresses"), ": must be a list of host:port strings"));
-      }
-      int index = 0;
-      for (const value& address : addresses->as_array()) {
-        const std::string path = StrCat(targets.Path("addresses"), "[", index++, "]");
-        if (!address.is_string() || !IsHostPort(address.as_string())) {
-          return absl::InvalidArgumentError(StrCat(
-              path, ": must be host:port with a port from 1 to 65535, got ", address.serialize()));
-        }
-        out.addresses.push_back(address.as_string());
-      }
-      if (out.addresses.size() > kMaxAddresses) {
-        return absl::InvalidArgumentError(StrCat(targets.Path("addresses"), ": at most ",
-                                                 kMaxAddresses, " addresses, got ",
-                                                 out.addresses.size()));
-      }
+      CLUSTERPROF_RETURN_IF_ERROR(ReadAddresses(*addresses, targets.Path("addresses"), out));
     }
-    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("port", &out.port));
-    if (out.port != 0) {
-      CLUSTERPROF_RETURN_IF_ERROR(Range(targets.Path("port"), out.port, 1, 65535));
-    }
-    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("minReady", &out.min_ready));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(targets.Path("minReady"), out.min_ready, 0, std::numeric_limits<int32_t>::max()));
-    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("waitSeconds", &out.wait_seconds));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(targets.Path("waitSeconds"), out.wait_seconds, 0, kMaxWaitSeconds, "seconds"));
-    CLUSTERPROF_RETURN_IF_ERROR(targets.Int("maxTargets", &out.max_targets));
-    CLUSTERPROF_RETURN_IF_ERROR(
-        Range(targets.Path("maxTargets"), out.max_targets, 1, kMaxMaxTargets, "targets"));
+    CLUSTERPROF_RETURN_IF_ERROR(ReadInts(targets, kTargetInts, out));
     if (out.min_ready > out.max_targets) {
       return absl::InvalidArgumentError(StrCat(targets.Path("minReady"), ": ", out.min_ready,
                                                " is more than targets.maxTargets (",
@@ -102,17 +131,11 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
                ": needs a selector (targets.selector.matchLabels) or at least one address "
                "(targets.addresses)"));
   }
+  return absl::OkStatus();
+}
 
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("durationMs", &out.duration_ms));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("durationMs"), out.duration_ms, 1, kMaxDurationMs, "milliseconds"));
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("delayMs", &out.delay_ms));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("delayMs"), out.delay_ms, 0, kMaxDelayMs, "milliseconds"));
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("lookbackMs", &out.lookback_ms));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("lookbackMs"), out.lookback_ms, 0, kMaxLookbackMs, "milliseconds"));
-
+// spec.logdir and spec.runName: where the run goes.
+absl::Status ReadRunPlace(const Fields& spec, ProfileJobSpec& out) {
   std::string logdir_text;
   CLUSTERPROF_RETURN_IF_ERROR(spec.String("logdir", &logdir_text));
   if (logdir_text.empty()) {
@@ -127,67 +150,71 @@ absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::
   out.logdir = *std::move(logdir);
 
   CLUSTERPROF_RETURN_IF_ERROR(spec.String("runName", &out.run_name));
-  if (!out.run_name.empty()) {
-    if (absl::Status valid = storage::ValidatePathComponent("run name", out.run_name);
-        !valid.ok()) {
-      return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": ", valid.message()));
-    }
-    if (out.run_name.size() > 128) {
-      return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": at most 128 characters"));
-    }
+  if (out.run_name.empty()) return absl::OkStatus();
+  if (absl::Status valid = storage::ValidatePathComponent("run name", out.run_name); !valid.ok()) {
+    return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": ", valid.message()));
   }
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("tracingAttempts", &out.tracing_attempts));
-  CLUSTERPROF_RETURN_IF_ERROR(
-      Range(spec.Path("tracingAttempts"), out.tracing_attempts, 1, kMaxTracingAttempts));
+  if (out.run_name.size() > 128) {
+    return absl::InvalidArgumentError(StrCat(spec.Path("runName"), ": at most 128 characters"));
+  }
+  return absl::OkStatus();
+}
 
-  if (const value* options_json = spec.Find("options")) {
-    CLUSTERPROF_ASSIGN_OR_RETURN(Fields options, Fields::Of(*options_json, spec.Path("options")));
-    tensorflow::ProfileOptions& profile = out.profile_options;
-    uint32_t host = profile.host_tracer_level();
-    uint32_t device = profile.device_tracer_level();
-    uint32_t python = profile.python_tracer_level();
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("hostTracerLevel", &host));
-    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("hostTracerLevel"), host, 0, 3));
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("deviceTracerLevel", &device));
-    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("deviceTracerLevel"), device, 0, 2));
-    CLUSTERPROF_RETURN_IF_ERROR(options.Int("pythonTracerLevel", &python));
-    CLUSTERPROF_RETURN_IF_ERROR(Range(options.Path("pythonTracerLevel"), python, 0, 1));
-    profile.set_host_tracer_level(host);
-    profile.set_device_tracer_level(device);
-    profile.set_python_tracer_level(python);
-    if (const value* advanced = options.Find("advancedConfiguration")) {
-      const std::string path = options.Path("advancedConfiguration");
-      if (!advanced->is_object()) {
-        return absl::InvalidArgumentError(
-            StrCat(path, ": must be a map of option names to values"));
-      }
-      if (advanced->as_object().size() > 64) {
-        return absl::InvalidArgumentError(
-            StrCat(path, ": at most 64 options, got ", advanced->as_object().size()));
-      }
-      for (const auto& [key, v] : advanced->as_object()) {
-        tensorflow::ProfileOptions::AdvancedConfigValue& entry =
-            (*profile.mutable_advanced_configuration())[key];
-        if (v.is_string()) {
-          entry.set_string_value(v.as_string());
-        } else if (v.is_boolean()) {
-          entry.set_bool_value(v.as_bool());
-        } else if (v.is_number() && v.as_number().is_int64()) {
-          entry.set_int64_value(v.as_number().to_int64());
-        } else {
-          return absl::InvalidArgumentError(StrCat(
-              path, ".", key, ": must be a string, a boolean or an integer, got ", v.serialize()));
-        }
-      }
+// spec.options: the tracer levels and ProfileOptions.advanced_configuration.
+absl::Status ReadProfileOptions(const Fields& spec, tensorflow::ProfileOptions& profile) {
+  const value* options_json = spec.Find("options");
+  if (options_json == nullptr) return absl::OkStatus();
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields options, Fields::Of(*options_json, spec.Path("options")));
+  TracerLevels levels{profile.host_tracer_level(), profile.device_tracer_level(),
+                      profile.python_tracer_level()};
+  CLUSTERPROF_RETURN_IF_ERROR(ReadInts(options, kLevelInts, levels));
+  profile.set_host_tracer_level(levels.host);
+  profile.set_device_tracer_level(levels.device);
+  profile.set_python_tracer_level(levels.python);
+  const value* advanced = options.Find("advancedConfiguration");
+  if (advanced == nullptr) return absl::OkStatus();
+  const std::string path = options.Path("advancedConfiguration");
+  if (!advanced->is_object()) {
+    return absl::InvalidArgumentError(StrCat(path, ": must be a map of option names to values"));
+  }
+  if (advanced->as_object().size() > 64) {
+    return absl::InvalidArgumentError(
+        StrCat(path, ": at most 64 options, got ", advanced->as_object().size()));
+  }
+  for (const auto& [key, v] : advanced->as_object()) {
+    tensorflow::ProfileOptions::AdvancedConfigValue& entry =
+        (*profile.mutable_advanced_configuration())[key];
+    if (v.is_string()) {
+      entry.set_string_value(v.as_string());
+    } else if (v.is_boolean()) {
+      entry.set_bool_value(v.as_bool());
+    } else if (v.is_number() && v.as_number().is_int64()) {
+      entry.set_int64_value(v.as_number().to_int64());
+    } else {
+      return absl::InvalidArgumentError(StrCat(
+          path, ".", key, ": must be a string, a boolean or an integer, got ", v.serialize()));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ProfileJobSpec> ParseProfileJobSpec(const value& spec_json, std::string_view where) {
+  if (spec_json.is_null()) {
+    return absl::InvalidArgumentError(StrCat(where, ": missing; a ProfileJob needs a spec"));
+  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(Fields spec, Fields::Of(spec_json, std::string(where)));
+  ProfileJobSpec out;
+  CLUSTERPROF_RETURN_IF_ERROR(ReadTargets(spec, out));
+  CLUSTERPROF_RETURN_IF_ERROR(ReadInts(spec, kTimingInts, out));
+  CLUSTERPROF_RETURN_IF_ERROR(ReadRunPlace(spec, out));
+  CLUSTERPROF_RETURN_IF_ERROR(ReadInts(spec, kRetryInts, out));
+  CLUSTERPROF_RETURN_IF_ERROR(ReadProfileOptions(spec, out.profile_options));
   if (out.lookback_ms > 0) {
     (*out.profile_options.mutable_advanced_configuration())[proto::kLookbackMsKey].set_int64_value(
         out.lookback_ms);
   }
-  CLUSTERPROF_RETURN_IF_ERROR(spec.Int("queueTimeoutSeconds", &out.queue_timeout_seconds));
-  CLUSTERPROF_RETURN_IF_ERROR(Range(spec.Path("queueTimeoutSeconds"), out.queue_timeout_seconds, 0,
-                                    kMaxQueueTimeoutSeconds, "seconds"));
   CLUSTERPROF_RETURN_IF_ERROR(
       spec.OptionalInt("ttlSecondsAfterFinished", &out.ttl_seconds_after_finished));
   if (out.ttl_seconds_after_finished.has_value()) {

@@ -726,10 +726,7 @@ void ProfileJobController::StartCapture(const std::string& key, const JobRef& jo
   captures_[key] = std::move(capture);
 }
 
-void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
-                                      const api::ProfileJobSpec& spec,
-                                      const api::ProfileJobStatus& status,
-                                      const TargetResolution& plan, bool resume, Capture* capture) {
+CaptureSettings ProfileJobController::SettingsForCapture(const std::string& key) {
   CaptureSettings settings{.fan_out_lead_ms = options_.fan_out_lead_ms,
                            .retry_backoff_ms = options_.retry_backoff_ms,
                            .grace_ms = options_.grace_ms,
@@ -755,8 +752,15 @@ void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
                     std::string(token.status().message()));
     }
   }
+  return settings;
+}
+
+void ProfileJobController::RunCapture(const std::string& key, const JobRef& job,
+                                      const api::ProfileJobSpec& spec,
+                                      const api::ProfileJobStatus& status,
+                                      const TargetResolution& plan, bool resume, Capture* capture) {
   absl::StatusOr<coordinator::CaptureOptions> made =
-      CaptureOptionsFor(spec, status, plan.targets, settings, resume);
+      CaptureOptionsFor(spec, status, plan.targets, SettingsForCapture(key), resume);
   coordinator::CaptureOptions options =
       made.ok() ? *std::move(made) : coordinator::CaptureOptions{};
   options.cancel = &capture->cancel;

@@ -60,6 +60,8 @@ struct RunResult;
 
 namespace clusterprof::controllers {
 
+struct CaptureSettings;  // capture_lifecycle.h
+
 struct ProfileJobControllerOptions {
   int workers = 4;
   // The coordinator's timing (coordinator/coordinator.h, CaptureOptions).
@@ -211,6 +213,9 @@ class ProfileJobController : public kube::ResourceEventHandler {
   TargetResolution Resolve(const std::string& ns, const api::ProfileJobSpec& spec) const;
   void StartCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
                     const api::ProfileJobStatus& status, TargetResolution plan, bool resume);
+  // The settings a capture of job `key` takes now: this controller's, and the sidecars' bearer
+  // token as its file holds it (the one before a rotation kept beside it).
+  CaptureSettings SettingsForCapture(const std::string& key) ABSL_LOCKS_EXCLUDED(token_mu_);
   void RunCapture(const std::string& key, const JobRef& job, const api::ProfileJobSpec& spec,
                   const api::ProfileJobStatus& status, const TargetResolution& plan, bool resume,
                   Capture* capture);

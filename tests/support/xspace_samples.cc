@@ -126,4 +126,10 @@ tensorflow::profiler::XSpace SyntheticXSpace(int threads, int64_t events_per_thr
   return space;
 }
 
+std::string WarningsOf(const tensorflow::profiler::XSpace& space) {
+  std::string all;
+  for (const std::string& warning : space.warnings()) all += warning + "\n";
+  return all;
+}
+
 }  // namespace clusterprof::testing

@@ -3,6 +3,7 @@
 #define CLUSTERPROF_TESTS_SUPPORT_XSPACE_SAMPLES_H_
 
 #include <cstdint>
+#include <string>
 
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -17,6 +18,9 @@ tensorflow::profiler::XSpace SmallXSpace();
 // A large synthetic capture: `threads` host threads with `events_per_thread` nested events each
 // (names from a pool of 64, a step_num stat on one in eight), as a training loop produces.
 tensorflow::profiler::XSpace SyntheticXSpace(int threads, int64_t events_per_thread);
+
+// The warnings of `space`, one a line (for EXPECT_THAT ... HasSubstr).
+std::string WarningsOf(const tensorflow::profiler::XSpace& space);
 
 }  // namespace clusterprof::testing
 

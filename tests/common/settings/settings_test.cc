@@ -171,6 +171,34 @@ TEST_F(SettingsTest, SettingsTableFlagAsksForTheTable) {
   EXPECT_FALSE(table);
 }
 
+// What a main gets: the settings, or the exit code of a program that is done.
+TEST_F(SettingsTest, ParseGivesTheSettingsOrTheExitCode) {
+  auto parse = [](std::vector<std::string> args, int* exit_code) {
+    CLI::App app{"test"};
+    app.name("program");
+    CommandLine<Options> command_line(&app, kTable, {.config_file = true});
+    args.insert(args.begin(), "program");
+    std::vector<const char*> argv;
+    for (const std::string& arg : args) argv.push_back(arg.c_str());
+    return command_line.Parse(static_cast<int>(argv.size()), argv.data(), exit_code);
+  };
+  int exit_code = -1;
+  std::optional<Options> options = parse({"--port", "7"}, &exit_code);
+  ASSERT_TRUE(options.has_value());
+  EXPECT_EQ(options->port, 7);
+  EXPECT_FALSE(parse({"--port", "seven"}, &exit_code).has_value());
+  EXPECT_EQ(exit_code, kExitUsage);
+  exit_code = -1;
+  EXPECT_FALSE(parse({"--settings-table"}, &exit_code).has_value());
+  EXPECT_EQ(exit_code, 0);
+  exit_code = -1;
+  EXPECT_FALSE(parse({"--help"}, &exit_code).has_value());
+  EXPECT_EQ(exit_code, 0);
+  exit_code = -1;
+  EXPECT_FALSE(parse({"--config", WriteYaml("port: x\n")}, &exit_code).has_value());
+  EXPECT_EQ(exit_code, kExitUsage);
+}
+
 TEST_F(SettingsTest, TheDocsTableShowsEachSettingOnce) {
   Options defaults;
   const std::string table = MarkdownTable(Bind<Options>(kTable, &defaults), /*yaml=*/true);

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "common/base/clock.h"
 #include "common/xspace/builder.h"
 #include "common/xspace/schema.h"
 #include "gmock/gmock.h"
@@ -13,6 +14,7 @@
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tf_profiler_stand_in.h"
+#include "tests/support/xspace_samples.h"
 #include "tsl/profiler/protos/profiler_service.grpc.pb.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -23,18 +25,6 @@ using tensorflow::profiler::XPlane;
 using tensorflow::profiler::XSpace;
 using ::testing::HasSubstr;
 using testing::TfProfilerStandIn;
-
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string Warnings(const XSpace& space) {
-  std::string all;
-  for (const std::string& warning : space.warnings()) all += warning + "\n";
-  return all;
-}
 
 int PlanesNamed(const XSpace& space, std::string_view name) {
   int count = 0;
@@ -57,7 +47,7 @@ class FrameworkTracerTest : public ::testing::Test {
   // A capture 300 ms from now, as the sidecar's session asks for it.
   static CaptureWindow Window(int64_t duration_ms = 300) {
     CaptureWindow window;
-    window.start_ns = NowNs() + 300'000'000;
+    window.start_ns = RealClock().WallNs() + 300'000'000;
     window.planned_stop_ns = window.start_ns + duration_ms * 1'000'000;
     return window;
   }
@@ -122,7 +112,7 @@ TEST_F(FrameworkTracerTest, ForwardsTheCaptureAndMergesItsTrace) {
   EXPECT_EQ(PlanesNamed(space, "/host:CPU"), 1);
   EXPECT_EQ(PlanesNamed(space, "/device:TPU:0"), 1);
   EXPECT_EQ(PlanesNamed(space, xspace::kTaskEnvPlaneName), 0) << "the session writes its own";
-  EXPECT_THAT(Warnings(space), HasSubstr("framework: stand-in: synthetic trace"));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr("framework: stand-in: synthetic trace"));
   EXPECT_GT(stats.events, 0u);
   EXPECT_THAT(std::vector<std::string>(space.hostnames().begin(), space.hostnames().end()),
               ::testing::ElementsAre("framework"));
@@ -147,8 +137,9 @@ TEST_F(FrameworkTracerTest, AnAbsentServerIsAWarning) {
   auto tracer = Tracer("127.0.0.1:" + std::to_string(testing::UnusedPort()));
   TracerStats stats;
   const XSpace space = Capture(*tracer, Window(), &stats);
-  EXPECT_THAT(Warnings(space), HasSubstr("framework: no TF/JAX profiler answered at 127.0.0.1:"));
-  EXPECT_THAT(Warnings(space), HasSubstr("jax.profiler.start_server"));
+  EXPECT_THAT(testing::WarningsOf(space),
+              HasSubstr("framework: no TF/JAX profiler answered at 127.0.0.1:"));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr("jax.profiler.start_server"));
   EXPECT_EQ(space.planes_size(), 0);
 }
 
@@ -171,8 +162,8 @@ TEST_F(FrameworkTracerTest, ABusyServerIsAWarning) {
   auto tracer = Tracer(server->address());
   TracerStats stats;
   const XSpace space = Capture(*tracer, Window(), &stats);
-  EXPECT_THAT(Warnings(space), HasSubstr("is busy with another capture"));
-  EXPECT_THAT(Warnings(space), HasSubstr("Another profiling session active."));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr("is busy with another capture"));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr("Another profiling session active."));
   // End theirs.
   {
     tensorflow::TerminateRequest request;
@@ -193,7 +184,7 @@ TEST_F(FrameworkTracerTest, ResponsesOverFourAndSixtyFourMebibytesArrive) {
     auto tracer = Tracer(server->address());
     TracerStats stats;
     const XSpace space = Capture(*tracer, Window(100), &stats);
-    EXPECT_THAT(Warnings(space), Not(HasSubstr("failed"))) << Warnings(space);
+    EXPECT_THAT(testing::WarningsOf(space), Not(HasSubstr("failed"))) << testing::WarningsOf(space);
     const XPlane* tpu = xspace::FindPlaneWithName(space, "/device:TPU:0");
     ASSERT_NE(tpu, nullptr);
     ASSERT_EQ(tpu->stats_size(), 1);
@@ -209,7 +200,7 @@ TEST_F(FrameworkTracerTest, AnEarlyStopIsForwardedAsTerminate) {
   ASSERT_TRUE(tracer->Prepare(window, Config()).ok());
   ASSERT_TRUE(tracer->Start(window, Config()).ok());
   ASSERT_TRUE(server->WaitUntilCapturing(30'000));
-  ASSERT_TRUE(tracer->Stop(NowNs()).ok());
+  ASSERT_TRUE(tracer->Stop(RealClock().WallNs()).ok());
   XSpace space;
   TracerStats stats;
   ASSERT_TRUE(tracer->CollectInto(&space, &stats).ok());
@@ -226,7 +217,8 @@ TEST_F(FrameworkTracerTest, ASlowServerIsAWarningAfterTheGrace) {
   auto tracer = Tracer(server->address(), /*grace_ms=*/200);
   TracerStats stats;
   const XSpace space = Capture(*tracer, Window(100), &stats);
-  EXPECT_THAT(Warnings(space), HasSubstr("did not answer within 200 ms of the capture's end"));
+  EXPECT_THAT(testing::WarningsOf(space),
+              HasSubstr("did not answer within 200 ms of the capture's end"));
   EXPECT_EQ(space.planes_size(), 0);
 }
 

@@ -15,11 +15,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/base/clock.h"
 #include "common/base/strings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sidecar/tracers/framework_client.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/xspace_samples.h"
 #include "tsl/profiler/protos/profiler_service.pb.h"
 #include "tsl/profiler/protos/xplane.pb.h"
 
@@ -34,18 +36,6 @@ using ::testing::IsEmpty;
 
 constexpr char kAddress[] = "localhost:9012";
 
-int64_t NowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-std::string Warnings(const XSpace& space) {
-  std::string all;
-  for (const std::string& warning : space.warnings()) all += warning + "\n";
-  return all;
-}
-
 // One plane, `plane_name`, with one 1 us event: a framework's trace in small.
 XSpace FrameworkTrace(const std::string& plane_name) {
   XSpace space;
@@ -58,7 +48,7 @@ XSpace FrameworkTrace(const std::string& plane_name) {
   tensorflow::profiler::XLine* line = plane->add_lines();
   line->set_id(1);
   line->set_name("XLA Ops");
-  line->set_timestamp_ns(NowNs());
+  line->set_timestamp_ns(RealClock().WallNs());
   tensorflow::profiler::XEvent* event = line->add_events();
   event->set_metadata_id(1);
   event->set_duration_ps(1'000'000);
@@ -144,7 +134,7 @@ class FrameworkTracerFakeTest : public ::testing::Test {
   // A capture 1 s from now, 300 ms long.
   static CaptureWindow Window() {
     CaptureWindow window;
-    window.start_ns = NowNs() + 1'000'000'000;
+    window.start_ns = RealClock().WallNs() + 1'000'000'000;
     window.planned_stop_ns = window.start_ns + 300'000'000;
     return window;
   }
@@ -208,7 +198,7 @@ TEST_F(FrameworkTracerFakeTest, AsksForTheSameWindowWithoutItsOwnKeysAndMergesTh
   ASSERT_EQ(space.planes_size(), 1);
   EXPECT_EQ(space.planes(0).name(), "/device:TPU:0");
   EXPECT_EQ(stats.events, 1u);
-  EXPECT_THAT(Warnings(space), IsEmpty());
+  EXPECT_THAT(testing::WarningsOf(space), IsEmpty());
 }
 
 TEST_F(FrameworkTracerFakeTest, AnAbsentServerIsAWarningThatSaysHowToStartOne) {
@@ -217,9 +207,9 @@ TEST_F(FrameworkTracerFakeTest, AnAbsentServerIsAWarningThatSaysHowToStartOne) {
   };
   auto tracer = Tracer();
   const XSpace space = Capture(*tracer, Window());
-  EXPECT_THAT(Warnings(space),
+  EXPECT_THAT(testing::WarningsOf(space),
               HasSubstr(StrCat("framework: no TF/JAX profiler answered at ", kAddress)));
-  EXPECT_THAT(Warnings(space), HasSubstr("jax.profiler.start_server(port)"));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr("jax.profiler.start_server(port)"));
   EXPECT_EQ(space.planes_size(), 0);
 }
 
@@ -233,10 +223,10 @@ TEST_F(FrameworkTracerFakeTest, ABusyServerIsAWarningAndTheNextCaptureAsksAgain)
   };
   auto tracer = Tracer();
   const XSpace busy = Capture(*tracer, Window());
-  EXPECT_THAT(Warnings(busy), HasSubstr("is busy with another capture"));
+  EXPECT_THAT(testing::WarningsOf(busy), HasSubstr("is busy with another capture"));
   EXPECT_EQ(busy.planes_size(), 0);
   const XSpace next = Capture(*tracer, Window());
-  EXPECT_THAT(Warnings(next), IsEmpty());
+  EXPECT_THAT(testing::WarningsOf(next), IsEmpty());
   EXPECT_EQ(next.planes_size(), 1);
   const std::vector<ProfileRequest> requests = framework_->requests();
   ASSERT_EQ(requests.size(), 2u);
@@ -249,7 +239,8 @@ TEST_F(FrameworkTracerFakeTest, ASlowServerIsAWarningNamingTheGrace) {
   };
   auto tracer = Tracer(/*grace_ms=*/2'500);
   const XSpace space = Capture(*tracer, Window());
-  EXPECT_THAT(Warnings(space), HasSubstr("did not answer within 2500 ms of the capture's end"));
+  EXPECT_THAT(testing::WarningsOf(space),
+              HasSubstr("did not answer within 2500 ms of the capture's end"));
 }
 
 TEST_F(FrameworkTracerFakeTest, AnOlderServerWritesAFileThatIsReadThenRemoved) {
@@ -274,14 +265,15 @@ TEST_F(FrameworkTracerFakeTest, AnOlderServerWritesAFileThatIsReadThenRemoved) {
 TEST_F(FrameworkTracerFakeTest, AnAnswerWithNeitherTraceNorFileIsAWarningUnlessEmptyOnPurpose) {
   framework_->answer = [](const ProfileRequest&) { return ProfileResponse(); };
   auto tracer = Tracer();
-  EXPECT_THAT(Warnings(Capture(*tracer, Window())),
+  EXPECT_THAT(testing::WarningsOf(Capture(*tracer, Window())),
               HasSubstr("answered with neither an XSpace nor a file"));
   framework_->answer = [](const ProfileRequest&) {
     ProfileResponse response;
     response.set_empty_trace(true);
     return response;
   };
-  EXPECT_THAT(Warnings(Capture(*tracer, Window())), IsEmpty()) << "nothing ran: no warning";
+  EXPECT_THAT(testing::WarningsOf(Capture(*tracer, Window())), IsEmpty())
+      << "nothing ran: no warning";
 }
 
 TEST_F(FrameworkTracerFakeTest, AServerOfAnotherKindIsAWarningWithItsError) {
@@ -290,8 +282,8 @@ TEST_F(FrameworkTracerFakeTest, AServerOfAnotherKindIsAWarningWithItsError) {
   };
   auto tracer = Tracer();
   const XSpace space = Capture(*tracer, Window());
-  EXPECT_THAT(Warnings(space), HasSubstr(StrCat("framework: the TF/JAX profiler at ", kAddress,
-                                                " failed: UNIMPLEMENTED")));
+  EXPECT_THAT(testing::WarningsOf(space), HasSubstr(StrCat("framework: the TF/JAX profiler at ",
+                                                           kAddress, " failed: UNIMPLEMENTED")));
 }
 
 TEST_F(FrameworkTracerFakeTest, AnEarlyStopTerminatesTheFrameworksSession) {
