@@ -240,17 +240,8 @@ absl::StatusOr<ProfileTriggerStatus> ParseProfileTriggerStatus(const value& stat
       out.recent_firings.push_back(std::move(firing));
     }
   }
-  if (const value* active = status.Find("active")) {
-    if (!active->is_array()) return absl::InvalidArgumentError("status.active: must be a list");
-    for (const value& item : active->as_array()) {
-      CLUSTERPROF_ASSIGN_OR_RETURN(Fields ref, Fields::Of(item, "status.active[]"));
-      JobReference job;
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("name", &job.name));
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("namespace", &job.namespace_));
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("uid", &job.uid));
-      out.active.push_back(std::move(job));
-    }
-  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(out.active,
+                               ParseJobReferences(status.Find("active"), status.Path("active")));
   return out;
 }
 
@@ -306,13 +297,8 @@ value ProfileTriggerStatusToJson(const ProfileTriggerStatus& status) {
   }
   if (!status.active.empty()) {
     value active = value::array();
-    for (size_t i = 0; i < status.active.size(); ++i) {
-      value ref = value::object();
-      ref["name"] = Str(status.active[i].name);
-      ref["namespace"] = Str(status.active[i].namespace_);
-      ref["uid"] = Str(status.active[i].uid);
-      active[i] = ref;
-    }
+    for (size_t i = 0; i < status.active.size(); ++i)
+      active[i] = JobReferenceToJson(status.active[i]);
     out["active"] = active;
   }
   return out;

@@ -639,21 +639,36 @@ absl::StatusOr<ProfileScheduleSpec> ParseProfileScheduleSpec(const value& spec_j
   return out;
 }
 
+absl::StatusOr<std::vector<JobReference>> ParseJobReferences(const value* list,
+                                                             std::string_view where) {
+  std::vector<JobReference> jobs;
+  if (list == nullptr) return jobs;
+  if (!list->is_array()) return absl::InvalidArgumentError(StrCat(where, ": must be a list"));
+  for (const value& item : list->as_array()) {
+    CLUSTERPROF_ASSIGN_OR_RETURN(Fields ref, Fields::Of(item, StrCat(where, "[]")));
+    JobReference job;
+    CLUSTERPROF_RETURN_IF_ERROR(ref.String("name", &job.name));
+    CLUSTERPROF_RETURN_IF_ERROR(ref.String("namespace", &job.namespace_));
+    CLUSTERPROF_RETURN_IF_ERROR(ref.String("uid", &job.uid));
+    jobs.push_back(std::move(job));
+  }
+  return jobs;
+}
+
+value JobReferenceToJson(const JobReference& job) {
+  value ref = value::object();
+  ref["name"] = Str(job.name);
+  ref["namespace"] = Str(job.namespace_);
+  ref["uid"] = Str(job.uid);
+  return ref;
+}
+
 absl::StatusOr<ProfileScheduleStatus> ParseProfileScheduleStatus(const value& status_json) {
   ProfileScheduleStatus out;
   if (status_json.is_null()) return out;
   CLUSTERPROF_ASSIGN_OR_RETURN(Fields status, Fields::Of(status_json, "status"));
-  if (const value* active = status.Find("active")) {
-    if (!active->is_array()) return absl::InvalidArgumentError("status.active: must be a list");
-    for (const value& item : active->as_array()) {
-      CLUSTERPROF_ASSIGN_OR_RETURN(Fields ref, Fields::Of(item, "status.active[]"));
-      JobReference job;
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("name", &job.name));
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("namespace", &job.namespace_));
-      CLUSTERPROF_RETURN_IF_ERROR(ref.String("uid", &job.uid));
-      out.active.push_back(std::move(job));
-    }
-  }
+  CLUSTERPROF_ASSIGN_OR_RETURN(out.active,
+                               ParseJobReferences(status.Find("active"), status.Path("active")));
   CLUSTERPROF_RETURN_IF_ERROR(status.String("lastScheduleTime", &out.last_schedule_time));
   CLUSTERPROF_RETURN_IF_ERROR(status.String("lastSuccessfulTime", &out.last_successful_time));
   CLUSTERPROF_RETURN_IF_ERROR(status.String("message", &out.message));
@@ -670,12 +685,9 @@ value ProfileScheduleStatusToJson(const ProfileScheduleStatus& status) {
     value active = value::array();
     size_t i = 0;
     for (const JobReference& job : status.active) {
-      value ref = value::object();
+      value ref = JobReferenceToJson(job);
       ref["apiVersion"] = Str(kApiVersion);
       ref["kind"] = Str("ProfileJob");
-      ref["name"] = Str(job.name);
-      ref["namespace"] = Str(job.namespace_);
-      ref["uid"] = Str(job.uid);
       active[i++] = std::move(ref);
     }
     out["active"] = std::move(active);

@@ -290,6 +290,11 @@ struct JobReference {
 
   bool operator==(const JobReference&) const = default;
 };
+// status.active of a ProfileSchedule or a ProfileTrigger: a list of {name, namespace, uid}
+// from JSON (absent: none) and back.
+absl::StatusOr<std::vector<JobReference>> ParseJobReferences(const web::json::value* list,
+                                                             std::string_view where);
+web::json::value JobReferenceToJson(const JobReference& job);
 
 struct ProfileScheduleStatus {
   std::vector<JobReference> active;

@@ -425,17 +425,8 @@ void Informer::Run() {
       absl::Status status = ListAndReplace(relist);
       if (stop_.load(std::memory_order_acquire)) break;
       if (!status.ok()) {
-        SetError(status);
-        int64_t at_least_ns = 0;
-        if (const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status)) {
-          if (info->http_code == 429) {
-            MutexLock lock(&mu_);
-            ++stats_.throttled;
-          }
-          if (info->retry_after_s > 0) at_least_ns = info->retry_after_s * kNanosPerSecond;
-        }
         spdlog::warn("informer {}: list failed: {}", options_.name, std::string(status.message()));
-        if (!Backoff(at_least_ns)) break;
+        if (!Backoff(NoteFailure(status))) break;
         continue;
       }
       SetError(absl::OkStatus());
@@ -464,18 +455,20 @@ void Informer::Run() {
       MutexLock lock(&mu_);
       ++stats_.watch_errors;
     }
-    SetError(status);
-    int64_t at_least_ns = 0;
-    if (const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status)) {
-      if (info->http_code == 429) {
-        MutexLock lock(&mu_);
-        ++stats_.throttled;
-      }
-      if (info->retry_after_s > 0) at_least_ns = info->retry_after_s * kNanosPerSecond;
-    }
     spdlog::warn("informer {}: watch failed: {}", options_.name, std::string(status.message()));
-    if (!Backoff(at_least_ns)) break;
+    if (!Backoff(NoteFailure(status))) break;
   }
+}
+
+int64_t Informer::NoteFailure(const absl::Status& status) {
+  SetError(status);
+  const std::optional<ApiErrorInfo> info = GetApiErrorInfo(status);
+  if (!info) return 0;
+  if (info->http_code == 429) {
+    MutexLock lock(&mu_);
+    ++stats_.throttled;
+  }
+  return info->retry_after_s > 0 ? info->retry_after_s * kNanosPerSecond : 0;
 }
 
 void Informer::RunResync() {

@@ -164,6 +164,9 @@ class Informer {
   // inferred: their final state unknown), or a watch event.
   enum class Source { kInitialList, kRelist, kWatch };
   void Dispatch(const std::vector<ObjectStore::Change>& changes, Source source);
+  // Records a failed list or watch (the error HasSynced callers see, a 429 counted); returns
+  // how long the server asked to wait (Retry-After), else 0.
+  int64_t NoteFailure(const absl::Status& status);
   // Sleeps the backoff (or `at_least_ns`), doubling it; false when stopped.
   bool Backoff(int64_t at_least_ns);
   void SetError(const absl::Status& status);

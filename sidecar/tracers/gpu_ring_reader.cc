@@ -16,38 +16,28 @@ absl::StatusOr<std::unique_ptr<GpuRingReader>> GpuRingReader::Open(const std::st
   CLUSTERPROF_ASSIGN_OR_RETURN(const MappedRing mapped,
                                MapRingFile(path, sizeof(GpuRingHeader), "GPU ring"));
   const size_t size = mapped.size;
-  std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, mapped.base, size));
+  std::unique_ptr<GpuRingReader> reader(new GpuRingReader(path, mapped));
 
   const GpuRingHeader& h = *reader->header_;
   CLUSTERPROF_RETURN_IF_ERROR(
       (CheckRingFormat<GpuRingHeader, GpuRecord>(h, kGpuRingMagic, "GPU ring", path)));
   const uint64_t capacity = h.capacity;
   const uint64_t records_offset = h.records_offset;
-  const uint64_t strings_offset = h.strings_offset;
-  const uint64_t strings_capacity = h.strings_capacity;
   if (capacity == 0 || (capacity & (capacity - 1)) != 0 || capacity > (uint64_t{1} << 26) ||
       records_offset % alignof(GpuRecord) != 0 ||
       !FitsInFile(size, records_offset, capacity * sizeof(GpuRecord)) ||
-      !StringTableFits(size, strings_offset, strings_capacity)) {
+      !reader->file_.TakeHeader(h)) {
     return InconsistentRingLayout("GPU ring", path);
   }
-  reader->pid_ = h.pid;
-  reader->start_ticks_ = h.process_start_ticks;
-  reader->process_name_.assign(h.process_name, strnlen(h.process_name, sizeof(h.process_name)));
   reader->capacity_ = capacity;
   reader->records_offset_ = records_offset;
-  reader->strings_offset_ = strings_offset;
-  reader->strings_capacity_ = strings_capacity;
   return reader;
 }
 
-GpuRingReader::GpuRingReader(std::string path, char* base, size_t size)
-    : path_(std::move(path)),
-      base_(base),
-      size_(size),
-      header_(reinterpret_cast<GpuRingHeader*>(base)) {}
+GpuRingReader::GpuRingReader(std::string path, MappedRing mapping)
+    : file_(std::move(path), mapping), header_(reinterpret_cast<GpuRingHeader*>(mapping.base)) {}
 
-GpuRingReader::~GpuRingReader() { munmap(base_, size_); }
+GpuRingReader::~GpuRingReader() = default;
 
 uint64_t GpuRingReader::DrainImpl(const std::function<void(std::span<const GpuRecord>)>* visit) {
   const uint64_t read = header_->read_index.load(std::memory_order_relaxed);
@@ -56,7 +46,7 @@ uint64_t GpuRingReader::DrainImpl(const std::function<void(std::span<const GpuRe
   if (write < read) return 0;
   uint64_t from = read;
   if (write - read > capacity_) from = write - capacity_;
-  const auto* records = reinterpret_cast<const GpuRecord*>(base_ + records_offset_);
+  const auto* records = reinterpret_cast<const GpuRecord*>(file_.base() + records_offset_);
   if (visit != nullptr) {
     uint64_t r = from;
     while (r < write) {
@@ -103,8 +93,6 @@ std::vector<GpuDeviceInfo> GpuRingReader::Devices() const {
   return devices;
 }
 
-std::string_view GpuRingReader::String(uint32_t id) const {
-  return ReadString(base_ + strings_offset_, strings_capacity_, id);
-}
+std::string_view GpuRingReader::String(uint32_t id) const { return file_.String(id); }
 
 }  // namespace clusterprof::shm

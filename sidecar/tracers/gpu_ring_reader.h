@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "sdk/shm_format.h"
+#include "sidecar/tracers/ring_file.h"
 
 namespace clusterprof::shm {
 
@@ -52,26 +53,19 @@ class GpuRingReader {
   std::vector<GpuDeviceInfo> Devices() const;
   std::string_view String(uint32_t id) const;
 
-  uint32_t pid() const { return pid_; }
-  uint64_t process_start_ticks() const { return start_ticks_; }
-  std::string_view process_name() const { return process_name_; }
-  const std::string& path() const { return path_; }
+  uint32_t pid() const { return file_.pid(); }
+  uint64_t process_start_ticks() const { return file_.process_start_ticks(); }
+  std::string_view process_name() const { return file_.process_name(); }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  GpuRingReader(std::string path, char* base, size_t size);
+  GpuRingReader(std::string path, MappedRing mapping);
   uint64_t DrainImpl(const std::function<void(std::span<const GpuRecord>)>* visit);
 
-  std::string path_;
-  char* base_;
-  size_t size_;
+  RingFile file_;
   GpuRingHeader* header_;
-  uint32_t pid_ = 0;
-  uint64_t start_ticks_ = 0;
-  std::string process_name_;
   uint64_t capacity_ = 0;
   uint64_t records_offset_ = 0;
-  uint64_t strings_offset_ = 0;
-  uint64_t strings_capacity_ = 0;
 };
 
 }  // namespace clusterprof::shm

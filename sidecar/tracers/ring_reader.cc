@@ -20,51 +20,11 @@
 
 namespace clusterprof::shm {
 
-absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
-                                       std::string_view what) {
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0) return ErrnoToStatus(errno, StrCat("cannot open ", what), path);
-  struct stat st;
-  if (fstat(fd, &st) != 0) {
-    const int saved = errno;
-    close(fd);
-    return ErrnoToStatus(saved, StrCat("cannot stat ", what), path);
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < min_size) {
-    close(fd);
-    return absl::InvalidArgumentError(StrCat(what, " ", path, " is too small (", size, " bytes)"));
-  }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (base == MAP_FAILED) return ErrnoToStatus(errno, StrCat("cannot map ", what), path);
-  return MappedRing{static_cast<char*>(base), size};
-}
-
-absl::Status CheckRingFormat(uint64_t magic, uint64_t expected_magic, uint32_t version,
-                             uint64_t header_size, size_t expected_header_size,
-                             uint32_t record_size, size_t expected_record_size,
-                             std::string_view what, const std::string& path) {
-  if (magic == expected_magic && version == kVersion && header_size == expected_header_size &&
-      record_size == expected_record_size) {
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      StrCat(what, " ", path,
-             " has an unknown format (magic, version or record size differ); was it written by "
-             "another clusterprof version?"));
-}
-
-absl::Status InconsistentRingLayout(std::string_view what, const std::string& path) {
-  return absl::InvalidArgumentError(
-      StrCat(what, " ", path, " has an inconsistent layout; ignoring it"));
-}
-
 absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& path) {
   CLUSTERPROF_ASSIGN_OR_RETURN(const MappedRing mapped,
                                MapRingFile(path, sizeof(RingHeader), "ring"));
   const size_t size = mapped.size;
-  std::unique_ptr<RingReader> reader(new RingReader(path, mapped.base, size));
+  std::unique_ptr<RingReader> reader(new RingReader(path, mapped));
 
   const RingHeader& h = *reader->header_;
   CLUSTERPROF_RETURN_IF_ERROR((CheckRingFormat<RingHeader, Record>(h, kRingMagic, "ring", path)));
@@ -72,40 +32,28 @@ absl::StatusOr<std::unique_ptr<RingReader>> RingReader::Open(const std::string& 
   const uint32_t slots = h.slots_per_thread;
   const uint64_t slots_offset = h.slots_offset;
   const uint64_t records_offset = h.records_offset;
-  const uint64_t strings_offset = h.strings_offset;
-  const uint64_t strings_capacity = h.strings_capacity;
   if (threads == 0 || threads > 65536 || slots == 0 || (slots & (slots - 1)) != 0 ||
       slots > (1u << 30) || slots_offset % alignof(ThreadSlot) != 0 ||
       records_offset % alignof(Record) != 0 ||
       !FitsInFile(size, slots_offset, uint64_t{threads} * sizeof(ThreadSlot)) ||
       !FitsInFile(size, records_offset, uint64_t{threads} * slots * sizeof(Record)) ||
-      !StringTableFits(size, strings_offset, strings_capacity)) {
+      !reader->file_.TakeHeader(h)) {
     return InconsistentRingLayout("ring", path);
   }
-  reader->pid_ = h.pid;
-  reader->start_ticks_ = h.process_start_ticks;
-  reader->process_name_.assign(h.process_name, strnlen(h.process_name, sizeof(h.process_name)));
   reader->max_threads_ = threads;
   reader->slots_ = slots;
   reader->slots_offset_ = slots_offset;
   reader->records_offset_ = records_offset;
-  reader->strings_offset_ = strings_offset;
-  reader->strings_capacity_ = strings_capacity;
   reader->last_dropped_.assign(threads, 0);
   return reader;
 }
 
-RingReader::RingReader(std::string path, const char* base, size_t size)
-    : path_(std::move(path)),
-      base_(const_cast<char*>(base)),
-      size_(size),
-      header_(reinterpret_cast<RingHeader*>(base_)) {}
+RingReader::RingReader(std::string path, MappedRing mapping)
+    : file_(std::move(path), mapping), header_(reinterpret_cast<RingHeader*>(mapping.base)) {}
 
-RingReader::~RingReader() { munmap(base_, size_); }
+RingReader::~RingReader() = default;
 
-std::string_view RingReader::String(uint32_t id) const {
-  return ReadString(base_ + strings_offset_, strings_capacity_, id);
-}
+std::string_view RingReader::String(uint32_t id) const { return file_.String(id); }
 
 uint64_t RingReader::dropped_strings() const {
   return header_->dropped_strings.load(std::memory_order_relaxed);
@@ -128,8 +76,8 @@ DrainStats RingReader::Skip() { return DrainImpl(nullptr); }
 
 DrainStats RingReader::DrainImpl(const SpanVisitor* visit) {
   DrainStats stats;
-  auto* slots = reinterpret_cast<ThreadSlot*>(base_ + slots_offset_);
-  auto* records = reinterpret_cast<const Record*>(base_ + records_offset_);
+  auto* slots = reinterpret_cast<ThreadSlot*>(file_.base() + slots_offset_);
+  auto* records = reinterpret_cast<const Record*>(file_.base() + records_offset_);
   const uint32_t claimed =
       std::min(header_->threads_claimed.load(std::memory_order_acquire), max_threads_);
   for (uint32_t i = 0; i < claimed; ++i) {

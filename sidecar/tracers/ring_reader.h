@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "sdk/shm_format.h"
+#include "sidecar/tracers/ring_file.h"
 
 namespace clusterprof::shm {
 
@@ -53,68 +54,26 @@ class RingReader {
   // The string with id `id`, or empty when the id is 0, out of range or not written yet.
   std::string_view String(uint32_t id) const;
 
-  uint32_t pid() const { return pid_; }
-  uint64_t process_start_ticks() const { return start_ticks_; }
-  std::string_view process_name() const { return process_name_; }
+  uint32_t pid() const { return file_.pid(); }
+  uint64_t process_start_ticks() const { return file_.process_start_ticks(); }
+  std::string_view process_name() const { return file_.process_name(); }
   uint64_t dropped_strings() const;
   uint32_t dropped_threads() const;
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return file_.path(); }
 
  private:
-  RingReader(std::string path, const char* base, size_t size);
+  RingReader(std::string path, MappedRing mapping);
   DrainStats DrainImpl(const SpanVisitor* visit);
 
-  std::string path_;
-  char* base_;
-  size_t size_;
+  RingFile file_;
   RingHeader* header_;
-  uint32_t pid_ = 0;
-  uint64_t start_ticks_ = 0;
-  std::string process_name_;
   // Validated geometry, copied out of the header so a writer cannot change it under us.
   uint32_t max_threads_ = 0;
   uint32_t slots_ = 0;
   uint64_t slots_offset_ = 0;
   uint64_t records_offset_ = 0;
-  uint64_t strings_offset_ = 0;
-  uint64_t strings_capacity_ = 0;
   std::vector<uint64_t> last_dropped_;  // per slot, to report drops since the last drain
 };
-
-// Maps the ring file at `path` shared and read-write, refusing one smaller than `min_size`; `what`
-// names the kind of file in errors ("ring", "GPU ring").
-struct MappedRing {
-  char* base = nullptr;
-  size_t size = 0;
-};
-absl::StatusOr<MappedRing> MapRingFile(const std::string& path, size_t min_size,
-                                       std::string_view what);
-
-// The checks both ring readers make of a mapped header before trusting it (the file is written
-// by the workload's process, and may be from another version, truncated or hostile).
-//
-// Whether the header is of the format this build reads (magic, version, header and record
-// sizes); `what` and `path` name the file in the error.
-absl::Status CheckRingFormat(uint64_t magic, uint64_t expected_magic, uint32_t version,
-                             uint64_t header_size, size_t expected_header_size,
-                             uint32_t record_size, size_t expected_record_size,
-                             std::string_view what, const std::string& path);
-template <typename Header, typename Record>
-absl::Status CheckRingFormat(const Header& h, uint64_t expected_magic, std::string_view what,
-                             const std::string& path) {
-  return CheckRingFormat(h.magic, expected_magic, h.version, h.header_size, sizeof(Header),
-                         h.record_size, sizeof(Record), what, path);
-}
-// Whether [offset, offset + length) lies within a file of `size` bytes (no overflow).
-inline bool FitsInFile(size_t size, uint64_t offset, uint64_t length) {
-  return offset <= size && length <= size - offset;
-}
-// A string table 4-byte aligned and within the file.
-inline bool StringTableFits(size_t size, uint64_t offset, uint64_t capacity) {
-  return offset % 4 == 0 && FitsInFile(size, offset, capacity);
-}
-// The error for a header whose offsets and counts do not fit the file.
-absl::Status InconsistentRingLayout(std::string_view what, const std::string& path);
 
 // Ring files in `dir` (annotation rings by default; kGpuRingPrefix for GPU rings), sorted.
 absl::StatusOr<std::vector<std::string>> ListRingFiles(const std::string& dir,
