@@ -122,6 +122,10 @@ inline constexpr int kExitUsage = 2;
 // equal to it). Not thread-safe; the app must outlive it.
 class CommandLineBase {
  public:
+  // Its flags point at it: it stays where it was made.
+  CommandLineBase(const CommandLineBase&) = delete;
+  CommandLineBase& operator=(const CommandLineBase&) = delete;
+
   // app.parse, then --settings-table. False when the program is done: `exit_code` is 0 after
   // --help, --version or --settings-table (printed on stdout), kExitUsage after a bad flag (said
   // on stderr).
