@@ -260,7 +260,8 @@ class Run {
   // Report, at most once a kProgressInterval (a loop that wakes often at 10,000 targets).
   void ReportEvery();
   RunResult Snapshot();
-  // Checks the options and sets the run's layout up; an INVALID_ARGUMENT names what is wrong.
+  // Checks the options (the run's layout given among them); an INVALID_ARGUMENT names what is
+  // wrong.
   absl::Status Prepare();
   // Sleeps the backoff before attempt `attempt` of `last`; CANCELLED when cancelled meanwhile.
   absl::Status PauseBeforeRetry(Backoff& backoff, int attempt, int last, size_t targets);
@@ -280,7 +281,8 @@ class Run {
   void WriteReport(RunResult* result);
   storage::StorageSet& Storages();
   absl::Status Cancelled() const {
-    return absl::CancelledError(StrCat("the capture of run ", layout_->run(), " was cancelled"));
+    return absl::CancelledError(
+        StrCat("the capture of run ", options_.layout->run(), " was cancelled"));
   }
 
   const CaptureOptions& options_;
@@ -311,7 +313,6 @@ class Run {
   // Written by callbacks under pending_.mu(); read by the coordinating thread under it, or
   // with no call in flight.
   std::vector<TargetState> targets_;
-  std::optional<storage::RunLayout> layout_;
   analysis::DigestOptions digest_options_;
   std::unique_ptr<storage::StorageSet> own_storages_;
   int64_t t0_ns_ = 0;
@@ -575,7 +576,7 @@ void Run::AskSessions(
   if (!release_calls_) {
     pending_.Add(static_cast<int>(targets.size()));
     for (size_t i : targets) {
-      Conn(i).GetSession(layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+      Conn(i).GetSession(options_.layout->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
                          [this, i, &record](absl::StatusOr<GetSessionResponse> response) {
                            pending_.Complete([&] { record(i, response); });
                          });
@@ -591,7 +592,7 @@ void Run::AskSessions(
     for (; next < targets.size() && open < kOpenWindow; ++next, ++open) {
       const size_t i = targets[next];
       pending_.Add(1);
-      Conn(i).GetSession(layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+      Conn(i).GetSession(options_.layout->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
                          [this, i, &record](absl::StatusOr<GetSessionResponse> response) {
                            pending_.Complete([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
                              record(i, response);
@@ -650,15 +651,15 @@ tensorflow::ProfileRequest Run::MakeRequest(size_t i) const {
   const TargetResult& result = targets_[i].result;
   tensorflow::ProfileRequest request;
   request.set_duration_ms(options_.duration_ms);
-  request.set_repository_root(layout_->RepositoryRoot());
-  request.set_session_id(layout_->run());
+  request.set_repository_root(options_.layout->RepositoryRoot());
+  request.set_session_id(options_.layout->run());
   request.set_host_name(result.address);
   tensorflow::ProfileOptions* opts = request.mutable_opts();
   *opts = options_.profile;
   opts->set_version(1);  // 0 would make the server ignore every option below
   opts->set_duration_ms(options_.duration_ms);
   opts->set_start_timestamp_ns(static_cast<uint64_t>(result.requested_start_ns));
-  opts->set_session_id(layout_->run());
+  opts->set_session_id(options_.layout->run());
   if (options_.outlive_client) {
     (*opts->mutable_advanced_configuration())[proto::kOutliveClientKey].set_bool_value(true);
   }
@@ -819,7 +820,7 @@ void Run::ApplyCollected(size_t i, const absl::StatusOr<GetSessionResponse>& res
     if (absl::IsNotFound(response.status())) {
       // It took the request and has no session now: it restarted and lost it.
       fail(absl::UnavailableError(
-          StrCat("the sidecar took the request, then lost session ", layout_->run(),
+          StrCat("the sidecar took the request, then lost session ", options_.layout->run(),
                  " (it restarted during the capture?): ", response.status().message())));
     } else if (clock_.WallNs() >= deadline_ns) {
       fail(response.status());
@@ -920,7 +921,7 @@ void Run::Collect(const std::vector<size_t>& subset) {
         });
       }
       Conn(i).GetSession(
-          layout_->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
+          options_.layout->run(), kSessionQueryTimeoutMs * kNanosPerMilli,
           [this, i, deadline_ns, answered](absl::StatusOr<GetSessionResponse> response) {
             pending_.Complete([&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
               ApplyCollected(i, response, deadline_ns);
@@ -1009,7 +1010,7 @@ void Run::QuerySessions(const std::vector<size_t>& all) {
         "a TF/JAX profiler server: it makes no digest (`clusterprof report` on "
         "the run directory reads its file)";
     absl::StatusOr<std::string> stem = storage::HostFileStem(result.host_name);
-    if (stem.ok()) result.files = {layout_->XPlanePath(*stem)};
+    if (stem.ok()) result.files = {options_.layout->XPlanePath(*stem)};
   }
 }
 
@@ -1096,8 +1097,8 @@ void Run::ApplySession(const GetSessionResponse& session, TargetState& target) {
 
 RunResult Run::Snapshot() {
   RunResult snapshot;
-  snapshot.run = layout_.has_value() ? layout_->run() : "";
-  snapshot.run_dir = layout_.has_value() ? layout_->RunDir() : "";
+  snapshot.run = options_.layout.has_value() ? options_.layout->run() : "";
+  snapshot.run_dir = options_.layout.has_value() ? options_.layout->RunDir() : "";
   snapshot.t0_ns = t0_ns_;
   snapshot.attempt = attempt_;
   {
@@ -1169,7 +1170,6 @@ absl::Status Run::Prepare() {
     return absl::InvalidArgumentError(
         "no run layout: CaptureOptions.layout names the logdir and run");
   }
-  layout_ = options_.layout;
   for (const Target& target : options_.targets) {
     std::string_view address = target.address;
     ConsumePrefix(&address, "grpc://");
@@ -1283,10 +1283,11 @@ storage::StorageSet& Run::Storages() {
 
 void Run::WriteRunFile(std::string_view name, std::string_view what, const std::string& content,
                        std::string* uri) {
-  absl::StatusOr<storage::Storage*> store = Storages().For(layout_->logdir());
+  absl::StatusOr<storage::Storage*> store = Storages().For(options_.layout->logdir());
   absl::StatusOr<storage::ObjectInfo> written =
-      store.ok() ? storage::WriteObject(**store, StrCat(layout_->RunDir(), "/", name), content)
-                 : absl::StatusOr<storage::ObjectInfo>(store.status());
+      store.ok()
+          ? storage::WriteObject(**store, StrCat(options_.layout->RunDir(), "/", name), content)
+          : absl::StatusOr<storage::ObjectInfo>(store.status());
   absl::Status committed = written.ok() ? storage::CheckCommitted(*written) : written.status();
   if (written.ok()) *uri = written->uri;
   if (!committed.ok()) {
@@ -1301,7 +1302,7 @@ void Run::WriteManifest(RunResult* result, int64_t created_ns) {
 
 std::shared_ptr<const analysis::RunReport> Run::MakeReport(const RunResult& result) const {
   // One host at a time: at 10,000 targets the digests unpacked all at once would be gigabytes.
-  analysis::RunReportBuilder builder(layout_->RunDir(), digest_options_);
+  analysis::RunReportBuilder builder(options_.layout->RunDir(), digest_options_);
   for (const TargetResult& target : result.targets) {
     if (target.outcome == Outcome::kFailed || target.outcome == Outcome::kPending) {
       builder.LeaveOut(StrCat(target.host_name, ": no capture (", target.message, ")"));
@@ -1332,7 +1333,7 @@ void Run::WriteReport(RunResult* result) {
 }
 
 void Run::SendStops() {
-  spdlog::info("run {}: stopping the recording of {} target(s) early", layout_->run(),
+  spdlog::info("run {}: stopping the recording of {} target(s) early", options_.layout->run(),
                targets_.size());
   for (size_t begin = 0; begin < targets_.size(); begin += kOpenWindow) {
     const size_t end = std::min(targets_.size(), begin + kOpenWindow);
@@ -1341,7 +1342,7 @@ void Run::SendStops() {
     size_t answered = 0;
     for (size_t i = begin; i < end; ++i) {
       connections.push_back(connector_->Connect(targets_[i].result.address));
-      connections.back()->Terminate(layout_->run(), kStopTimeoutNs,
+      connections.back()->Terminate(options_.layout->run(), kStopTimeoutNs,
                                     [&mu, &answered, address = targets_[i].result.address](
                                         absl::StatusOr<tensorflow::TerminateResponse> response) {
                                       if (!response.ok()) {

@@ -160,13 +160,6 @@ absl::Status LoadYamlFile(const std::string& path, const std::vector<Bound>& set
   return absl::OkStatus();
 }
 
-absl::Status CheckRanges(const std::vector<Bound>& settings) {
-  for (const Bound& s : settings) {
-    if (absl::Status range = CheckRange(s, s.yaml_key); !range.ok()) return range;
-  }
-  return absl::OkStatus();
-}
-
 std::string MarkdownTable(const std::vector<Bound>& defaults, bool yaml) {
   std::string table = yaml ? "| flag | YAML | default | meaning |\n|---|---|---|---|\n"
                            : "| flag | default | meaning |\n|---|---|---|\n";
@@ -271,7 +264,8 @@ absl::Status CommandLineBase::Resolve(const std::vector<Bound>& config) const {
   for (size_t i = 0; i < flags_.size(); ++i) {
     if (options_[i]->count() > 0) CopyValue(flags_[i].field, config[i].field);
   }
-  return CheckRanges(config);
+  // Ranges were checked where the values came in: LoadYamlFile's, and CLI11's for flags.
+  return absl::OkStatus();
 }
 
 }  // namespace clusterprof::settings

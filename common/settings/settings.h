@@ -102,9 +102,6 @@ std::vector<Bound> Bind(std::span<const Setting<Config>> table, Config* config) 
 // the key, the file and the line.
 absl::Status LoadYamlFile(const std::string& path, const std::vector<Bound>& settings);
 
-// Checks every ranged setting; the error names the setting as `source` writes it.
-absl::Status CheckRanges(const std::vector<Bound>& settings);
-
 // The docs table: | flag | YAML | default | meaning | (no YAML column when `yaml` is false).
 // `defaults` is bound to a default-constructed config.
 std::string MarkdownTable(const std::vector<Bound>& defaults, bool yaml);

@@ -19,28 +19,6 @@ using web::json::value;
 
 value Str(std::string_view s) { return value::string(std::string(s)); }
 
-// spec.targets.addresses: host:port strings, at most kMaxAddresses.
-absl::Status ReadAddresses(const value& addresses, const std::string& path, ProfileJobSpec& out) {
-  if (!addresses.is_array()) {
-    return absl::InvalidArgumentError(StrCat(path, ": must be a list of host:port strings"));
-  }
-  int index = 0;
-  for (const value& address : addresses.as_array()) {
-    if (!address.is_string() || !IsHostPort(address.as_string())) {
-      return absl::InvalidArgumentError(
-          StrCat(path, "[", index, "]: must be host:port with a port from 1 to 65535, got ",
-                 address.serialize()));
-    }
-    ++index;
-    out.addresses.push_back(address.as_string());
-  }
-  if (out.addresses.size() > kMaxAddresses) {
-    return absl::InvalidArgumentError(
-        StrCat(path, ": at most ", kMaxAddresses, " addresses, got ", out.addresses.size()));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 kube::ResourceType ProfileJobs() {
@@ -102,6 +80,28 @@ constexpr IntField<TracerLevels> kLevelInts[] = {
     {"deviceTracerLevel", [](auto& o) -> IntRef { return &o.device; }, 0, 2},
     {"pythonTracerLevel", [](auto& o) -> IntRef { return &o.python; }, 0, 1},
 };
+
+// spec.targets.addresses: host:port strings, at most kMaxAddresses.
+absl::Status ReadAddresses(const value& addresses, const std::string& path, ProfileJobSpec& out) {
+  if (!addresses.is_array()) {
+    return absl::InvalidArgumentError(StrCat(path, ": must be a list of host:port strings"));
+  }
+  int index = 0;
+  for (const value& address : addresses.as_array()) {
+    if (!address.is_string() || !IsHostPort(address.as_string())) {
+      return absl::InvalidArgumentError(
+          StrCat(path, "[", index, "]: must be host:port with a port from 1 to 65535, got ",
+                 address.serialize()));
+    }
+    ++index;
+    out.addresses.push_back(address.as_string());
+  }
+  if (out.addresses.size() > kMaxAddresses) {
+    return absl::InvalidArgumentError(
+        StrCat(path, ": at most ", kMaxAddresses, " addresses, got ", out.addresses.size()));
+  }
+  return absl::OkStatus();
+}
 
 // spec.targets: a selector, addresses, or both, and how many of them to wait for.
 absl::Status ReadTargets(const Fields& spec, ProfileJobSpec& out) {
